@@ -1,0 +1,88 @@
+"""The `gpurig` command line: registers one module per subcommand from `gpurig.commands`.
+
+Each module in `gpurig/commands/` defines `register(app)`; modules named `bench_*` define
+`register(bench_app)` and appear under `gpurig bench`. The top level only registers them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import typer
+
+from gpurig import __version__
+from gpurig.errors import BadInput, ProblemFound
+
+HELP = """Make the GPUs of one machine train together, correctly and fast.
+
+Start with [bold]gpurig check[/bold]: it runs every step below and writes a report.
+On a machine without a GPU every command still runs, on the CPU with two gloo processes.
+"""
+
+app = typer.Typer(
+    help=HELP,
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+bench_app = typer.Typer(
+    help="Measure the links between GPUs and how training scales, against what the hardware allows.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpurig {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    pass
+
+
+def _register_all() -> None:
+    import gpurig.commands as pkg
+
+    bench_used = False
+    for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if mod.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"gpurig.commands.{mod.name}")
+        register = getattr(module, "register", None)
+        if register is None:
+            continue
+        if mod.name.startswith("bench_"):
+            register(bench_app)
+            bench_used = True
+        else:
+            register(app)
+    if bench_used:
+        app.add_typer(bench_app, name="bench")
+
+
+_register_all()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script and of `python -m gpurig`."""
+    try:
+        app(args=argv, prog_name="gpurig", standalone_mode=True)
+    except BadInput as exc:
+        print(f"gpurig: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except ProblemFound as exc:
+        print(f"gpurig: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Pure judgement: facts -> findings, logs -> explanations, samples -> verdicts. No I/O here."""

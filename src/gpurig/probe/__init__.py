@@ -1,0 +1,1 @@
+"""Read-only facts about the machine. Never initialises CUDA in the calling process."""

@@ -1,0 +1,1 @@
+"""Render results: terminal (rich), JSON, HTML with plots."""

@@ -1,0 +1,100 @@
+"""Shared test fixtures: markers that skip without hardware, and guards against leaks.
+
+Tests never leave a process, an environment variable or a process group behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+RIGS = FIXTURES / "rigs"
+
+
+def _cuda_gpu_count() -> int:
+    # Ask a child process, so the test process itself never initialises CUDA.
+    if importlib.util.find_spec("torch") is None:
+        return 0
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"],
+            capture_output=True, text=True, timeout=120,
+        )
+        return int(out.stdout.strip() or 0)
+    except Exception:
+        return 0
+
+
+_GPU_COUNT: int | None = None
+
+
+def cuda_gpu_count() -> int:
+    global _GPU_COUNT
+    if _GPU_COUNT is None:
+        _GPU_COUNT = _cuda_gpu_count() if shutil.which("nvidia-smi") or os.path.exists("/dev/nvidia0") else 0
+    return _GPU_COUNT
+
+
+def pytest_collection_modifyitems(config, items):
+    has_tf = importlib.util.find_spec("tensorflow") is not None
+    gpu_items = [i for i in items if "gpu" in i.keywords]
+    gpus = cuda_gpu_count() if gpu_items else 0
+    for item in items:
+        if "gpu" in item.keywords and gpus == 0:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+        if "tf" in item.keywords and not has_tf:
+            item.add_marker(pytest.mark.skip(reason="needs TensorFlow (pip install 'gpurig[tf]')"))
+
+
+@pytest.fixture(autouse=True)
+def _no_env_leak():
+    """Fail a test that leaves an environment variable changed."""
+    before = dict(os.environ)
+    yield
+    after = dict(os.environ)
+    if before != after:
+        changed = sorted(set(before.items()) ^ set(after.items()))
+        os.environ.clear()
+        os.environ.update(before)
+        pytest.fail(f"test leaked environment changes: {changed[:5]}")
+
+
+@pytest.fixture(autouse=True)
+def _no_child_leak():
+    """Fail a test that leaves a child process running."""
+    yield
+    try:
+        import psutil  # optional; present on most machines that run the suite
+    except ImportError:
+        return
+    children = [c for c in psutil.Process().children(recursive=True) if c.is_running() and c.status() != "zombie"]
+    if children:
+        for c in children:
+            c.kill()
+        pytest.fail(f"test left processes behind: {[c.pid for c in children]}")
+
+
+@pytest.fixture
+def run_cli():
+    """Run the real entry point (`python -m gpurig ...`) in a child process; returns CompletedProcess."""
+
+    def _run(*args: str, env: dict | None = None, timeout: float = 300, input: str | None = None, cwd=None):
+        full_env = dict(os.environ)
+        full_env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + full_env.get("PYTHONPATH", "")
+        full_env.setdefault("COLUMNS", "120")
+        if env:
+            full_env.update(env)
+        return subprocess.run(
+            [sys.executable, "-m", "gpurig", *args],
+            capture_output=True, text=True, timeout=timeout, env=full_env, input=input, cwd=cwd,
+        )
+
+    return _run
