@@ -1,0 +1,87 @@
+"""`gpurig doctor`: is this machine ready for multi-GPU training, and if not, what exactly to type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gpurig.diagnose.findings import Finding, has_error, sort_findings
+from gpurig.probe.facts import RigFacts
+from gpurig.report.output import console_for, emit_json
+
+HELP = """Check that this machine (or container) is ready for multi-GPU training, and say how to fix what is not.
+
+Reads the GPUs (NVML or nvidia-smi), links, driver, PyTorch/TensorFlow builds, container limits and
+environment, without ever initialising CUDA, then prints findings worst first, each with its fix.
+
+Examples:
+  gpurig doctor                          judge this machine
+  gpurig doctor --json > doctor.json     facts and findings as one JSON document
+  gpurig doctor --save-facts rig.json    keep the snapshot to send to a colleague
+  gpurig doctor --facts rig.json         judge a saved snapshot instead of this machine
+
+Exit status: 0 no error finding, 1 at least one error finding, 2 bad usage or an unreadable facts file.
+"""
+
+
+def gather(facts_file: Path | None = None, frameworks: bool = True) -> RigFacts:
+    """The snapshot to judge: a saved one, or this machine's."""
+    if facts_file is not None:
+        from gpurig.probe.snapshot import load_facts_file
+
+        return load_facts_file(facts_file)
+    from gpurig.probe.collect import collect_facts
+
+    return collect_facts(frameworks=frameworks)
+
+
+def doctor_data(facts: RigFacts) -> tuple[RigFacts, list[Finding]]:
+    """Judge a snapshot; returns the facts and the findings, worst first."""
+    from gpurig.diagnose.rules import judge
+
+    return facts, sort_findings(judge(facts))
+
+
+def doctor_document(facts: RigFacts, findings: list[Finding]) -> dict[str, Any]:
+    """The `--json` document: {"facts": ..., "findings": [...]}."""
+    return {
+        "facts": facts.to_dict(),
+        "findings": [
+            {k: v for k, v in f.to_dict().items() if k in ("id", "severity", "title", "detail", "fix", "evidence", "area")}
+            for f in findings
+        ],
+    }
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("doctor", help=HELP)
+    def doctor(
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON document {facts, findings} on stdout."),
+        save_facts: Path | None = typer.Option(
+            None, "--save-facts", metavar="FILE", help="Write the machine's facts snapshot to FILE (JSON)."
+        ),
+        facts_file: Path | None = typer.Option(
+            None, "--facts", metavar="FILE", help="Judge a saved snapshot instead of this machine."
+        ),
+        fast: bool = typer.Option(
+            False, "--fast", help="Skip the PyTorch/TensorFlow probes (answers in well under a second)."
+        ),
+    ) -> None:
+        facts = gather(facts_file, frameworks=not fast)
+        if save_facts is not None:
+            from gpurig.probe.snapshot import save_facts_file
+
+            save_facts_file(facts, save_facts)
+        facts, findings = doctor_data(facts)
+        if json_out:
+            emit_json(doctor_document(facts, findings))
+        else:
+            from gpurig.report.terminal import render_doctor
+
+            console = console_for(False)
+            render_doctor(console, facts, findings)
+            if save_facts is not None:
+                console.print(f"facts saved to {save_facts}")
+        raise typer.Exit(1 if has_error(findings) else 0)
