@@ -1,0 +1,248 @@
+"""`gpurig check`: the main job — doctor, verify, bench comm, bench train — with one report.
+
+Each step is a library call that returns data; this module runs them in order with a progress
+display, stops early with a clear reason when the doctor finds an `error`, and writes the same
+content as a self-contained HTML report and (with --json) as one JSON document.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gpurig import __version__
+from gpurig.errors import BadInput
+from gpurig.report.output import console_for, emit_json
+
+HELP = """Run everything once and write a report: doctor -> verify -> bench comm (short) -> bench train (short).
+
+On a machine with GPUs the workers use every visible GPU with NCCL; without a GPU they run as two gloo
+processes on the CPU, so the whole tool can be seen working anywhere. Stops early, with the reason,
+when the doctor finds an error. Finishes in a few minutes at most.
+
+Examples:
+  gpurig check                              report in runs/check-<time>/report.html
+  gpurig check --report rig.html            the report where you want it
+  gpurig check --json > check.json          the same content as one JSON document
+  gpurig check --device cpu                 the CPU path even on a GPU machine
+
+Exit status: 0 every step passed, 1 a step failed or the doctor found an error, 2 bad usage.
+"""
+
+
+@dataclass
+class StepResult:
+    name: str
+    status: str  # "passed", "failed", "skipped"
+    seconds: float = 0.0
+    reason: str = ""
+    data: Any = None
+
+    def summary(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "seconds": round(self.seconds, 2), "reason": self.reason}
+
+
+@dataclass
+class CheckContext:
+    device: str
+    nproc: str
+    out_dir: Path
+    quick: bool
+    echo: Callable[[str], None]
+    facts: Any = None
+    device_choice: Any = None
+    results: dict[str, Any] = field(default_factory=dict)
+
+
+def _step_doctor(ctx: CheckContext) -> StepResult:
+    from gpurig.commands.doctor import doctor_data, doctor_document, gather
+    from gpurig.diagnose.findings import has_error
+
+    facts, findings = doctor_data(gather(None, frameworks=True))
+    ctx.facts = facts
+    doc = doctor_document(facts, findings)
+    errors = [f for f in findings if f.severity == "error"]
+    if has_error(findings):
+        return StepResult("doctor", "failed", reason="; ".join(f.title for f in errors), data=doc)
+    warns = sum(1 for f in findings if f.severity == "warn")
+    return StepResult("doctor", "passed", reason=f"no error finding, {warns} warning(s)", data=doc)
+
+
+def _step_verify(ctx: CheckContext) -> StepResult:
+    from gpurig.comm.verify import run_verify
+
+    result = run_verify(
+        device=ctx.device, nproc=ctx.nproc, out_dir=str(ctx.out_dir / "verify"), quick=ctx.quick, facts=ctx.facts
+    )
+    data = result.to_dict() if hasattr(result, "to_dict") else result
+    failed = [c["name"] for c in data.get("checks", []) if not c.get("passed")]
+    if data.get("passed"):
+        return StepResult("verify", "passed", reason=f"{len(data.get('checks', []))} checks passed", data=data)
+    return StepResult("verify", "failed", reason="failed: " + ", ".join(failed), data=data)
+
+
+def _step_bench_comm(ctx: CheckContext) -> StepResult:
+    from gpurig.comm.bench import run_bench_comm
+
+    data = run_bench_comm(
+        device=ctx.device, nproc=ctx.nproc, out_dir=str(ctx.out_dir / "bench-comm"), short=True, facts=ctx.facts
+    )
+    data = data.to_dict() if hasattr(data, "to_dict") else data
+    results = data.get("results", [])
+    if not results:
+        return StepResult("bench comm", "failed", reason="no measurement came back", data=data)
+    best = max(results, key=lambda r: r.get("busbw_gbps") or 0)
+    return StepResult(
+        "bench comm",
+        "passed",
+        reason=f"{len(results)} points; best {best['op']} busbw {best.get('busbw_gbps', 0):.2f} GB/s at {best['bytes']} B",
+        data=data,
+    )
+
+
+def _step_bench_train(ctx: CheckContext) -> StepResult:
+    from gpurig.train.bench import run_bench_train
+
+    data = run_bench_train(
+        device=ctx.device, nproc=ctx.nproc, out_dir=str(ctx.out_dir / "bench-train"), short=True, facts=ctx.facts
+    )
+    data = data.to_dict() if hasattr(data, "to_dict") else data
+    rows = data.get("results", [])
+    if not rows:
+        return StepResult("bench train", "failed", reason="no training run completed", data=data)
+    last = rows[-1]
+    eff = last.get("scaling_efficiency")
+    reason = f"{data.get('workload', 'workload')}: {last.get('samples_per_s_per_device', 0):.0f} samples/s per device at {last.get('nproc')}"
+    if eff is not None:
+        reason += f", scaling efficiency {eff:.2f}"
+    return StepResult("bench train", "passed", reason=reason, data=data)
+
+
+STEPS: list[tuple[str, Callable[[CheckContext], StepResult]]] = [
+    ("doctor", _step_doctor),
+    ("verify", _step_verify),
+    ("bench comm", _step_bench_comm),
+    ("bench train", _step_bench_train),
+]
+
+
+def run_check(ctx: CheckContext, on_step: Callable[[str, StepResult | None], None] | None = None) -> dict[str, Any]:
+    """Run every step; returns the `gpurig check --json` document (see `gpurig.report.html`)."""
+    steps: list[StepResult] = []
+    stop_reason = ""
+    for name, fn in STEPS:
+        if on_step:
+            on_step(name, None)
+        if stop_reason:
+            res = StepResult(name, "skipped", reason=stop_reason)
+        else:
+            t0 = time.monotonic()
+            try:
+                res = fn(ctx)
+            except BadInput:
+                raise
+            except Exception as exc:  # a step that crashes is a failed step with its reason, not a dead check
+                res = StepResult(name, "failed", reason=f"{type(exc).__name__}: {exc}")
+                (ctx.out_dir / f"{name.replace(' ', '-')}-error.txt").write_text(traceback.format_exc())
+            res.seconds = time.monotonic() - t0
+            if name == "doctor" and res.status == "failed":
+                stop_reason = f"the doctor found an error ({res.reason}); fix it first: `gpurig doctor`"
+        steps.append(res)
+        if on_step:
+            on_step(name, res)
+    by_name = {s.name: s for s in steps}
+    doctor = by_name["doctor"].data
+    verify = by_name["verify"].data
+    bench_comm = by_name["bench comm"].data
+    bench_train = by_name["bench train"].data
+    train_summary = (bench_train or {}).get("summary") if isinstance(bench_train, dict) else None
+    verdicts = (train_summary or {}).get("verdicts") or []
+    return {
+        "gpurig_version": __version__,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device": ctx.device_choice.device if ctx.device_choice else ctx.device,
+        "passed": all(s.status == "passed" for s in steps),
+        "steps": [s.summary() for s in steps],
+        "doctor": doctor,
+        "verify": verify,
+        "bench_comm": bench_comm,
+        "bench_train": bench_train,
+        "train": train_summary,
+        "verdicts": verdicts,
+    }
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("check", help=HELP)
+    def check(
+        device: str = typer.Option("auto", "--device", help="auto (GPUs with NCCL if usable, else CPU), cuda or cpu."),
+        nproc: str = typer.Option("auto", "--nproc", help="Processes: auto (every visible GPU, or 2 on CPU) or N."),
+        report: Path | None = typer.Option(
+            None, "--report", metavar="FILE", help="Where to write the HTML report (default: <out>/report.html)."
+        ),
+        out: Path | None = typer.Option(
+            None, "--out", metavar="DIR", help="Run directory for logs and results (default: runs/check-<time>)."
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Print the whole result as one JSON document on stdout."),
+    ) -> None:
+        from gpurig.launch.plan import resolve_device
+
+        choice = resolve_device(device, nproc)
+        out_dir = out or Path("runs") / f"check-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        if out_dir.exists() and not out_dir.is_dir():
+            raise BadInput(f"--out {out_dir}: exists and is not a directory")
+        if report is not None and report.is_dir():
+            raise BadInput(f"--report {report}: is a directory; give a file name such as report.html")
+        if report is not None and not report.parent.exists():
+            raise BadInput(f"--report {report}: the folder {report.parent} does not exist")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        console = console_for(json_out)
+        console.print(f"[bold]gpurig check[/bold] — {choice.nproc} {choice.device} process(es): {choice.reason}")
+        console.print(f"run directory: {out_dir}")
+        ctx = CheckContext(
+            device=choice.device, nproc=str(choice.nproc), out_dir=out_dir, quick=True, echo=console.print,
+            device_choice=choice,
+        )
+        starts: dict[str, float] = {}
+
+        def on_step(name: str, res: StepResult | None) -> None:
+            if res is None:
+                starts[name] = time.monotonic()
+                console.print(f"[bold]▶ {name}[/bold] …")
+                return
+            style = {"passed": "green", "failed": "bold red", "skipped": "dim"}[res.status]
+            console.print(f"  [{style}]{res.status.upper()}[/{style}] {name} ({res.seconds:.1f} s): {res.reason}")
+
+        with console.status("running", spinner="dots") if not json_out else _nullcontext():
+            doc = run_check(ctx, on_step)
+        from gpurig.report.output import to_json
+
+        (out_dir / "check.json").write_text(to_json(doc) + "\n")
+        report_path = report or out_dir / "report.html"
+        try:
+            from gpurig.report.html import render_report
+
+            report_path.write_text(render_report(doc), encoding="utf-8")
+            console.print(f"report: {report_path}")
+        except ImportError:
+            console.print("report: the HTML renderer is not available in this installation")
+        if json_out:
+            emit_json(doc)
+        verdict = "[green]all steps passed[/green]" if doc["passed"] else "[bold red]some steps failed[/bold red]"
+        console.print(verdict)
+        raise typer.Exit(0 if doc["passed"] else 1)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
