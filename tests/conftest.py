@@ -57,13 +57,16 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _no_env_leak():
     """Fail a test that leaves an environment variable changed."""
-    before = dict(os.environ)
+    before = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
     yield
-    after = dict(os.environ)
+    after = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
     if before != after:
         changed = sorted(set(before.items()) ^ set(after.items()))
+        current = os.environ.get("PYTEST_CURRENT_TEST")
         os.environ.clear()
         os.environ.update(before)
+        if current is not None:
+            os.environ["PYTEST_CURRENT_TEST"] = current
         pytest.fail(f"test leaked environment changes: {changed[:5]}")
 
 
