@@ -154,3 +154,276 @@ def plan_torchrun(
     if src not in pythonpath.split(os.pathsep):
         plan_env["PYTHONPATH"] = src + (os.pathsep + pythonpath if pythonpath else "")
     return LaunchPlan(argv=argv, env=plan_env, nproc=nproc, device=device, run_dir=run_dir, notes=notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# `gpurig launch`: the plan for a user's own script, with safe defaults and multi-node/Slurm.
+# ---------------------------------------------------------------------------------------------
+
+DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0  # torch's own NCCL default; gloo's is 1800 s
+FLIGHT_RECORDER_ENTRIES = 2000
+TRACE_PREFIX = "nccl_trace_rank_"
+INJECT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inject")
+
+
+@dataclass
+class LaunchOptions:
+    """What the user asked `gpurig launch` for; `plan_launch` turns it into a `LaunchPlan`."""
+
+    script: str
+    script_args: list[str] = field(default_factory=list)
+    module: bool = False  # run `script` as `python -m script`
+    nproc_per_node: str | int = "auto"
+    device: str = "auto"
+    nnodes: str | int | None = None  # int or "MIN:MAX"; None: 1, or Slurm's node count
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    max_restarts: int = 0
+    collective_timeout_s: float | None = DEFAULT_COLLECTIVE_TIMEOUT_S
+    run_dir: str | None = None
+    env_overrides: dict[str, str] = field(default_factory=dict)  # --env KEY=VALUE
+    use_slurm: bool = True
+
+
+@dataclass
+class EnvDefault:
+    """One environment default: the value used and where it came from."""
+
+    name: str
+    value: str
+    source: str  # "gpurig" (our default), "yours" (kept from the environment), "--env"
+    why: str
+
+
+def parse_env_assignments(items: list[str], flag: str = "--env") -> dict[str, str]:
+    """`["A=1", "B=x=y"]` -> {"A": "1", "B": "x=y"}; anything without `=` is bad input."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise BadInput(f"{flag} {item!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def _parse_endpoint(endpoint: str, flag: str = "--rdzv-endpoint") -> tuple[str, int | None]:
+    host, sep, port = endpoint.rpartition(":")
+    if not sep:
+        return endpoint, None
+    if not host:
+        raise BadInput(f"{flag} {endpoint!r}: the host is missing (expected HOST:PORT)")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise BadInput(f"{flag} {endpoint!r}: {port!r} is not a port number")
+    return host, int(port)
+
+
+def _parse_nnodes(value: str | int | None) -> tuple[str, int]:
+    """torchrun's `--nnodes` ("2" or "1:4") and the largest node count it allows."""
+    if value is None:
+        return "1", 1
+    text = str(value).strip()
+    parts = text.split(":")
+    try:
+        nums = [int(p) for p in parts]
+    except ValueError:
+        raise BadInput(f"--nnodes must be N or MIN:MAX, got {value!r}") from None
+    if len(nums) > 2 or any(n < 1 for n in nums) or (len(nums) == 2 and nums[0] > nums[1]):
+        raise BadInput(f"--nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, got {value!r}")
+    return text, nums[-1]
+
+
+def _environment_defaults(
+    device: str,
+    nproc: int,
+    run_dir: str,
+    collective_timeout_s: float | None,
+    environ: dict[str, str],
+    cpu_count: int,
+) -> list[EnvDefault]:
+    """The safe defaults, each kept as the user set it when already in their environment."""
+    wanted: list[tuple[str, str, str]] = []
+    threads = max(1, cpu_count // max(1, nproc))
+    wanted.append(("OMP_NUM_THREADS", str(threads), f"{cpu_count} cores / {nproc} processes per node"))
+    wanted.append((
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1",
+        "a failed or timed-out NCCL collective ends the process instead of hanging it",
+    ))
+    if collective_timeout_s:
+        wanted.append((
+            "GPURIG_COLLECTIVE_TIMEOUT", f"{collective_timeout_s:g}",
+            "init_process_group() without timeout= gets this many seconds per collective",
+        ))
+    if device == "cuda":
+        trace = os.path.join(run_dir, TRACE_PREFIX)
+        wanted += [
+            ("TORCH_NCCL_TRACE_BUFFER_SIZE", str(FLIGHT_RECORDER_ENTRIES),
+             "the flight recorder keeps the last collectives of every rank"),
+            ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "on a watchdog timeout each rank writes its record"),
+            ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", trace, "where the records go (one file per rank)"),
+            ("TORCH_FR_DUMP_TEMP_FILE", trace, "the same, under the name newer torch reads"),
+        ]
+    out = []
+    for name, value, why in wanted:
+        if name in environ:
+            out.append(EnvDefault(name, environ[name], "yours", "kept from your environment"))
+        else:
+            out.append(EnvDefault(name, value, "gpurig", why))
+    return out
+
+
+def default_run_dir(now: float | None = None) -> str:
+    import time
+
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return os.path.join("gpurig-runs", f"launch-{stamp}-{os.getpid()}")
+
+
+def plan_launch(
+    options: LaunchOptions,
+    environ: dict[str, str] | None = None,
+    cpu_count: int | None = None,
+    device_choice: DeviceChoice | None = None,
+    port: int | None = None,
+    python: str | None = None,
+) -> tuple[LaunchPlan, dict]:
+    """Plan `torchrun` for the user's script. Pure apart from `resolve_device` and `free_port`
+    (both replaceable by arguments, which is how the tests pin them).
+
+    Returns the plan and a description of it (what `--dry-run --json` prints).
+    """
+    environ = dict(os.environ if environ is None else environ)
+    cpu_count = cpu_count or os.cpu_count() or 1
+    choice = device_choice or resolve_device(options.device, options.nproc_per_node, flag="--nproc-per-node")
+    nproc = choice.nproc
+    run_dir = options.run_dir or default_run_dir()
+    notes: list[str] = [f"device: {choice.device} ({choice.reason}), backend {choice.backend}"]
+
+    slurm = None
+    if options.use_slurm:
+        from gpurig.launch.slurm import slurm_from_env
+
+        slurm = slurm_from_env(environ)
+    nnodes_text, max_nodes = _parse_nnodes(options.nnodes)
+    node_rank = options.node_rank
+    endpoint = options.rdzv_endpoint
+    rdzv_id = options.rdzv_id
+    if slurm is not None:
+        notes.append(
+            f"Slurm job {slurm.job_id}: {slurm.nnodes} node(s) {', '.join(slurm.hosts[:4])}"
+            f"{' …' if len(slurm.hosts) > 4 else ''}; this is node {slurm.node_rank}"
+        )
+        if options.nnodes is None:
+            nnodes_text, max_nodes = str(slurm.nnodes), slurm.nnodes
+        if node_rank is None:
+            node_rank = slurm.node_rank
+        if endpoint is None:
+            endpoint = f"{slurm.first_host}:{slurm.rendezvous_port}"
+            notes.append(f"rendezvous on the first host {endpoint} (port from the job id)")
+        rdzv_id = rdzv_id or f"slurm-{slurm.job_id}"
+        if slurm.ntasks_per_node and slurm.ntasks_per_node > 1:
+            notes.append(
+                f"SLURM_NTASKS_PER_NODE={slurm.ntasks_per_node}: start one `gpurig launch` per node "
+                "(srun --ntasks-per-node=1); it starts the processes of its node itself"
+            )
+    if node_rank is not None and node_rank < 0:
+        raise BadInput(f"--node-rank must be 0 or more, got {node_rank}")
+    if node_rank is not None and node_rank >= max_nodes:
+        raise BadInput(f"--node-rank {node_rank} is not below --nnodes {nnodes_text}")
+
+    multi_node = max_nodes > 1
+    if multi_node:
+        if not endpoint:
+            raise BadInput(
+                f"--nnodes {nnodes_text} needs --rdzv-endpoint HOST:PORT, the same on every node "
+                "(the first node's address)"
+            )
+        host, ep_port = _parse_endpoint(endpoint)
+        if ep_port is None:
+            endpoint = f"{host}:29500"
+        rdzv_id = rdzv_id or "gpurig"
+        notes.append(f"{nnodes_text} nodes meet at {endpoint} (rendezvous id {rdzv_id!r})")
+    elif endpoint:
+        host, ep_port = _parse_endpoint(endpoint)
+        if ep_port is None:
+            endpoint = f"{host}:29500"
+        notes.append(f"rendezvous on {endpoint} (as asked)")
+    else:
+        chosen = port or free_port()
+        endpoint = f"127.0.0.1:{chosen}"
+        notes.append(f"rendezvous on {endpoint} (a free port, so no 'Address already in use')")
+
+    log_dir = os.path.join(run_dir, "logs")
+    argv = [
+        python or sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nnodes_text}",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+    ]
+    if rdzv_id:
+        argv.append(f"--rdzv-id={rdzv_id}")
+    if node_rank is not None and multi_node:
+        argv.append(f"--node-rank={node_rank}")
+    if options.max_restarts < 0:
+        raise BadInput(f"--max-restarts must be 0 or more, got {options.max_restarts}")
+    argv += [
+        f"--max-restarts={options.max_restarts}",
+        f"--log-dir={log_dir}",
+        "--redirects=3",  # each rank's stdout and stderr into <log_dir>/<id>/attempt_N/<local_rank>/
+        "--tee=3",  # ... and on the terminal as well, prefixed with the rank
+    ]
+    if options.module:
+        argv += ["--module", options.script]
+    else:
+        argv.append(options.script)
+    argv += list(options.script_args)
+    notes.append(f"per-rank logs in {log_dir}")
+
+    if options.collective_timeout_s is not None and options.collective_timeout_s <= 0:
+        raise BadInput(f"--timeout must be more than 0 seconds, got {options.collective_timeout_s:g}")
+    defaults = _environment_defaults(
+        choice.device, nproc, run_dir, options.collective_timeout_s, environ, cpu_count
+    )
+    for name, value in options.env_overrides.items():
+        defaults = [d for d in defaults if d.name != name]
+        defaults.append(EnvDefault(name, value, "--env", "asked for with --env"))
+    if options.env_overrides.get("NCCL_NVLS_ENABLE") == "1":
+        raise BadInput("--env NCCL_NVLS_ENABLE=1: gpurig never switches on NVLink multicast")
+    plan_env = {d.name: d.value for d in defaults if d.source != "yours"}
+    # The collective-timeout hook and the per-worker error file (see launch/inject/sitecustomize.py).
+    pythonpath = environ.get("PYTHONPATH", "")
+    plan_env["PYTHONPATH"] = INJECT_DIR + (os.pathsep + pythonpath if pythonpath else "")
+    if options.collective_timeout_s is None:
+        notes.append("collective timeout: torch's default (NCCL 600 s, gloo 1800 s)")
+    if choice.device != "cuda":
+        notes.append("flight recorder: NCCL only; on gloo a hang is read from the rank logs")
+
+    plan = LaunchPlan(argv=argv, env=plan_env, nproc=nproc, device=choice.device, run_dir=run_dir, notes=notes)
+    description = {
+        "command": plan.command_line(),
+        "argv": argv,
+        "env": plan_env,
+        "defaults": [dataclasses_asdict(d) for d in defaults],
+        "nproc_per_node": nproc,
+        "nnodes": nnodes_text,
+        "node_rank": node_rank,
+        "rdzv_endpoint": endpoint,
+        "rdzv_id": rdzv_id,
+        "device": choice.device,
+        "backend": choice.backend,
+        "run_dir": run_dir,
+        "log_dir": log_dir,
+        "slurm": None if slurm is None else dataclasses_asdict(slurm),
+        "collective_timeout_s": options.collective_timeout_s,
+        "notes": notes,
+    }
+    return plan, description
+
+
+def dataclasses_asdict(obj) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(obj)
