@@ -1,0 +1,311 @@
+"""Cluster jobs for more than one machine: Slurm sbatch scripts and Kubeflow job manifests.
+
+PyTorch: one torchrun agent per node, all meeting at a c10d rendezvous on the first node; torchrun
+starts one worker per GPU and supervises them. TensorFlow: one process per node running
+`MultiWorkerMirroredStrategy`, told its place in the cluster through `TF_CONFIG`. gpurig writes
+the job; the scheduler and torchrun (or TensorFlow) do the distributed work.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from gpurig.errors import BadInput
+from gpurig.recipes.base import DEFAULT_IMAGE, USER_UID, HostSummary, Recipe, gib_ceil, require_positive
+from gpurig.recipes.container import PREFETCH_FACTOR, shm_bytes_needed
+
+FRAMEWORKS = ("torch", "tf")
+TF_PORT = 12345  # the port every TensorFlow worker listens on for the other workers
+PYTORCHJOB_PORT = 23456  # the Kubeflow training operator's default port for the Master
+TFJOB_PORT = 2222  # the Kubeflow training operator's default port for TFJob replicas
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$")
+
+
+@dataclass
+class ClusterOptions:
+    """A multi-node job: how many machines, how many GPUs each, and what each one runs."""
+
+    nodes: int
+    command: list[str]
+    gpus_per_node: int | None = None  # None: as many as this host has
+    framework: str = "torch"
+    job_name: str = "gpurig-train"
+    port: int = 29500  # the c10d rendezvous port on the first node (PyTorch under Slurm)
+    cpus_per_node: int | None = None  # None: as many cores as this host has (when known)
+    time: str | None = None  # Slurm time limit, "HH:MM:SS" or "D-HH:MM:SS"
+    partition: str | None = None
+    image: str = DEFAULT_IMAGE  # Kubernetes: the image every pod runs
+    max_restarts: int = 0  # torchrun restarts of the worker group after a failure
+    workers: int = 4  # DataLoader workers per process, to size /dev/shm on Kubernetes
+    batch: int = 256
+    sample_mb: float = 0.6
+    extra_sbatch: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Job:
+    nodes: int
+    gpus: int
+    cpus: int | None
+    reasons: list[str]
+
+
+def _check(host: HostSummary, opts: ClusterOptions) -> _Job:
+    if opts.framework not in FRAMEWORKS:
+        raise BadInput(f"--framework must be one of {', '.join(FRAMEWORKS)}, got {opts.framework!r}")
+    require_positive(opts.nodes, "--nodes")
+    if not opts.command:
+        raise BadInput("give the command each node runs after `--`, e.g. `-- train.py --epochs 10`")
+    first = opts.command[0].rsplit("/", 1)[-1]
+    if first in ("torchrun", "srun", "mpirun") or opts.command[:3] == ["python", "-m", "torch.distributed.run"]:
+        raise BadInput(f"the command after `--` starts with {first!r}: give only what each worker runs "
+                       "(the job already starts srun and torchrun)")
+    if not _NAME.match(opts.job_name):
+        raise BadInput(f"--job-name must be lower-case letters, digits and '-' (a Kubernetes name), got {opts.job_name!r}")
+    if not 1024 <= opts.port <= 65535:
+        raise BadInput(f"--port must be between 1024 and 65535, got {opts.port}")
+    if opts.max_restarts < 0:
+        raise BadInput(f"--max-restarts must be 0 or more, got {opts.max_restarts}")
+    if opts.time is not None and not re.fullmatch(r"(\d+-)?\d{1,2}(:\d{2}){0,2}", opts.time):
+        raise BadInput(f"--time must look like HH:MM:SS or D-HH:MM:SS, got {opts.time!r}")
+    reasons: list[str] = []
+    if opts.gpus_per_node is None:
+        if not host.has_gpu:
+            raise BadInput("--gpus-per-node is needed: this host has no GPU to count "
+                           "(or pass --facts FILE from a cluster node)")
+        gpus = host.gpu_count
+        reasons.append(f"--gpus-per-node {gpus}: the number of GPUs on this host ({host.describe()})")
+    else:
+        gpus = require_positive(opts.gpus_per_node, "--gpus-per-node")
+    cpus = opts.cpus_per_node
+    if cpus is not None:
+        require_positive(cpus, "--cpus-per-node")
+    elif host.cpu_count:
+        cpus = host.cpu_count
+        reasons.append(f"--cpus-per-task {cpus}: the cores of this host; pass --cpus-per-node if the nodes differ")
+    return _Job(opts.nodes, gpus, cpus, reasons)
+
+
+def torchrun_entry(command: list[str]) -> tuple[list[str], str]:
+    """What follows torchrun's own flags for a user command, and why.
+
+    `train.py a b` -> `train.py a b`; `python -m pkg a` -> `-m pkg a`; `gpurig train ...` ->
+    `-m gpurig train ...`; any other program -> `--no-python prog ...`.
+    """
+    first = command[0].rsplit("/", 1)[-1]
+    if re.fullmatch(r"python(3(\.\d+)?)?", first):
+        rest = [a for a in command[1:] if a != "-u"]  # torchrun runs Python unbuffered for us
+        if len(rest) >= 2 and rest[0] == "-m":
+            return ["-m", *rest[1:]], f"the module {rest[1]} runs in each worker (python -m)"
+        if rest and rest[0].endswith(".py"):
+            return rest, f"the script {rest[0]} runs in each worker"
+        raise BadInput(f"the command after `--`: {shlex.join(command)!r} names no script or module for torchrun")
+    if first.endswith(".py"):
+        return list(command), f"the script {command[0]} runs in each worker"
+    if first == "gpurig":
+        return ["-m", "gpurig", *command[1:]], "gpurig runs in each worker as `python -m gpurig`"
+    return ["--no-python", *command], f"{command[0]} is not a Python script: torchrun starts it as a program (--no-python)"
+
+
+def slurm_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
+    """An sbatch script: one task per node (the torchrun agent, or the TensorFlow worker)."""
+    job = _check(host, opts)
+    n, g = job.nodes, job.gpus
+    what = "one torchrun agent per node" if opts.framework == "torch" else "one TensorFlow worker per node"
+    s: list[str] = [
+        "#!/bin/bash",
+        f"# sbatch script: {n} node(s) x {g} GPU(s), {what}; made by `gpurig env slurm`.",
+        "# Submit with: sbatch THIS_FILE",
+        "# The name squeue shows.",
+        f"#SBATCH --job-name={opts.job_name}",
+        "# The number of machines.",
+        f"#SBATCH --nodes={n}",
+        "# One task per node: " + ("the torchrun agent, which starts one worker per GPU and watches them."
+                                  if opts.framework == "torch" else
+                                  "MultiWorkerMirroredStrategy drives every GPU of its node from one process."),
+        "#SBATCH --ntasks-per-node=1",
+        "# Every GPU of each node goes to that task (older Slurm: --gres=gpu:N).",
+        f"#SBATCH --gpus-per-node={g}",
+    ]
+    if job.cpus:
+        s += ["# The cores of each node, for the workers and their DataLoader processes.",
+              f"#SBATCH --cpus-per-task={job.cpus}"]
+    if opts.time:
+        s += ["# Wall-clock limit: the scheduler ends the job after it.", f"#SBATCH --time={opts.time}"]
+    if opts.partition:
+        s += ["# The partition (queue) with the GPU nodes.", f"#SBATCH --partition={opts.partition}"]
+    s += ["# One log file per job: %x is the job name, %j the job id.", "#SBATCH --output=%x-%j.out"]
+    s += [
+        "",
+        "# Stop at the first failing command or unset variable, instead of training half-configured.",
+        "set -euo pipefail",
+        "",
+        "# Threads per process: the task's cores shared by the processes on the node, so they do not",
+        "# fight over the CPU (torchrun would otherwise set 1).",
+        f"cpus=${{SLURM_CPUS_PER_TASK:-{g}}}",
+    ]
+    if opts.framework == "torch":
+        s.append(f"export OMP_NUM_THREADS=$(( cpus / {g} > 0 ? cpus / {g} : 1 ))")
+        s += [
+            "# The first node of the allocation: it hosts the rendezvous the other nodes meet at.",
+            'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
+        ]
+        entry, entry_why = torchrun_entry(opts.command)
+        flags = [
+            (f"--nnodes {n}", f"every agent waits until {n} agent(s) have joined"),
+            (f"--nproc-per-node {g}", "one worker process per GPU"),
+            ("--rdzv-backend c10d", "the agents meet through a store torchrun runs on the first node; no etcd needed"),
+            (f'--rdzv-endpoint "$head_node:{opts.port}"', f"the first node, port {opts.port}"),
+            ('--rdzv-id "$SLURM_JOB_ID"', "a rendezvous name no other job shares"),
+            (f"--max-restarts {opts.max_restarts}", "restarts of the whole worker group after a failure"
+             + (" (resume from your last checkpoint)" if opts.max_restarts else " (none: fail fast)")),
+        ]
+        s += [
+            "",
+            "# srun starts one copy per node (--ntasks-per-node=1); --kill-on-bad-exit=1 ends every node",
+            "# when one fails, instead of leaving the others waiting at the next collective.",
+            f"# torchrun flags, and why: {entry_why}.",
+        ]
+        width = max(len(f) for f, _ in flags)
+        s += [f"#   {f.ljust(width)}  {why}" for f, why in flags]
+        s.append("srun --kill-on-bad-exit=1 torchrun \\")
+        s += [f"  {f} \\" for f, _ in flags]
+        s.append("  " + shlex.join(entry))
+        reasons = job.reasons + [
+            f"{n} node(s) x {g} GPU(s): world size {n * g}",
+            "c10d rendezvous on the first node of the allocation (scontrol show hostnames | head -n1)",
+            entry_why,
+        ] + [f"{f}: {why}" for f, why in flags]
+    else:
+        s.append("export OMP_NUM_THREADS=$cpus")
+        s += [
+            "",
+            f"# Every node's host:{TF_PORT}, in node order: the cluster in TF_CONFIG.",
+            'workers=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | '
+            f"awk '{{printf \"%s\\\"%s:{TF_PORT}\\\"\", (NR > 1 ? \",\" : \"\"), $1}}')",
+            'export TF_WORKERS="[$workers]"',
+            "# srun starts one worker per node; each builds its TF_CONFIG with its own index ($SLURM_PROCID,",
+            "# which follows the node order above); --kill-on-bad-exit=1 ends every node when one fails.",
+            "srun --kill-on-bad-exit=1 bash -c '"
+            'export TF_CONFIG="{\\"cluster\\": {\\"worker\\": $TF_WORKERS}, '
+            '\\"task\\": {\\"type\\": \\"worker\\", \\"index\\": $SLURM_PROCID}}"; '
+            "exec \"$@\"' tf-worker " + shlex.join(opts.command),
+        ]
+        reasons = job.reasons + [
+            f"{n} node(s) x {g} GPU(s): one MultiWorkerMirroredStrategy worker per node",
+            f"TF_CONFIG per task: the worker list from the node list (port {TF_PORT}), the index from SLURM_PROCID",
+        ]
+    return Recipe(
+        kind="slurm",
+        text="\n".join(s) + "\n",
+        reasons=reasons,
+        facts_used=host.to_dict() | {"nodes": n, "gpus_per_node": g, "cpus_per_node": job.cpus},
+    )
+
+
+def _q(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid YAML double-quoted scalar
+
+
+def k8s_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
+    """A Kubeflow `PyTorchJob` (Master + Workers, torchrun in each pod) or `TFJob` manifest."""
+    job = _check(host, opts)
+    n, g = job.nodes, job.gpus
+    shm_need = shm_bytes_needed(g, opts.workers, opts.batch, opts.sample_mb)
+    shm_gib = gib_ceil(2 * shm_need)
+    shm_why = (f"{g} process(es) x {opts.workers} workers x {PREFETCH_FACTOR} batches x {opts.batch} samples "
+               f"x {opts.sample_mb:g} MB = {shm_need / 1e9:.2f} GB, doubled")
+    if opts.framework == "torch":
+        kind, specs, container, port_name, port = "PyTorchJob", "pytorchReplicaSpecs", "pytorch", "pytorchjob-port", PYTORCHJOB_PORT
+    else:
+        kind, specs, container, port_name, port = "TFJob", "tfReplicaSpecs", "tensorflow", "tfjob-port", TFJOB_PORT
+
+    y: list[str] = [
+        f"# Kubeflow {kind}: {n} pod(s) x {g} GPU(s); made by `gpurig env k8s`.",
+        "# Needs the Kubeflow training operator and the NVIDIA device plugin; apply with: kubectl apply -f THIS_FILE",
+        "apiVersion: kubeflow.org/v1  # the training operator's API group",
+        f"kind: {kind}  # the operator creates the pods and " + (
+            "sets MASTER_ADDR/MASTER_PORT in each" if kind == "PyTorchJob" else "sets TF_CONFIG in each"),
+        "metadata:",
+        f"  name: {opts.job_name}",
+        "spec:",
+    ]
+    if kind == "PyTorchJob":
+        y.append(f"  nprocPerNode: \"{g}\"  # workers per pod, one per GPU (the operator passes it to torchrun)")
+    y += [
+        "  runPolicy:",
+        "    cleanPodPolicy: Running  # remove pods still running once the job has finished or failed",
+        f"    backoffLimit: {max(3, opts.max_restarts)}  # pod restarts before the job is marked failed",
+        f"  {specs}:",
+    ]
+
+    def replica(role: str, count: int, why: str) -> list[str]:
+        out = [
+            f"    {role}:",
+            f"      replicas: {count}  # {why}",
+            "      restartPolicy: OnFailure  # a pod that fails is restarted; the job resumes from its checkpoint",
+            "      template:",
+            "        spec:",
+            "          containers:",
+            f"            - name: {container}  # the operator looks for this container name",
+            f"              image: {_q(opts.image)}  # built from `gpurig env dockerfile`, pushed where the cluster pulls",
+        ]
+        if kind == "PyTorchJob":
+            entry, entry_why = torchrun_entry(opts.command)
+            out += [
+                "              command:  # one torchrun agent per pod; it starts and watches the workers",
+                "                - torchrun",
+                f"                - {_q(f'--nnodes={n}')}  # every agent waits until {n} pod(s) have joined",
+                f"                - {_q(f'--nproc-per-node={g}')}  # one worker process per GPU",
+                f"                - {_q('--rdzv-backend=c10d')}  # the agents meet through a store on the Master pod",
+                f"                - {_q('--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)')}  # the Master's service, set by the operator",
+                f"                - {_q('--rdzv-id=' + opts.job_name)}  # a rendezvous name no other job shares",
+                f"                - {_q(f'--max-restarts={opts.max_restarts}')}  # worker-group restarts inside the pod",
+            ]
+            out += [f"                - {_q(a)}" + ("  # " + entry_why if i == 0 else "") for i, a in enumerate(entry)]
+        else:
+            out.append("              command:  # TF_CONFIG from the operator tells it its place in the cluster")
+            out += [f"                - {_q(a)}" for a in opts.command]
+        out += [
+            "              ports:",
+            f"                - name: {port_name}  # the operator's service for this replica points here",
+            f"                  containerPort: {port}",
+            "              resources:",
+            "                limits:",
+            f"                  nvidia.com/gpu: {g}  # whole GPUs from the NVIDIA device plugin",
+            "              securityContext:",
+            "                runAsNonRoot: true  # refuse to start as root",
+            f"                runAsUser: {USER_UID}  # the image's non-root user (numeric, so Kubernetes can check it)",
+            f"                runAsGroup: {USER_UID}",
+            "                allowPrivilegeEscalation: false",
+            "              volumeMounts:",
+            "                - name: dshm",
+            "                  mountPath: /dev/shm  # DataLoader workers and NCCL need more than the 64 MB default",
+            "          volumes:",
+            "            - name: dshm",
+            "              emptyDir:",
+            "                medium: Memory  # RAM-backed; counts against the pod's memory",
+            f"                sizeLimit: {shm_gib}Gi  # {shm_why}",
+        ]
+        return out
+
+    if kind == "PyTorchJob":
+        y += replica("Master", 1, "the first node: hosts the rendezvous")
+        if n > 1:
+            y += replica("Worker", n - 1, f"the other {n - 1} node(s)")
+    else:
+        y += replica("Worker", n, f"{n} worker(s), one per node, each driving its {g} GPU(s)")
+    reasons = job.reasons + [
+        f"{n} pod(s) x {g} GPU(s): world size {n * g}" if kind == "PyTorchJob" else
+        f"{n} TensorFlow worker(s) x {g} GPU(s), MultiWorkerMirroredStrategy",
+        f"/dev/shm as a memory-backed emptyDir of {shm_gib} GiB: {shm_why}",
+    ]
+    return Recipe(
+        kind="k8s",
+        text="\n".join(y) + "\n",
+        reasons=reasons,
+        facts_used=host.to_dict() | {"nodes": n, "gpus_per_node": g},
+    )
