@@ -1,0 +1,286 @@
+"""Parent side of `gpurig train --framework tf`: decide, write the job, run the worker, read the summary.
+
+The decisions (device, replicas, precision policy, memory growth, cross-device ops, cluster) are
+made here from NVML facts and the config, with no TensorFlow import; the worker process
+(`python -m gpurig.train.tf.worker`) applies them. One worker process per machine: it holds every
+local GPU through MirroredStrategy; with several machines each runs one worker under TF_CONFIG.
+
+    from gpurig.train.config import load_config
+    summary = run_tf_training(load_config(overrides=["framework=tf"]), "runs/tf-demo")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpurig.errors import BadInput, ProblemFound
+from gpurig.launch.plan import LaunchPlan
+from gpurig.launch.runner import run_plan
+from gpurig.probe.visible import parse_visible_devices
+from gpurig.train.tf import decisions as dec
+
+UNSUPPORTED = {
+    "model.name": ({"resnet18", "gpt"}, "mlp, cnn or resnet50"),
+    "data.dataset": ({"synthetic-token"}, "digits, mnist, cifar10, imagefolder or synthetic-image"),
+    "train.strategy": ({"fsdp"}, "ddp (MirroredStrategy replicates the model)"),
+}
+SHUTDOWN_GRACE_S = 60.0  # a SIGTERMed worker finishes its step and writes a checkpoint in this time
+
+
+def check_tf_config(cfg) -> None:
+    """Keys the TensorFlow trainer cannot honour: BadInput naming the key and what works instead."""
+    for key, (bad, ok) in UNSUPPORTED.items():
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value in bad:
+            raise BadInput(f"{key}: {value!r} is not available with framework=tf (choose {ok})")
+    if cfg.train.grad_accum > 1:
+        raise BadInput(
+            f"train.grad_accum: {cfg.train.grad_accum}: gradient accumulation is not implemented for framework=tf "
+            "(raise data.batch_size instead, or use framework=torch)"
+        )
+
+
+def local_gpus(facts=None) -> list[dict[str, Any]]:
+    """The GPUs a CUDA program started now would use: index, compute capability, memory (NVML, no CUDA)."""
+    rows: list[dict[str, Any]] = []
+    if facts is not None:
+        rows = [{"index": g.index, "uuid": g.uuid, "compute_capability": g.compute_capability,
+                 "memory_total_bytes": int(g.memory_total_mib * 2**20) if g.memory_total_mib else None}
+                for g in facts.gpus]
+    else:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            try:
+                for i in range(pynvml.nvmlDeviceGetCount()):
+                    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                    major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+                    uuid = pynvml.nvmlDeviceGetUUID(h)
+                    rows.append({"index": i, "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
+                                 "compute_capability": f"{major}.{minor}",
+                                 "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total)})
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception:  # no NVML, no driver: no usable GPU, which is a value, not an error
+            rows = []
+    vis = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), len(rows), [r["uuid"] for r in rows])
+    return [rows[i] for i in vis.visible]
+
+
+def plan_tf_job(
+    cfg,
+    out_dir: str | Path,
+    device: str = "auto",
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    worker_hosts: str | list[str] | None = None,
+    resume: bool = False,
+    facts=None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Every decision of the run, as a plain job dict (written to the run directory for the worker)."""
+    from gpurig.train.config import check_data_path, validate
+
+    if device not in ("auto", "cuda", "cpu"):
+        raise BadInput(f"--device must be one of auto, cuda, cpu, got {device!r}")
+    check_tf_config(cfg)
+    check_data_path(cfg)
+    env = dict(os.environ if env is None else env)
+    gpus = local_gpus(facts) if device != "cpu" else []
+    if device == "cuda" and not gpus:
+        raise BadInput("--device cuda: no GPU is visible (run `gpurig doctor` to see why)")
+    kind = "gpu" if gpus else "cpu"
+    cluster = dec.cluster_plan(env, nnodes, node_rank, master_addr, master_port, worker_hosts)
+    choices: list[dec.Choice] = []
+    if kind == "gpu":
+        device_choice = dec.Choice("device", "cuda", f"{len(gpus)} visible GPU(s) (NVML)")
+    elif device == "cpu":
+        device_choice = dec.Choice("device", "cpu", "asked for the CPU")
+    else:
+        device_choice = dec.Choice("device", "cpu", "no visible GPU: TensorFlow on the CPU")
+    choices.append(device_choice)
+    if kind == "cpu" and cluster.workers > 1:
+        # One CPU device per worker: TensorFlow's collectives then run between the worker processes.
+        replicas = dec.Choice("replicas", 1, "multi-worker on the CPU: one replica per worker process")
+    else:
+        replicas = dec.replicas(kind, len(gpus))
+    choices.append(replicas)
+    choices.append(cluster.choice())
+    choices.append(dec.memory_growth(kind))
+    precision = dec.precision_policy(kind, [g["compute_capability"] for g in gpus], cfg.train.precision)
+    choices.append(precision)
+    choices.append(dec.Choice("loss_scaling", dec.needs_loss_scaling(precision.value),
+                              "dynamic loss scaling (LossScaleOptimizer) for float16" if dec.needs_loss_scaling(
+                                  precision.value) else "not needed: bf16 and float32 keep small gradients"))
+    choices.append(dec.Choice("output_layer_dtype", "float32",
+                              "logits and loss in float32 under every policy (float16 softmax over/underflows)"))
+    broken = dec.p2p_broken_pairs(facts.pairs, [g["index"] for g in gpus]) if facts is not None else []
+    if cluster.workers > 1:
+        cdo = dec.Choice("cross_device_ops", "collective",
+                         "MultiWorkerMirroredStrategy: TensorFlow collectives (NCCL on GPUs, ring on the CPU)")
+    else:
+        # TrainConfig's default is "nccl"; on the CPU that cannot work, so fall back rather than fail.
+        requested = cfg.tf.cross_device_ops
+        if kind == "cpu" and requested != "reduce_to_one":
+            cdo = dec.Choice("cross_device_ops", "reduce_to_one",
+                             f"tf.cross_device_ops={requested} needs GPUs: reduce on one device on the CPU")
+        else:
+            cdo = dec.cross_device_ops(requested, kind, replicas.value, broken)
+            if cdo.value == "nccl" and replicas.value < 2:
+                cdo = dec.Choice("cross_device_ops", "none", "one replica: nothing to all-reduce")
+            elif cdo.value == "nccl" and broken:
+                a, b = broken[0]
+                cdo.reason += (f"; the doctor found no P2P between GPU {a} and GPU {b}: if training stalls, "
+                               "--set tf.cross_device_ops=hierarchical")
+    choices.append(cdo)
+    world = replicas.value * cluster.workers
+    cfg = validate(cfg, world)
+    check_tf_config(cfg)  # validate() may turn global_batch_size into grad_accum
+    gb = dec.global_batch(cfg.data.batch_size, replicas.value, cluster.workers)
+    choices.append(gb)
+    choices.append(dec.Choice("loop", cfg.tf.loop, "custom tf.function step under strategy.run" if cfg.tf.loop == "custom"
+                              else "Keras model.fit under the strategy"))
+    choices.append(dec.Choice("input_pipeline", "tf.data", "indices fixed by (seed, epoch), parallel map, "
+                              "prefetch(AUTOTUNE); each replica gets its slice of every global batch"))
+    mem = [g["memory_total_bytes"] for g in gpus if g.get("memory_total_bytes")]
+    return {
+        "config": cfg.to_dict(),
+        "out_dir": str(Path(out_dir).resolve()),
+        "device": kind,
+        "device_label": "cuda" if kind == "gpu" else "cpu",
+        "replicas": replicas.value,
+        "precision": precision.value,
+        "cross_device_ops": cdo.value,
+        "cluster": {"source": cluster.source, "workers": cluster.workers, "index": cluster.worker_index},
+        "tf_config": cluster.tf_config,
+        "global_batch": gb.value,
+        "resume": bool(resume),
+        "memory_total_bytes": sum(mem) if mem else None,
+        "choices": [c.to_dict() for c in choices],
+    }
+
+
+def worker_plan(job: dict[str, Any], job_path: Path) -> LaunchPlan:
+    """argv + environment of the TensorFlow worker process."""
+    env: dict[str, str] = {}
+    src = str(Path(__file__).resolve().parents[3])
+    pythonpath = os.environ.get("PYTHONPATH", "")
+    if src not in pythonpath.split(os.pathsep):
+        env["PYTHONPATH"] = src + (os.pathsep + pythonpath if pythonpath else "")
+    if job["tf_config"] is not None:
+        env["TF_CONFIG"] = json.dumps(job["tf_config"])
+    if job["device"] == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run must not map GPU memory in a GPU build of TensorFlow
+    argv = [sys.executable, "-m", "gpurig.train.tf.worker", "--job", str(job_path)]
+    return LaunchPlan(argv=argv, env=env, nproc=1, device=job["device_label"], run_dir=job["out_dir"],
+                      notes=[c["name"] + ": " + str(c["value"]) for c in job["choices"]])
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM to gpurig ends the worker as Ctrl-C does: SIGTERM to it, then a grace to checkpoint."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def verdicts_for(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where the step time went, as verdict findings (id, severity, title, detail, fix)."""
+    out = []
+    wait = (result.get("step_time") or {}).get("data_wait_fraction")
+    if wait is not None and wait > 0.2:
+        out.append({"id": "input-bound", "severity": "warn",
+                    "title": f"the input pipeline holds the replicas back ({wait:.0%} of step time waiting for data)",
+                    "detail": "tf.data could not prepare the next global batch while the step ran",
+                    "fix": "raise data.batch_size, keep file datasets on fast local disk, or decode fewer/smaller images"})
+    elif wait is not None:
+        out.append({"id": "compute-bound", "severity": "ok",
+                    "title": f"compute-bound: {wait:.0%} of step time waiting for data",
+                    "detail": "the input pipeline keeps up", "fix": ""})
+    if result.get("status") == "stopped":
+        out.append({"id": "stopped-early", "severity": "info", "title": f"stopped by {result.get('stopped_by')}",
+                    "detail": f"checkpoint {result.get('checkpoint')}", "fix": "run again with --resume to continue"})
+    return out
+
+
+def _worker_error(tail: list[str]) -> str:
+    for line in reversed(tail):
+        if line.startswith("gpurig: error:"):
+            return line[len("gpurig: error:"):].strip()
+    return ""
+
+
+def run_tf_training(
+    config,
+    out_dir: str | Path,
+    device: str = "auto",
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    worker_hosts: str | list[str] | None = None,
+    resume: bool = False,
+    facts=None,
+    echo: Callable[[str], None] | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """Train `config` (a `TrainConfig` with framework tf) in a TensorFlow worker; return the summary.
+
+    Writes `out_dir/summary.json` (worker 0), `tensorboard/`, `checkpoints/`, `tf-worker<i>.log`.
+    Raises BadInput (exit 2) for a config or data problem found here or in the worker, and
+    ProblemFound (exit 1) when training fails.
+    """
+    job = plan_tf_job(config, out_dir, device, nnodes, node_rank, master_addr, master_port, worker_hosts,
+                      resume, facts)
+    out = Path(job["out_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    index = job["cluster"]["index"]
+    if config.tf.loop == "fit":
+        job["loop"] = "fit"
+    job_path = out / f"tf_job.worker{index}.json"
+    job_path.write_text(json.dumps(job, indent=2))
+    if index == 0:
+        from gpurig.train.config import to_toml
+
+        (out / "config.toml").write_text(to_toml(config))
+    result_path = out / ("tf_result.json" if index == 0 else f"worker-{index}.json")
+    result_path.unlink(missing_ok=True)
+    plan = worker_plan(job, job_path)
+    with _sigterm_as_interrupt():
+        run = run_plan(plan, timeout=timeout, echo=echo, log_name=f"tf-worker{index}.log", grace=SHUTDOWN_GRACE_S)
+    if run.returncode == 2:
+        raise BadInput(_worker_error(run.output_tail) or f"the TensorFlow worker rejected the run (see {run.log_path})")
+    if not result_path.is_file() or run.returncode != 0:
+        why = "timed out" if run.timed_out else "was interrupted" if run.interrupted else f"exited with {run.returncode}"
+        err = _worker_error(run.output_tail)
+        tail = "\n".join(run.output_tail[-15:])
+        raise ProblemFound(f"TensorFlow training {why}{': ' + err if err else ''}; log {run.log_path}\n{tail}")
+    result = json.loads(result_path.read_text())
+    result["choices"] = job["choices"]
+    result["verdicts"] = verdicts_for(result)
+    result["run_dir"] = str(out)
+    result["log"] = run.log_path
+    if index == 0:
+        (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
+    return result

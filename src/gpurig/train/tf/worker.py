@@ -1,0 +1,458 @@
+"""The TensorFlow training worker: one process per machine, MirroredStrategy over its devices.
+
+Started by `gpurig train --framework tf` (through `gpurig.train.tf.run_tf_training`), never by hand:
+
+    python -m gpurig.train.tf.worker --job RUN_DIR/tf_job.json
+
+The job file holds the `TrainConfig` and the decisions the parent made (device, replicas,
+precision policy, cross-device ops). With a TF_CONFIG in the environment this process is one
+worker of a MultiWorkerMirroredStrategy job. Worker 0 (the chief) alone prints, writes TensorBoard
+logs, checkpoints and `summary.json`; the other workers save checkpoints to a scratch directory
+(every worker must take part in a save) and write `worker-<i>.json`.
+
+Exit status: 0 trained (or stopped by SIGTERM / train.max_seconds after saving a checkpoint),
+1 training failed (non-finite loss), 2 bad input found here (a data file, a model/data mismatch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# Quiet TensorFlow's C++ start-up chatter; set before the import that reads it.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+class Stop:
+    """Set by SIGTERM: the loop finishes the step it is in, saves a checkpoint and exits."""
+
+    requested: str | None = None
+
+    @classmethod
+    def install(cls) -> None:
+        def handler(signum, frame):  # noqa: ARG001
+            cls.requested = "SIGTERM"
+
+        signal.signal(signal.SIGTERM, handler)
+
+
+def configure_devices(tf, job: dict[str, Any]) -> None:
+    """Memory growth and logical CPU devices: must run before anything touches a device.
+
+    Set later, TensorFlow refuses with `Physical devices cannot be modified after being initialized`.
+    """
+    gpus = tf.config.list_physical_devices("GPU")  # lists only; does not initialise the GPUs
+    if job["device"] == "gpu":
+        for gpu in gpus:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        if len(gpus) < job["replicas"]:
+            print(
+                f"gpurig: error: TensorFlow sees {len(gpus)} GPU(s), the machine shows {job['replicas']} "
+                "(run `gpurig doctor`: a CPU-only TensorFlow build, or CUDA/cuDNN libraries it cannot load)",
+                file=sys.stderr,
+            )
+            sys.exit(2)
+    else:
+        if gpus:
+            tf.config.set_visible_devices([], "GPU")
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(job["replicas"])]
+        )
+
+
+def make_strategy(tf, job: dict[str, Any]):
+    """MirroredStrategy on this machine's devices, or MultiWorkerMirroredStrategy under a cluster."""
+    source = job["cluster"]["source"]
+    if source in ("flags", "TF_CONFIG", "slurm"):
+        comm = tf.distribute.experimental.CommunicationImplementation
+        impl = comm.NCCL if job["device"] == "gpu" else comm.RING
+        options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
+        resolver = None
+        if source == "slurm":
+            resolver = tf.distribute.cluster_resolver.SlurmClusterResolver()
+        if job["device"] == "cpu":
+            # One CPU device per worker: MultiWorkerMirroredStrategy keeps one replica per worker here.
+            pass
+        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+    if job["device"] == "gpu":
+        devices = [f"/gpu:{i}" for i in range(job["replicas"])]
+    else:
+        devices = [f"/cpu:{i}" for i in range(job["replicas"])]
+    ops = {
+        "nccl": lambda: tf.distribute.NcclAllReduce(),
+        "hierarchical": lambda: tf.distribute.HierarchicalCopyAllReduce(),
+        "reduce_to_one": lambda: tf.distribute.ReductionToOneDevice(),
+        "none": lambda: None,
+    }[job["cross_device_ops"]]()
+    return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=ops)
+
+
+def make_schedule(keras, cfg, total_steps: int):
+    """The learning rate of `TrainConfig.schedule` as a function of the optimizer step."""
+    import tensorflow as tf
+
+    sch = cfg.schedule
+    peak = cfg.optim.lr
+
+    class Schedule(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            step = tf.cast(step, tf.float32)
+            warm = float(sch.warmup_steps)
+            if sch.name == "constant":
+                lr = tf.constant(peak, tf.float32)
+            elif sch.name == "step":
+                lr = peak * tf.pow(float(sch.gamma), tf.floor((step - warm) / float(sch.step_size)))
+            else:
+                span = max(1.0, float(total_steps) - warm)
+                frac = tf.clip_by_value((step - warm) / span, 0.0, 1.0)
+                low = peak * sch.min_lr_ratio
+                if sch.name == "cosine":
+                    lr = low + (peak - low) * 0.5 * (1.0 + tf.cos(math.pi * frac))
+                else:
+                    lr = peak - (peak - low) * frac
+            if sch.warmup_steps:
+                lr = tf.where(step < warm, peak * (step + 1.0) / warm, lr)
+            return lr
+
+        def get_config(self):
+            return {}
+
+    return Schedule()
+
+
+def make_optimizer(keras, cfg, total_steps: int, loss_scaling: bool):
+    o = cfg.optim
+    lr = make_schedule(keras, cfg, total_steps)
+    clip = {"global_clipnorm": o.clip_grad_norm} if o.clip_grad_norm > 0 else {}
+    if o.name == "sgd":
+        opt = keras.optimizers.SGD(lr, momentum=o.momentum, nesterov=o.nesterov,
+                                   weight_decay=o.weight_decay or None, **clip)
+    elif o.name == "adam":
+        opt = keras.optimizers.Adam(lr, beta_1=o.beta1, beta_2=o.beta2, weight_decay=o.weight_decay or None, **clip)
+    else:
+        opt = keras.optimizers.AdamW(lr, beta_1=o.beta1, beta_2=o.beta2, weight_decay=o.weight_decay, **clip)
+    if loss_scaling:
+        # float16 gradients underflow: scale the loss up, unscale before the update, skip steps with inf/nan.
+        opt = keras.optimizers.LossScaleOptimizer(opt)
+    return opt
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo, hi = int(math.floor(k)), int(math.ceil(k))
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def train(job: dict[str, Any]) -> int:
+    import numpy as np
+    import tensorflow as tf
+
+    configure_devices(tf, job)  # first thing: before any op touches a device
+
+    import keras
+
+    from gpurig.errors import BadInput
+    from gpurig.train.config import from_dict
+    from gpurig.train.tf import data as tfdata
+    from gpurig.train.tf.decisions import needs_loss_scaling
+    from gpurig.train.tf.models import build_model
+
+    cfg = from_dict(job["config"])
+    out = Path(job["out_dir"])
+    worker_index = job["cluster"]["index"]
+    workers = job["cluster"]["workers"]
+    chief = worker_index == 0
+    policy = job["precision"]
+    keras.mixed_precision.set_global_policy(policy)
+
+    def say(msg: str) -> None:
+        if chief:
+            print(msg, flush=True)
+
+    strategy = make_strategy(tf, job)
+    replicas = strategy.num_replicas_in_sync
+    local_replicas = replicas // workers
+    per_replica = cfg.data.batch_size
+    global_batch = per_replica * replicas
+    if global_batch != job["global_batch"]:
+        raise BadInput(f"the strategy holds {replicas} replicas, the plan expected {job['global_batch'] // per_replica}")
+
+    src = tfdata.load_source(cfg, samples_default=64 * global_batch)
+    if len(src.train) < global_batch:
+        raise BadInput(
+            f"data.batch_size: the global batch {global_batch} ({per_replica} x {replicas} replicas) is larger "
+            f"than the {len(src.train)} training samples of {cfg.data.dataset!r}"
+        )
+    pipe = tfdata.Pipeline(src, cfg.seed)
+    steps_per_epoch = pipe.steps_per_epoch(global_batch)
+    total_steps = cfg.train.steps or cfg.train.epochs * steps_per_epoch
+    epochs = math.ceil(total_steps / steps_per_epoch)
+    log_every = cfg.train.log_every or max(1, total_steps // 20)
+
+    with strategy.scope():
+        keras.utils.set_random_seed(cfg.seed)  # the same initial weights on every worker and every run
+        model = build_model(cfg, src.image_shape, src.num_classes)
+        optimizer = make_optimizer(keras, cfg, total_steps, needs_loss_scaling(policy))
+        optimizer.build(model.trainable_variables)  # create slots now, so a restore fills them
+        epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        step_in_epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_in_epoch")
+    # Dropout's random state lives in Keras seed-generator variables, which a checkpoint of the
+    # model alone leaves out; saving them too makes a resumed run draw the same masks.
+    rng_state = {f"s{i}": v.value for i, v in enumerate(model.variables) if "seed_generator" in v.path}
+    ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var,
+                               step_in_epoch=step_in_epoch_var, rng=rng_state)
+    ckpt_dir = out / "checkpoints" if chief else out / f".checkpoints-worker{worker_index}"
+    manager = tf.train.CheckpointManager(ckpt, str(ckpt_dir), max_to_keep=cfg.checkpoint.keep) \
+        if cfg.checkpoint.enabled else None
+
+    resumed_from = None
+    if manager and job.get("resume") and manager.latest_checkpoint:
+        ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        resumed_from = manager.latest_checkpoint
+    start_step = int(optimizer.iterations.numpy())
+    start_epoch = int(epoch_var.numpy())
+    skip = int(step_in_epoch_var.numpy())
+    if resumed_from:
+        say(f"resumed from {resumed_from} at step {start_step} (epoch {start_epoch + 1}, batch {skip})")
+
+    loss_obj = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    scaling = needs_loss_scaling(policy)
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            # Sum over the replica's examples / the GLOBAL batch: the all-reduced (summed) gradient
+            # then equals the gradient of the mean loss over the whole global batch.
+            loss = tf.nn.compute_average_loss(loss_obj(y, logits), global_batch_size=global_batch)
+            scaled = optimizer.scale_loss(loss) if scaling else loss
+        grads = tape.gradient(scaled, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1), y), tf.float32))
+        return loss, correct
+
+    @tf.function
+    def train_step(batch):
+        x, y = batch
+        loss, correct = strategy.run(replica_step, args=(x, y))
+        return (strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
+                strategy.reduce(tf.distribute.ReduceOp.SUM, correct, axis=None))
+
+    def agree_stop(local: bool) -> bool:
+        """All workers stop together: the flag of any worker, all-reduced (MAX)."""
+        if workers == 1:
+            return local
+        value = strategy.run(lambda: tf.constant(1.0 if local else 0.0))
+        return bool(strategy.reduce(tf.distribute.ReduceOp.MAX, value, axis=None).numpy() > 0)
+
+    eval_ds = pipe.eval_dataset()
+
+    @tf.function
+    def eval_batch(x, y):
+        logits = model(x, training=False)
+        return tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1), y), tf.float32))
+
+    def evaluate() -> float | None:
+        if eval_ds is None:
+            return None
+        correct = total = 0.0
+        for x, y in eval_ds:
+            correct += float(eval_batch(x, y))
+            total += int(y.shape[0])
+        return correct / total if total else None
+
+    writer = tf.summary.create_file_writer(str(out / "tensorboard")) if chief else None
+    windows: list[dict[str, float]] = []  # one per log interval: steps, seconds, data-wait seconds
+    step = start_step
+    final_loss = None
+    accuracy = None
+    stopped = None
+    t_start = time.monotonic()
+    say(f"training {cfg.model.name} on {cfg.data.dataset}: {replicas} replicas, global batch {global_batch}, "
+        f"{total_steps} steps ({steps_per_epoch} per epoch), policy {policy}")
+
+    def save(reason: str) -> None:
+        if manager is None:
+            return
+        path = manager.save(checkpoint_number=step)
+        if chief:
+            print(f"checkpoint {path} ({reason})", flush=True)
+
+    epoch = start_epoch
+    while epoch < epochs and step < total_steps:
+        first_skip = skip if epoch == start_epoch else 0
+        epoch_var.assign(epoch)
+
+        def dataset_fn(ctx, epoch=epoch, first_skip=first_skip):
+            return pipe.train_epoch(epoch, global_batch, per_replica, ctx.input_pipeline_id,
+                                    local_replicas, skip_steps=first_skip)
+
+        dist = strategy.distribute_datasets_from_function(dataset_fn)
+        it = iter(dist)
+        in_epoch = first_skip
+        w_start = time.perf_counter()
+        w_wait = 0.0
+        w_steps = 0
+        while in_epoch < steps_per_epoch and step < total_steps:
+            t0 = time.perf_counter()
+            batch = next(it)
+            w_wait += time.perf_counter() - t0
+            loss_t, _correct = train_step(batch)
+            step += 1
+            in_epoch += 1
+            w_steps += 1
+            step_in_epoch_var.assign(in_epoch % steps_per_epoch)
+            if in_epoch == steps_per_epoch:
+                epoch_var.assign(epoch + 1)
+            local_stop = Stop.requested is not None or (
+                cfg.train.max_seconds > 0 and time.monotonic() - t_start > cfg.train.max_seconds)
+            log_now = step % log_every == 0 or step == total_steps or in_epoch == steps_per_epoch
+            if workers == 1:
+                if local_stop:
+                    stopped = Stop.requested or "max_seconds"
+            elif log_now and agree_stop(local_stop):
+                # Every worker must leave at the same step (a collective waits for all of them).
+                stopped = Stop.requested or ("max_seconds" if local_stop else "SIGTERM on another worker")
+            if log_now or stopped:
+                # Reading the loss is a host-device sync point: only here, every log_every steps.
+                final_loss = float(loss_t)
+                if not math.isfinite(final_loss):
+                    print(f"gpurig: error: the loss is {final_loss} at step {step} (lower optim.lr, or use "
+                          "precision=fp32)", file=sys.stderr)
+                    return 1
+                elapsed = time.perf_counter() - w_start
+                windows.append({"steps": w_steps, "seconds": elapsed, "data_wait": w_wait})
+                lr = float(optimizer.learning_rate) if not callable(optimizer.learning_rate) else float(
+                    optimizer.learning_rate(optimizer.iterations))
+                if writer:
+                    with writer.as_default(step=step):
+                        tf.summary.scalar("train/loss", final_loss)
+                        tf.summary.scalar("train/lr", lr)
+                        tf.summary.scalar("train/samples_per_s", w_steps * global_batch / max(elapsed, 1e-9))
+                say(f"step {step}/{total_steps}  epoch {epoch + 1}  loss {final_loss:.4f}  lr {lr:.3g}  "
+                    f"{w_steps * global_batch / max(elapsed, 1e-9):.0f} samples/s")
+                w_start, w_wait, w_steps = time.perf_counter(), 0.0, 0
+            if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0 and not stopped:
+                save(f"every {cfg.checkpoint.every_steps} steps")
+            if stopped:
+                break
+        if stopped:
+            break
+        epoch += 1
+        last_epoch = epoch >= epochs or step >= total_steps
+        if eval_ds is not None and (epoch % cfg.eval.every_epochs == 0 or last_epoch):
+            accuracy = evaluate()
+            if writer:
+                with writer.as_default(step=step):
+                    tf.summary.scalar("eval/accuracy", accuracy)
+            say(f"epoch {epoch}: test accuracy {accuracy:.4f}")
+    train_seconds = time.monotonic() - t_start
+
+    if stopped:
+        save(f"stopped by {stopped}")
+        say(f"stopped by {stopped} at step {step}; resume with the same command and --resume")
+    elif manager:
+        save("end of training")
+    if writer:
+        writer.flush()
+
+    # Step time from the log windows; the first window holds tf.function tracing, so leave it out
+    # when there are others.
+    timed = windows[1:] if len(windows) > 1 else windows
+    t_steps = sum(w["steps"] for w in timed)
+    t_secs = sum(w["seconds"] for w in timed)
+    t_wait = sum(w["data_wait"] for w in timed)
+    per_step = [w["seconds"] / w["steps"] for w in timed if w["steps"]]
+    samples_per_s = t_steps * global_batch / t_secs if t_secs > 0 else None
+    peak = total_mem = None
+    if job["device"] == "gpu":
+        try:
+            peak = sum(int(tf.config.experimental.get_memory_info(f"GPU:{i}")["peak"]) for i in range(local_replicas))
+        except Exception:  # the allocator does not report it on every build: missing is a value
+            peak = None
+        total_mem = job.get("memory_total_bytes")
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB; the process peak
+    result = {
+        "framework": "tf",
+        "status": "stopped" if stopped else "completed",
+        "stopped_by": stopped,
+        "world_size": replicas,
+        "workers": workers,
+        "worker_index": worker_index,
+        "device": job["device_label"],
+        "steps": step,
+        "steps_this_run": step - start_step,
+        "epochs": epoch if not stopped else step / steps_per_epoch,
+        "resumed_from": resumed_from,
+        "batch_size_per_device": per_replica,
+        "global_batch_size": global_batch,
+        "samples_per_s": samples_per_s,
+        "samples_per_s_per_device": samples_per_s / replicas if samples_per_s else None,
+        "step_time": {
+            "mean_s": t_secs / t_steps if t_steps else None,
+            "p50_s": _percentile(per_step, 0.5),
+            "p90_s": _percentile(per_step, 0.9),
+            "data_wait_fraction": t_wait / t_secs if t_secs > 0 else None,
+            "measured_steps": t_steps,
+        },
+        "train_seconds": train_seconds,
+        "peak_memory_bytes": peak,
+        "memory_total_bytes": total_mem,
+        "final_loss": final_loss,
+        "accuracy": accuracy,
+        "precision": policy,
+        "checkpoint": manager.latest_checkpoint if manager else None,
+        "tensorflow_version": tf.__version__,
+        "per_rank": [{
+            "rank": worker_index,
+            "replicas": local_replicas,
+            "samples_per_s": samples_per_s / workers if samples_per_s else None,
+            "data_wait_fraction": t_wait / t_secs if t_secs > 0 else None,
+            "peak_memory_bytes": peak,
+        }],
+    }
+    if chief:
+        _write_json(out / "tf_result.json", result)
+    else:
+        _write_json(out / f"worker-{worker_index}.json", result)
+        shutil.rmtree(ckpt_dir, ignore_errors=True)  # scratch: only the chief's checkpoints are kept
+    del np
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpurig.train.tf.worker", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--job", required=True, help="the job file the parent wrote (tf_job.json)")
+    args = parser.parse_args(argv)
+    Stop.install()
+    job = json.loads(Path(args.job).read_text())
+    from gpurig.errors import BadInput
+
+    try:
+        return train(job)
+    except BadInput as exc:
+        print(f"gpurig: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
