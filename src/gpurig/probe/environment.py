@@ -32,8 +32,33 @@ NAMES = (
     "GLOO_SOCKET_IFNAME",
 )
 
-# Kept by prefix: every NCCL knob, torch/torchelastic settings, TensorFlow settings.
-PREFIXES = ("NCCL_", "TORCH_", "TORCHELASTIC_", "TF_")
+# TensorFlow's variables, by name: a bare "TF_" prefix would also take Terraform's TF_VAR_* and
+# TF_TOKEN_* (credentials) into a snapshot meant to be sent to a colleague.
+TF_NAMES = (
+    "TF_CONFIG",
+    "TF_CPP_MIN_LOG_LEVEL",
+    "TF_CPP_MAX_VLOG_LEVEL",
+    "TF_CPP_VMODULE",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_GPU_ALLOCATOR",
+    "TF_GPU_THREAD_MODE",
+    "TF_GPU_THREAD_COUNT",
+    "TF_GPU_HOST_MEM_LIMIT_IN_MB",
+    "TF_FORCE_UNIFIED_MEMORY",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "TF_XLA_FLAGS",
+    "TF_USE_LEGACY_KERAS",
+    "TF_DETERMINISTIC_OPS",
+    "TF_CUDNN_DETERMINISTIC",
+    "TF_CUDNN_USE_AUTOTUNE",
+    "TF_ENABLE_AUTO_MIXED_PRECISION",
+    "TF_NUM_INTEROP_THREADS",
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_COLLECTIVE_OPS_IMPLEMENTATION",
+)
+
+# Kept by prefix: every NCCL knob, torch/torchelastic settings.
+PREFIXES = ("NCCL_", "TORCH_", "TORCHELASTIC_")
 
 
 def collect_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -43,5 +68,5 @@ def collect_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     {'NCCL_P2P_DISABLE': '1'}
     """
     env = os.environ if environ is None else environ
-    kept = {k: v for k, v in env.items() if (k in NAMES or k.startswith(PREFIXES))}
+    kept = {k: v for k, v in env.items() if (k in NAMES or k in TF_NAMES or k.startswith(PREFIXES))}
     return dict(sorted(kept.items()))
