@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -145,7 +146,8 @@ def p2p_matrix(ctx, nbytes: int, repeats: int = 5, copies: int = 4) -> dict[str,
     """
     n = ctx.world_size
     devices = [torch.device("cuda", i) for i in range(n)]
-    bufs = {d.index: (torch.empty(nbytes, dtype=torch.uint8, device=d), torch.empty(nbytes, dtype=torch.uint8, device=d)) for d in devices}
+    # Per GPU and direction a source and a destination buffer, so the two directions never share one.
+    bufs = {d.index: [torch.empty(nbytes, dtype=torch.uint8, device=d) for _ in range(4)] for d in devices}
     streams = {d.index: (torch.cuda.Stream(d), torch.cuda.Stream(d)) for d in devices}
 
     def sync(*idx: int) -> None:
@@ -154,7 +156,7 @@ def p2p_matrix(ctx, nbytes: int, repeats: int = 5, copies: int = 4) -> dict[str,
 
     def copy(src: int, dst: int, which: int) -> None:
         with torch.cuda.stream(streams[src][which]), torch.cuda.stream(streams[dst][1 - which]):
-            bufs[dst][1].copy_(bufs[src][0], non_blocking=True) if which == 0 else bufs[dst][0].copy_(bufs[src][1], non_blocking=True)
+            bufs[dst][2 * which + 1].copy_(bufs[src][2 * which], non_blocking=True)
 
     out: dict[str, Any] = {"bytes": nbytes, "pairs": {}}
     for a in range(n):
@@ -183,7 +185,7 @@ def p2p_matrix(ctx, nbytes: int, repeats: int = 5, copies: int = 4) -> dict[str,
                 "one_way_gbps": statistics.median(one),
                 "bidirectional_gbps": statistics.median(both),
             }
-    del bufs
+    bufs.clear()
     torch.cuda.empty_cache()
     return out
 

@@ -15,9 +15,10 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 HANG_EXIT_CODE = 124
 

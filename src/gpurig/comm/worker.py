@@ -16,10 +16,11 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from gpurig.comm.inject import ENV_VAR, Fault, InjectError, find, parse_faults
 from gpurig.comm.progress import Progress

@@ -1,0 +1,67 @@
+"""What a link between two GPUs should carry, from the facts: NVLink count × per-link speed, or PCIe.
+
+Figures are GB/s per direction. A capability that the facts do not give is None, never a guess.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class LinkCapability:
+    kind: str | None  # "nvlink" | "pcie" | None
+    gbps: float | None  # per direction
+    how: str  # the arithmetic, in words: "18 × 26.6 GB/s NVLink"
+    link: str | None = None  # the topology label, "NV18", "PIX", "SYS"
+
+
+def _bus_key(bus_id: str | None) -> int | None:
+    if not bus_id:
+        return None
+    digits = re.sub(r"[^0-9a-fA-F]", "", bus_id)
+    try:
+        return int(digits, 16)
+    except ValueError:
+        return None
+
+
+def _pcie_gbps(gen: int | None, width: int | None) -> float | None:
+    if not gen or not width:
+        return None
+    try:
+        from gpurig.knowledge.loaders import pcie_gbps  # the link-speed table, when present
+    except ImportError:
+        return None
+    try:
+        return pcie_gbps(gen, width)
+    except Exception:  # a generation the table does not know: unknown, not a crash
+        return None
+
+
+def link_capability(facts: Any, a: int, b: int) -> LinkCapability:
+    gpus = {g.index: g for g in (getattr(facts, "gpus", None) or [])}
+    pair = facts.pair(a, b) if facts is not None and hasattr(facts, "pair") else None
+    label = pair.link if pair else None
+    ga, gb = gpus.get(a), gpus.get(b)
+    if ga is not None and gb is not None:
+        peer_key = _bus_key(gb.pci_bus_id)
+        active = [lk for lk in ga.nvlinks if lk.active and lk.speed_gbps]
+        to_peer = [lk for lk in active if peer_key is not None and _bus_key(lk.remote_pci_bus_id) == peer_key]
+        if to_peer:
+            total = sum(lk.speed_gbps for lk in to_peer)
+            return LinkCapability("nvlink", total, f"{len(to_peer)} × {to_peer[0].speed_gbps:g} GB/s NVLink", label)
+        count = pair.nvlink_count if pair and pair.nvlink_count else None
+        if count is None and label and (m := re.fullmatch(r"NV(\d+)", label.upper())):
+            count = int(m.group(1))
+        if count and active:
+            speed = sorted(lk.speed_gbps for lk in active)[len(active) // 2]
+            return LinkCapability("nvlink", count * speed, f"{count} × {speed:g} GB/s NVLink ({label})", label)
+        gen = min(filter(None, (ga.pcie_gen_max, gb.pcie_gen_max)), default=None)
+        width = min(filter(None, (ga.pcie_width_max, gb.pcie_width_max)), default=None)
+        if gen and width:
+            gbps = _pcie_gbps(gen, width)
+            return LinkCapability("pcie", gbps, f"PCIe Gen{gen} x{width}" + ("" if gbps else " (speed table not available)"), label)
+    return LinkCapability(None, None, "no facts about this link", label)
