@@ -1,0 +1,894 @@
+"""The PyTorch training loop that runs inside each torchrun worker (DDP or FSDP).
+
+Started by `gpurig train` through `torch.distributed.run`; one process per GPU (or two gloo
+processes on the CPU). Directly, for debugging:
+
+    torchrun --nproc-per-node=2 -m gpurig.train.worker --run-dir runs/x   # runs/x/config.json must exist
+
+Rank 0 alone prints, writes TensorBoard scalars, checkpoints and `summary.json`. Every rank seeds
+its dropout with seed + rank; model initialisation uses the same seed everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import resource
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from gpurig.errors import BadInput
+from gpurig.train import checkpoint as ckpt
+from gpurig.train import data as D
+from gpurig.train.config import TrainConfig, from_dict, global_batch
+from gpurig.train.models import CONV_MODELS, build_model, count_params, flops_per_sample, shard_units
+
+PROGRESS = "GPURIG_PROGRESS "  # prefix of machine-readable lines rank 0 prints for the parent
+CHOICE = "GPURIG_CHOICE "
+COMPILE_MIN_STEPS = 200  # below this, compile time (tens of seconds for ResNet-50) is not repaid
+ON_DEVICE_FRACTION = 0.10  # tensor datasets up to this share of GPU memory are held on the GPU
+STOP_CHECK_EVERY = 10  # optimizer steps between the ranks' agreement on stopping (a host-only collective)
+WARMUP_STEPS = 5  # steps excluded from timing (allocator warm-up, cudnn autotune, compile)
+
+# Dense bf16/fp16 tensor-core peak FLOP/s (NVIDIA datasheets), for model FLOPs utilisation.
+PEAK_FLOPS_16BIT = {"H200": 989e12, "H100": 989e12, "H800": 989e12, "GH200": 989e12, "B200": 2250e12,
+                    "A100": 312e12, "A800": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12,
+                    "V100": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
+
+
+@dataclass
+class Context:
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+    control: Any = None  # a gloo group for host-only agreement (stop flags, RNG gathering)
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass
+class Choice:
+    name: str
+    value: Any
+    reason: str
+
+
+@dataclass
+class Timers:
+    """Step-time parts of this rank over the measured steps."""
+
+    steps: int = 0
+    wall_s: float = 0.0
+    data_wait_s: float = 0.0
+    busy_s: float = 0.0
+    comm_exposed_per_step_s: float = 0.0
+    events: list = field(default_factory=list)
+
+
+class _Stop:
+    requested = False
+    signal_name = ""
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    _Stop.requested = True
+    _Stop.signal_name = signal.Signals(signum).name
+
+
+def say(ctx: Context, text: str) -> None:
+    """Rank 0 alone speaks."""
+    if ctx.main:
+        print(text, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decisions: each returns its value and the reason, and is printed and kept in summary.json.
+
+
+def choose_precision(cfg: TrainConfig, device: torch.device) -> Choice:
+    want = cfg.train.precision
+    if device.type != "cuda":
+        if want in ("auto", "fp32"):
+            return Choice("precision", "fp32", "CPU: float32 (autocast on the CPU is slower for these models)")
+        return Choice("precision", want, f"asked for {want} on the CPU")
+    major, minor = torch.cuda.get_device_capability(device)
+    cc = f"{major}.{minor}"
+    if want == "auto":
+        if major >= 8:
+            return Choice("precision", "bf16", f"compute capability {cc} >= 8.0: bf16 autocast (no loss scaling needed)")
+        if major == 7:
+            return Choice("precision", "fp16", f"compute capability {cc}: fp16 autocast with a gradient scaler (no bf16)")
+        return Choice("precision", "fp32", f"compute capability {cc} has no fast half precision")
+    if want == "bf16" and major < 8:
+        raise BadInput(f"train.precision: bf16 needs compute capability 8.0 or newer; this GPU is {cc} (use fp16)")
+    return Choice("precision", want, "asked for in the config")
+
+
+def choose_channels_last(cfg: TrainConfig, device: torch.device) -> Choice:
+    conv = cfg.model.name in CONV_MODELS
+    if cfg.train.channels_last == "auto":
+        on = conv and device.type == "cuda"
+        why = ("conv net on CUDA: NHWC lets cuDNN use tensor-core kernels without transposes" if on else
+               "not a conv net" if not conv else "CPU: NCHW is as fast")
+        return Choice("channels_last", on, why)
+    return Choice("channels_last", cfg.train.channels_last == "on", "asked for in the config")
+
+
+def choose_compile(cfg: TrainConfig, device: torch.device, total_steps: int) -> Choice:
+    if cfg.train.compile != "auto":
+        return Choice("compile", cfg.train.compile == "on", "asked for in the config")
+    if device.type != "cuda":
+        return Choice("compile", False, "CPU: compiling costs more than a short run saves")
+    if cfg.model.name == "mlp":
+        return Choice("compile", False, "an MLP this small gains nothing from compilation")
+    if cfg.model.name in CONV_MODELS and 0 < (cfg.data.image_size or 224) < 64 and cfg.data.dataset != "imagefolder":
+        return Choice("compile", False, "small images: the step is bound by kernel launches, not by fusable work "
+                      "(ResNet-50 at 32x32 measured slower compiled)")
+    if total_steps < COMPILE_MIN_STEPS:
+        return Choice("compile", False, f"{total_steps} steps < {COMPILE_MIN_STEPS}: too short to repay compile time")
+    return Choice("compile", True, f"{total_steps} steps: long enough to repay compile time (fused kernels)")
+
+
+def choose_fused(cfg: TrainConfig, device: torch.device) -> Choice:
+    if cfg.optim.fused == "auto":
+        on = device.type == "cuda"
+        return Choice("fused_optimizer", on, "CUDA: one fused kernel for the whole update" if on else
+                      "CPU: the default foreach implementation")
+    return Choice("fused_optimizer", cfg.optim.fused == "on", "asked for in the config")
+
+
+def default_workers(world: int) -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 2
+    return max(1, min(16, cores // max(1, world) - 1))
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def setup(device_kind: str) -> Context:
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device_kind == "cuda":
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+        dist.init_process_group("nccl", device_id=device)
+        control = dist.new_group(backend="gloo")
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+        control = None  # the default group is gloo already
+    return Context(rank, world, local, device, control)
+
+
+def lr_factor(cfg: TrainConfig, total_steps: int):
+    s = cfg.schedule
+
+    def f(step: int) -> float:
+        if s.warmup_steps and step < s.warmup_steps:
+            return (step + 1) / s.warmup_steps
+        span = max(1, total_steps - s.warmup_steps)
+        progress = min(1.0, (step - s.warmup_steps) / span)
+        if s.name == "cosine":
+            return s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        if s.name == "linear":
+            return 1 - (1 - s.min_lr_ratio) * progress
+        if s.name == "step":
+            return s.gamma ** ((step - s.warmup_steps) // s.step_size)
+        return 1.0
+
+    return f
+
+
+def build_optimizer(cfg: TrainConfig, params, fused: bool) -> torch.optim.Optimizer:
+    o = cfg.optim
+    kw: dict[str, Any] = {"fused": True} if fused else {}
+    if o.name == "sgd":
+        return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov and o.momentum > 0,
+                               weight_decay=o.weight_decay, **kw)
+    cls = torch.optim.AdamW if o.name == "adamw" else torch.optim.Adam
+    return cls(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay, **kw)
+
+
+def _memory(ctx: Context) -> tuple[int | None, int | None]:
+    if ctx.device.type == "cuda":
+        return torch.cuda.max_memory_allocated(ctx.device), torch.cuda.get_device_properties(ctx.device).total_memory
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, None
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, ctx: Context, run_dir: Path, resume: str | None,
+                 resume_fallback: bool, record_indices: bool) -> None:
+        self.cfg, self.ctx, self.run_dir = cfg, ctx, run_dir
+        self.resume, self.resume_fallback = resume, resume_fallback
+        self.record = record_indices
+        self.choices: list[Choice] = []
+        self.tb = None
+
+    def choose(self, c: Choice) -> Choice:
+        self.choices.append(c)
+        if self.ctx.main:
+            print(CHOICE + json.dumps({"name": c.name, "value": c.value, "reason": c.reason}), flush=True)
+        return c
+
+    # -- setup ------------------------------------------------------------------------------
+    def build(self) -> None:
+        cfg, ctx = self.cfg, self.ctx
+        dev = ctx.device
+        if dev.type == "cuda":
+            torch.backends.cudnn.benchmark = True  # fixed input shapes: autotune convolutions once
+            torch.set_float32_matmul_precision("high")  # TF32 for any fp32 matmul left
+            self.choose(Choice("tf32", True, "TF32 tensor cores for fp32 matmuls and convolutions"))
+        self.channels_last = self.choose(choose_channels_last(cfg, dev)).value
+        self.precision = self.choose(choose_precision(cfg, dev)).value
+
+        # Data.
+        self.eval_data = None
+        self.eval_items = None
+        ds = cfg.data.dataset
+        if ds.startswith("synthetic"):
+            arrays = D.synthetic_pool(cfg, ctx.world, dev)
+            self.choose(Choice("data_placement", "device", "synthetic data is generated on the device: no input cost"))
+            self.loader = D.ArrayLoader(arrays, cfg, ctx.rank, ctx.world, dev, dev, False, self.channels_last)
+            self.kind, self.num_classes = arrays.kind, arrays.num_classes
+            self.in_shape = tuple(arrays.x_train.shape[1:])
+            if arrays.kind == "token":
+                self.in_shape = (cfg.data.seq_len,)
+        elif ds == "imagefolder":
+            classes, train_items, val_items = D.imagefolder_split(cfg)
+            decode = cfg.data.decode
+            if decode == "auto":
+                decode = "gpu" if dev.type == "cuda" else "cpu"
+                why = ("CUDA: batched nvJPEG decoding on the GPU; CPU decoding gives ~400 images/s per core, "
+                       "too few to feed thousands per GPU" if decode == "gpu" else "CPU run: decode in DataLoader workers")
+            else:
+                why = "asked for in the config"
+            if decode == "gpu" and dev.type != "cuda":
+                raise BadInput("data.decode: gpu needs a CUDA run (--device cuda)")
+            self.choose(Choice("jpeg_decode", decode, why))
+            workers = cfg.data.workers if cfg.data.workers != "auto" else default_workers(ctx.world)
+            self.choose(Choice("loader_workers", workers, "asked for in the config" if cfg.data.workers != "auto" else
+                               f"CPU cores per process minus one; pinned memory, persistent workers, prefetch {cfg.data.prefetch}"))
+            augment = cfg.data.augment != "off"
+            self.loader = D.FileLoader(train_items, cfg, ctx.rank, ctx.world, dev, workers, decode, augment,
+                                       self.channels_last, len(classes))
+            self.eval_items, self.decode = val_items, decode
+            self.kind, self.num_classes = "image", len(classes)
+            size = cfg.data.image_size or 224
+            self.in_shape = (3, size, size)
+        else:
+            arrays = D.load_arrays(cfg)
+            on = cfg.data.on_device
+            hold = torch.device("cpu")
+            if dev.type == "cuda":
+                limit = torch.cuda.get_device_properties(dev).total_memory * ON_DEVICE_FRACTION
+                if on == "on" or (on == "auto" and arrays.nbytes <= limit):
+                    hold = dev
+                    why = (f"{arrays.nbytes / 2**20:.0f} MiB fits in GPU memory: batches are gathered and augmented "
+                           "on the GPU, no loader workers")
+                else:
+                    why = "asked for in the config" if on == "off" else f"{arrays.nbytes / 2**30:.1f} GiB is too big for the GPU"
+            else:
+                why = "CPU run: batches are indexed from memory, no loader workers needed"
+            self.choose(Choice("data_placement", "device" if hold == dev else "host", why))
+            augment = cfg.data.augment == "on" or (cfg.data.augment == "auto" and ds == "cifar10")
+            self.loader = D.ArrayLoader(arrays, cfg, ctx.rank, ctx.world, dev, hold, augment, self.channels_last)
+            self.eval_data = arrays if (arrays.x_test is not None and cfg.eval.enabled) else None
+            self.kind, self.num_classes = "image", arrays.num_classes
+            self.in_shape = tuple(arrays.x_train.shape[1:])
+            if cfg.data.image_size:
+                self.in_shape = (self.in_shape[0], cfg.data.image_size, cfg.data.image_size)
+        if self.record:
+            self.loader_record: dict[int, list[int]] = {}
+
+        accum = cfg.train.grad_accum
+        self.steps_per_epoch = self.loader.batches_per_epoch // accum
+        if self.steps_per_epoch < 1:
+            raise BadInput(f"train.grad_accum: {accum} micro-batches per step, but an epoch has only "
+                           f"{self.loader.batches_per_epoch} per device")
+        self.total_steps = cfg.train.steps or cfg.train.epochs * self.steps_per_epoch
+
+        # Model. The same seed on every rank gives identical initial weights (DDP also broadcasts).
+        torch.manual_seed(cfg.seed)
+        model = build_model(cfg, self.in_shape, self.num_classes).to(dev)
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.n_params = count_params(model)
+        self.flops_per_sample = flops_per_sample(model, cfg, self.in_shape)
+        torch.manual_seed(cfg.seed + 1000 * ctx.rank + 1)  # dropout masks differ between ranks
+        if dev.type == "cuda":
+            torch.cuda.manual_seed(cfg.seed + 1000 * ctx.rank + 1)
+        self.raw_model = model
+
+        # Wrappers, in this order: FSDP/DDP first (they own the gradients), then compile around them
+        # (compiling the DDP module lets dynamo split graphs at bucket boundaries and keep the
+        # all-reduce overlapped with the backward pass).
+        self.fsdp = cfg.train.strategy == "fsdp"
+        if self.fsdp:
+            from torch.distributed.fsdp import fully_shard
+
+            for unit in shard_units(model):
+                fully_shard(unit)
+            fully_shard(model)
+            self.dist_model = model
+            self.choose(Choice("strategy", "fsdp", f"fully_shard on {len(shard_units(model))} blocks + root: "
+                               "parameters, gradients and optimizer state sharded"))
+        elif ctx.world > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            self.dist_model = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None,
+                                  gradient_as_bucket_view=True)
+            self.choose(Choice("strategy", "ddp", "DDP, gradient_as_bucket_view (no gradient copy into buckets)"
+                               + (", no_sync for accumulation" if accum > 1 else "")))
+        else:
+            self.dist_model = model
+            self.choose(Choice("strategy", "single", "one process: no gradient synchronisation"))
+        compile_on = self.choose(choose_compile(cfg, dev, self.total_steps)).value
+        self.step_model = torch.compile(self.dist_model) if compile_on else self.dist_model
+
+        fused = self.choose(choose_fused(cfg, dev)).value
+        self.optimizer = build_optimizer(cfg, model.parameters(), fused)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg, self.total_steps))
+        self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
+        if self.precision in ("bf16", "fp16"):
+            dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+            self.autocast = lambda: torch.autocast(dev.type, dtype=dtype)
+        else:
+            self.autocast = contextlib.nullcontext
+        every = cfg.train.log_every or max(1, self.total_steps // 20)
+        self.log_every = every
+        self.choose(Choice("loss_read_every", every, "the loss is read from the device every this many steps: "
+                           "no host synchronisation in between"))
+
+    # -- checkpoint state ---------------------------------------------------------------------
+    def _rng_state(self) -> dict[str, Any]:
+        st: dict[str, Any] = {"cpu": torch.get_rng_state()}
+        if self.ctx.device.type == "cuda":
+            st["cuda"] = torch.cuda.get_rng_state(self.ctx.device)
+        return st
+
+    def _gather_rng(self) -> list[dict[str, Any]]:
+        mine = self._rng_state()
+        if self.ctx.world == 1:
+            return [mine]
+        out: list[Any] = [None] * self.ctx.world
+        dist.all_gather_object(out, mine, group=self.ctx.control)
+        return out
+
+    def state(self, epoch: int, batch: int, step: int) -> dict[str, Any] | None:
+        """The checkpoint (on rank 0; other ranks take part in the collectives and get None)."""
+        rng = self._gather_rng()
+        if self.fsdp:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+                get_optimizer_state_dict,
+            )
+
+            opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            model_sd = get_model_state_dict(self.raw_model, options=opts)
+            optim_sd = get_optimizer_state_dict(self.raw_model, self.optimizer, options=opts)
+        else:
+            model_sd = self.raw_model.state_dict()
+            optim_sd = self.optimizer.state_dict()
+        if not self.ctx.main:
+            return None
+        return {
+            "format": "gpurig-train-1",
+            "model": model_sd,
+            "optimizer": optim_sd,
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler else None,
+            "epoch": epoch,
+            "step": step,
+            "sampler": {"epoch": epoch, "batch": batch, "seed": self.cfg.seed, "world_size": self.ctx.world},
+            "rng": rng,
+            "config": self.cfg.to_dict(),
+        }
+
+    def save(self, epoch: int, batch: int, step: int) -> None:
+        if not self.cfg.checkpoint.enabled:
+            return
+        st = self.state(epoch, batch, step)
+        if self.ctx.main:
+            path = ckpt.save_checkpoint(st, self.run_dir, step, keep=self.cfg.checkpoint.keep)
+            print(PROGRESS + json.dumps({"event": "checkpoint", "step": step, "path": str(path)}), flush=True)
+        dist.barrier(group=self.ctx.control)
+
+    def load(self) -> tuple[int, int, int, str | None]:
+        """(epoch, batch, step, path) to start from."""
+        if not self.resume or self.resume == "none":
+            return 0, 0, 0, None
+        if self.resume == "auto":
+            found = ckpt.load_latest(self.run_dir, fallback=self.resume_fallback)
+            if found is None:
+                say(self.ctx, PROGRESS + json.dumps({"event": "note", "text": "no checkpoint to resume from: starting fresh"}))
+                return 0, 0, 0, None
+            path, st = found
+        else:
+            path = Path(self.resume)
+            st = ckpt.load_checkpoint_file(path)
+        if self.fsdp:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                set_model_state_dict,
+                set_optimizer_state_dict,
+            )
+
+            opts = StateDictOptions(full_state_dict=True)
+            set_model_state_dict(self.raw_model, st["model"], options=opts)
+            set_optimizer_state_dict(self.raw_model, self.optimizer, st["optimizer"], options=opts)
+        else:
+            try:
+                self.raw_model.load_state_dict(st["model"])
+            except RuntimeError as exc:
+                raise BadInput(f"--resume: checkpoint {path} does not fit this model ({str(exc).splitlines()[0]})") from None
+            self.optimizer.load_state_dict(st["optimizer"])
+        self.scheduler.load_state_dict(st["scheduler"])
+        if self.scaler and st.get("scaler"):
+            self.scaler.load_state_dict(st["scaler"])
+        rng = st.get("rng") or []
+        if len(rng) == self.ctx.world:
+            mine = rng[self.ctx.rank]
+            torch.set_rng_state(mine["cpu"])
+            if "cuda" in mine and self.ctx.device.type == "cuda":
+                torch.cuda.set_rng_state(mine["cuda"], self.ctx.device)
+        sampler = st["sampler"]
+        if sampler.get("world_size") != self.ctx.world:
+            say(self.ctx, PROGRESS + json.dumps({"event": "note", "text": f"checkpoint was written by {sampler.get('world_size')} "
+                                                  f"processes, resuming on {self.ctx.world}: data order restarts at the epoch boundary"}))
+            return int(sampler["epoch"]) + (1 if sampler["batch"] else 0), 0, int(st["step"]), str(path)
+        return int(sampler["epoch"]), int(sampler["batch"]), int(st["step"]), str(path)
+
+    # -- the step -----------------------------------------------------------------------------
+    def loss_of(self, x: torch.Tensor, y: torch.Tensor, model: nn.Module | None = None) -> torch.Tensor:
+        with self.autocast():
+            out = (model or self.step_model)(x)
+            if self.kind == "token":
+                return nn.functional.cross_entropy(out.view(-1, out.size(-1)).float(), y.reshape(-1))
+            return nn.functional.cross_entropy(out.float(), y)
+
+    def _sync_ctx(self, last: bool):
+        if self.fsdp:
+            self.raw_model.set_requires_gradient_sync(last)
+            return contextlib.nullcontext()
+        if not last and hasattr(self.dist_model, "no_sync"):
+            return self.dist_model.no_sync()  # accumulate locally: no all-reduce on this micro-batch
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        if self.scaler:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def optimizer_step(self) -> None:
+        clip = self.cfg.optim.clip_grad_norm
+        if self.scaler:
+            if clip:
+                self.scaler.unscale_(self.optimizer)
+                torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            if clip:
+                torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip)
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+
+    def _sync(self) -> None:
+        if self.ctx.device.type == "cuda":
+            torch.cuda.synchronize(self.ctx.device)
+
+    def calibrate_comm(self, x: torch.Tensor, y: torch.Tensor, reps: int = 3) -> float:
+        """Exposed communication per step: fwd+bwd with gradient sync minus without, in seconds.
+
+        Runs outside the timed steps; gradients are dropped and buffers (BatchNorm statistics)
+        restored, so training continues exactly as if it had not run.
+        """
+        if self.ctx.world == 1:
+            return 0.0
+        buffers = {k: v.clone() for k, v in self.raw_model.named_buffers()}
+
+        def timed(sync: bool) -> float:
+            best = float("inf")
+            for _ in range(reps):
+                self._sync()
+                dist.barrier(group=self.ctx.control)
+                t0 = time.perf_counter()
+                with self._sync_ctx(sync):
+                    self.backward(self.loss_of(x, y))
+                self._sync()
+                best = min(best, time.perf_counter() - t0)
+                self.optimizer.zero_grad(set_to_none=True)
+            return best
+
+        local = timed(False)
+        synced = timed(True)
+        if self.fsdp:
+            self.raw_model.set_requires_gradient_sync(True)
+        with torch.no_grad():
+            for k, v in self.raw_model.named_buffers():
+                v.copy_(buffers[k])
+        return max(0.0, synced - local)
+
+    def agree_stop(self, elapsed: float) -> bool:
+        """All ranks stop together: a host-only MAX over a flag (gloo, no GPU synchronisation)."""
+        mine = _Stop.requested or (self.cfg.train.max_seconds > 0 and elapsed >= self.cfg.train.max_seconds)
+        flag = torch.tensor([1 if mine else 0], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ctx.control)
+        return bool(flag.item())
+
+    # -- evaluation ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, Any] | None:
+        if self.eval_data is None and not self.eval_items:
+            return None
+        if not self.cfg.eval.enabled:
+            return None
+        model = self.raw_model  # eager, not compiled: evaluation batches have another shape
+        model.eval()
+        dev = self.ctx.device
+        correct = torch.zeros((), device=dev, dtype=torch.float64)
+        count = torch.zeros((), device=dev, dtype=torch.float64)
+        loss_sum = torch.zeros((), device=dev, dtype=torch.float64)
+        if self.eval_data is not None:
+            batches = D.eval_batches(self.eval_data, self.cfg, self.ctx.rank, self.ctx.world, dev, self.channels_last)
+        else:
+            batches = D.file_eval_batches(self.eval_items, self.cfg, self.ctx.rank, self.ctx.world, dev,
+                                          self.channels_last, self.decode)
+        for x, y, mask in batches:
+            with self.autocast():
+                out = model(x).float()
+            m = mask.to(torch.float64)
+            correct += ((out.argmax(1) == y).to(torch.float64) * m).sum()
+            loss_sum += (nn.functional.cross_entropy(out, y, reduction="none").to(torch.float64) * m).sum()
+            count += m.sum()
+        t = torch.stack([correct, count, loss_sum])
+        dist.all_reduce(t)
+        model.train()
+        c, n, ls = t.tolist()
+        return {"accuracy": c / n if n else None, "eval_loss": ls / n if n else None, "eval_samples": int(n)}
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        cfg, ctx = self.cfg, self.ctx
+        start_epoch, start_batch, step, resumed_from = self.load()
+        if resumed_from:
+            say(ctx, PROGRESS + json.dumps({"event": "resumed", "step": step, "path": resumed_from}))
+        accum = cfg.train.grad_accum
+        gbatch = global_batch(cfg, ctx.world)
+        unit = "tokens" if self.kind == "token" else "images"
+        per_sample_units = cfg.data.seq_len if self.kind == "token" else 1
+        self.step_model.train()
+        if ctx.main:
+            self._open_tb()
+        say(ctx, PROGRESS + json.dumps({"event": "start", "total_steps": self.total_steps, "step": step,
+                                        "world_size": ctx.world, "global_batch": gbatch,
+                                        "steps_per_epoch": self.steps_per_epoch, "params": self.n_params}))
+        timers = Timers()
+        window = {"t0": time.perf_counter(), "steps": 0, "data": 0.0, "events": [], "busy": 0.0}
+        loss_acc = torch.zeros((), device=ctx.device)
+        loss_count = 0
+        last_loss: float | None = None
+        evals: list[dict[str, Any]] = []
+        calibrated = False
+        stopped = False
+        train_t0 = time.perf_counter()
+        measure_t0 = None
+        measure_from = step + min(WARMUP_STEPS, max(0, (self.total_steps - step) // 4))
+        epoch = start_epoch
+        is_cuda = ctx.device.type == "cuda"
+        done = step >= self.total_steps
+        batch_in_epoch = start_batch
+        while not done:
+            it = self.loader.epoch(epoch, start_batch)
+            batch_in_epoch = start_batch
+            start_batch = 0
+            while True:
+                # One optimizer step = `accum` micro-batches.
+                t_fetch = 0.0
+                micro: list[tuple[torch.Tensor, torch.Tensor]] = []
+                for _ in range(accum):
+                    t0 = time.perf_counter()
+                    try:
+                        xy = next(it)
+                    except StopIteration:
+                        xy = None
+                    t_fetch += time.perf_counter() - t0
+                    if xy is None:
+                        break
+                    micro.append(xy)
+                if len(micro) < accum:
+                    break  # end of epoch (a partial accumulation group is dropped)
+                if self.record:
+                    self._record(epoch, batch_in_epoch, accum)
+                if ctx.world > 1 and not calibrated and step >= measure_from:
+                    timers.comm_exposed_per_step_s = self.calibrate_comm(*micro[-1])
+                    calibrated = True
+                    window = {"t0": time.perf_counter(), "steps": 0, "data": 0.0, "events": [], "busy": 0.0}
+                    t_fetch = 0.0
+                if is_cuda:
+                    ev0 = torch.cuda.Event(enable_timing=True)
+                    ev1 = torch.cuda.Event(enable_timing=True)
+                    ev0.record()
+                else:
+                    c0 = time.perf_counter()
+                for j, (x, y) in enumerate(micro):
+                    with self._sync_ctx(j == accum - 1):
+                        loss = self.loss_of(x, y)
+                        self.backward(loss / accum if accum > 1 else loss)
+                    loss_acc += loss.detach()
+                    loss_count += 1
+                self.optimizer_step()
+                step += 1
+                batch_in_epoch += accum
+                if is_cuda:
+                    ev1.record()
+                    window["events"].append((ev0, ev1))
+                else:
+                    window["busy"] += time.perf_counter() - c0
+                window["data"] += t_fetch
+                window["steps"] += 1
+                if step == measure_from:
+                    self._sync()
+                    measure_t0 = time.perf_counter()
+                    timers = Timers(comm_exposed_per_step_s=timers.comm_exposed_per_step_s)
+                    window = {"t0": measure_t0, "steps": 0, "data": 0.0, "events": [], "busy": 0.0}
+
+                finished = step >= self.total_steps
+                if step % self.log_every == 0 or finished:
+                    # The one host-device synchronisation of the window: read the loss.
+                    last_loss = loss_acc.item() / max(1, loss_count)
+                    loss_acc.zero_()
+                    loss_count = 0
+                    now = time.perf_counter()
+                    busy = window["busy"] + sum(a.elapsed_time(b) for a, b in window["events"]) / 1000.0
+                    wall = now - window["t0"]
+                    if measure_t0 is not None and step > measure_from:
+                        timers.steps += window["steps"]
+                        timers.wall_s += wall
+                        timers.busy_s += busy
+                        timers.data_wait_s += min(window["data"], max(0.0, wall - busy))
+                    self._progress(step, epoch, last_loss, window, wall, busy, gbatch, per_sample_units, unit)
+                    window = {"t0": time.perf_counter(), "steps": 0, "data": 0.0, "events": [], "busy": 0.0}
+                if cfg.checkpoint.enabled and cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0 \
+                        and not finished:
+                    self.save(epoch, batch_in_epoch, step)
+                if finished:
+                    done = True
+                    break
+                if step % STOP_CHECK_EVERY == 0 and self.agree_stop(time.perf_counter() - train_t0):
+                    stopped = True
+                    done = True
+                    say(ctx, PROGRESS + json.dumps({"event": "stopping", "step": step,
+                                                    "why": _Stop.signal_name or "train.max_seconds reached"}))
+                    break
+            if done:
+                # A stop or the step limit inside an epoch: resume continues at this batch.
+                resume_epoch, resume_batch = (epoch, batch_in_epoch)
+                if batch_in_epoch >= (self.steps_per_epoch * accum):
+                    resume_epoch, resume_batch = epoch + 1, 0
+                ev = self._maybe_eval(epoch, force=not stopped)
+                if ev:
+                    evals.append(ev)
+                break
+            ev = self._maybe_eval(epoch, force=False)
+            if ev:
+                evals.append(ev)
+            epoch += 1
+            if cfg.train.steps == 0 and epoch >= cfg.train.epochs:
+                resume_epoch, resume_batch = epoch, 0
+                ev = self._maybe_eval(epoch - 1, force=True) if not evals or evals[-1].get("epoch") != epoch - 1 else None
+                if ev:
+                    evals.append(ev)
+                break
+        else:
+            resume_epoch, resume_batch = start_epoch, start_batch
+        self._sync()
+        self.save(resume_epoch, resume_batch, step)
+        return self._summary(timers, step, last_loss, evals, stopped, resumed_from, gbatch, unit, per_sample_units,
+                             time.perf_counter() - train_t0)
+
+    def _record(self, epoch: int, batch: int, accum: int) -> None:
+        n = self.loader.n
+        idx = D.train_shard(n, self.ctx.rank, self.ctx.world, epoch, self.cfg.seed)
+        b = self.cfg.data.batch_size
+        self.loader_record.setdefault(epoch, []).extend(idx[batch * b:(batch + accum) * b].tolist())
+
+    def _maybe_eval(self, epoch: int, force: bool) -> dict[str, Any] | None:
+        if not force and (epoch + 1) % self.cfg.eval.every_epochs:
+            return None
+        ev = self.evaluate()
+        if ev is None:
+            return None
+        ev["epoch"] = epoch
+        say(self.ctx, PROGRESS + json.dumps({"event": "eval", **ev}))
+        if self.tb is not None and ev.get("accuracy") is not None:
+            self.tb.add_scalar("eval/accuracy", ev["accuracy"], epoch)
+            self.tb.add_scalar("eval/loss", ev["eval_loss"], epoch)
+        return ev
+
+    def _open_tb(self) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+            self.choose(Choice("tensorboard", str(self.run_dir / "tensorboard"), "scalars: loss, lr, throughput, step-time parts, memory"))
+        except Exception as exc:  # tensorboard is optional; the run goes on without it
+            self.choose(Choice("tensorboard", None, f"not available ({type(exc).__name__})"))
+
+    def _progress(self, step: int, epoch: int, loss: float, window: dict, wall: float, busy: float,
+                  gbatch: int, per_sample_units: int, unit: str) -> None:
+        if not self.ctx.main:
+            return
+        steps = max(1, window["steps"])
+        rate = gbatch * steps / wall if wall > 0 else None
+        step_s = wall / steps
+        lr = self.scheduler.get_last_lr()[0]
+        peak, total = _memory(self.ctx)
+        eta = (self.total_steps - step) * step_s
+        rec = {"event": "progress", "step": step, "total_steps": self.total_steps, "epoch": epoch, "loss": loss,
+               "lr": lr, "samples_per_s": rate, "units_per_s": rate * per_sample_units if rate else None,
+               "unit": unit, "step_time_s": step_s, "eta_s": eta, "peak_memory_bytes": peak}
+        print(PROGRESS + json.dumps(rec), flush=True)
+        if self.tb is not None:
+            self.tb.add_scalar("train/loss", loss, step)
+            self.tb.add_scalar("train/lr", lr, step)
+            if rate:
+                self.tb.add_scalar("throughput/samples_per_s", rate, step)
+            self.tb.add_scalar("step_time/total_s", step_s, step)
+            self.tb.add_scalar("step_time/data_wait_s", min(window["data"], max(0.0, wall - busy)) / steps, step)
+            self.tb.add_scalar("step_time/busy_s", busy / steps, step)
+            if peak is not None:
+                self.tb.add_scalar("memory/peak_bytes", peak, step)
+
+    def _summary(self, timers: Timers, step: int, last_loss: float | None, evals: list, stopped: bool,
+                 resumed_from: str | None, gbatch: int, unit: str, per_sample_units: int, seconds: float) -> dict[str, Any]:
+        ctx = self.ctx
+        steps = max(1, timers.steps)
+        mean = timers.wall_s / steps if timers.steps else None
+        comm = min(timers.comm_exposed_per_step_s, (timers.busy_s / steps) if timers.steps else 0.0)
+        compute = (timers.busy_s / steps - comm) if timers.steps else None
+        data_wait = timers.data_wait_s / steps if timers.steps else None
+        peak, total = _memory(ctx)
+        mine = {"rank": ctx.rank, "step_time_s": mean, "data_wait_s": data_wait, "compute_s": compute,
+                "comm_exposed_s": comm if timers.steps else None, "peak_memory_bytes": peak, "steps_timed": timers.steps}
+        per_rank: list[Any] = [None] * ctx.world
+        dist.all_gather_object(per_rank, mine, group=ctx.control)
+        if self.record:
+            recs: list[Any] = [None] * ctx.world
+            dist.all_gather_object(recs, self.loader_record, group=ctx.control)
+            if ctx.main:
+                (self.run_dir / "indices.json").write_text(json.dumps({str(r): rec for r, rec in enumerate(recs)}))
+        if not ctx.main:
+            return {}
+
+        def avg(key: str) -> float | None:
+            vals = [r[key] for r in per_rank if r.get(key) is not None]
+            return sum(vals) / len(vals) if vals else None
+
+        mean_all = avg("step_time_s")
+        rate = gbatch / mean_all if mean_all else None
+        def frac(k):
+            return ((avg(k) / mean_all) if (mean_all and avg(k) is not None) else None)
+        name = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "cpu"
+        mfu = None
+        if rate and self.flops_per_sample and ctx.device.type == "cuda" and self.precision in ("bf16", "fp16"):
+            peak_flops = next((v for k, v in PEAK_FLOPS_16BIT.items() if k in name), None)
+            if peak_flops:
+                mfu = self.flops_per_sample * rate / ctx.world / peak_flops
+        last_eval = evals[-1] if evals else {}
+        summary = {
+            "world_size": ctx.world,
+            "device": ctx.device.type,
+            "device_name": name,
+            "strategy": "fsdp" if self.fsdp else ("ddp" if ctx.world > 1 else "single"),
+            "model": self.cfg.model.name,
+            "dataset": self.cfg.data.dataset,
+            "params": self.n_params,
+            "unit": unit,
+            "samples_per_s": rate,
+            "samples_per_s_per_device": rate / ctx.world if rate else None,
+            "units_per_s": rate * per_sample_units if rate else None,
+            "units_per_s_per_device": rate * per_sample_units / ctx.world if rate else None,
+            "model_flops_per_sample": self.flops_per_sample,
+            "mfu": mfu,
+            "step_time": {
+                "mean_s": mean_all,
+                "data_wait_fraction": frac("data_wait_s"),
+                "compute_fraction": frac("compute_s"),
+                "comm_exposed_fraction": frac("comm_exposed_s"),
+                "steps_timed": timers.steps,
+                "comm_method": "calibrated: fwd+bwd with gradient sync minus without (best of 3)" if ctx.world > 1 else None,
+            },
+            "per_rank": per_rank,
+            "peak_memory_bytes": max((r["peak_memory_bytes"] for r in per_rank if r.get("peak_memory_bytes")), default=None),
+            "memory_total_bytes": total,
+            "batch_size_per_device": self.cfg.data.batch_size,
+            "global_batch_size": gbatch,
+            "grad_accum": self.cfg.train.grad_accum,
+            "steps": step,
+            "total_steps": self.total_steps,
+            "final_loss": last_loss,
+            "accuracy": last_eval.get("accuracy"),
+            "eval_loss": last_eval.get("eval_loss"),
+            "eval_samples": last_eval.get("eval_samples"),
+            "evals": evals,
+            "seconds": seconds,
+            "stopped": stopped,
+            "stop_reason": (_Stop.signal_name or "max_seconds") if stopped else None,
+            "resumed_from": resumed_from,
+            "checkpoints": [str(p) for p in ckpt.list_checkpoints(self.run_dir)],
+            "choices": [{"name": c.name, "value": c.value, "reason": c.reason} for c in self.choices],
+            "verdicts": [],
+        }
+        try:
+            from gpurig.diagnose.verdicts import training_verdicts
+
+            summary["verdicts"] = [f.to_dict() for f in training_verdicts(summary)]
+        except ImportError:
+            pass
+        if self.tb is not None:
+            self.tb.close()
+        return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import traceback
+
+    ap = argparse.ArgumentParser(prog="gpurig.train.worker", description="One gpurig training worker (run by torchrun).")
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--resume", default=None, help="auto, none or a checkpoint path")
+    ap.add_argument("--resume-fallback", action="store_true")
+    ap.add_argument("--record-indices", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    run_dir = Path(args.run_dir)
+    launch = json.loads((run_dir / "launch.json").read_text())
+    cfg = from_dict(launch["config"])
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _on_signal)
+    ctx = setup(launch["device"])
+    code = 0
+    try:
+        trainer = Trainer(cfg, ctx, run_dir, args.resume, args.resume_fallback, args.record_indices)
+        trainer.build()
+        summary = trainer.run()
+        if ctx.main:
+            tmp = run_dir / ".summary.json.tmp"
+            tmp.write_text(json.dumps(summary, indent=2, default=str))
+            os.replace(tmp, run_dir / "summary.json")
+    except BadInput as exc:
+        (run_dir / f"error-rank{ctx.rank}.json").write_text(json.dumps({"kind": "bad_input", "message": str(exc)}))
+        print(f"gpurig: error: {exc}", file=sys.stderr, flush=True)
+        code = 2
+    except Exception as exc:
+        (run_dir / f"error-rank{ctx.rank}.json").write_text(json.dumps(
+            {"kind": "crash", "message": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}))
+        traceback.print_exc()
+        code = 1
+    finally:
+        if code == 0:
+            with contextlib.suppress(Exception):
+                dist.barrier(group=ctx.control)
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    return code

@@ -1,0 +1,139 @@
+"""Start a training run from the parent process: validate, plan torchrun, run, read `summary.json`.
+
+    from gpurig.train.config import preset
+    from gpurig.train.run import run_training
+    summary = run_training(preset("demo"), device="cpu", nproc=2, out_dir="runs/demo")
+    print(summary["accuracy"], summary["samples_per_s"])
+
+The parent never initialises CUDA: the workers (one per GPU, or two gloo processes on the CPU)
+do all the work and rank 0 writes the summary into the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpurig.errors import BadInput, ProblemFound
+from gpurig.launch.plan import plan_torchrun, resolve_device
+from gpurig.launch.runner import run_plan
+from gpurig.train import checkpoint as ckpt
+from gpurig.train.config import TrainConfig, check_data_path, from_dict, to_toml, validate
+from gpurig.train.loop import CHOICE, PROGRESS
+
+EventHandler = Callable[[str, dict[str, Any]], None]
+
+
+def default_run_dir(prefix: str = "") -> Path:
+    return Path("runs") / f"{prefix}{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def saved_config(run_dir: str | os.PathLike) -> TrainConfig | None:
+    """The config a previous run in `run_dir` used (for `--resume auto` without a config)."""
+    p = Path(run_dir) / "launch.json"
+    if not p.is_file():
+        return None
+    try:
+        return from_dict(json.loads(p.read_text())["config"])
+    except (ValueError, KeyError) as exc:
+        raise BadInput(f"--out {run_dir}: launch.json is unreadable ({exc})") from None
+
+
+def _handler(on_event: EventHandler | None) -> Callable[[str], None]:
+    def echo(line: str) -> None:
+        if on_event is None:
+            return
+        for prefix, kind in ((PROGRESS, "progress"), (CHOICE, "choice")):
+            if prefix in line:
+                try:
+                    payload = json.loads(line.split(prefix, 1)[1])
+                except ValueError:
+                    break
+                on_event(payload.get("event", kind) if kind == "progress" else "choice", payload)
+                return
+        on_event("line", {"text": line})
+
+    return echo
+
+
+def run_training(
+    config: TrainConfig,
+    device: str = "auto",
+    nproc: str | int = "auto",
+    out_dir: str | os.PathLike | None = None,
+    resume: str | None = None,
+    resume_fallback: bool = False,
+    timeout: float | None = None,
+    on_event: EventHandler | None = None,
+    record_indices: bool = False,
+) -> dict[str, Any]:
+    """Train `config` on `nproc` processes of `device`; return the summary (also in <out>/summary.json).
+
+    Raises BadInput (exit 2) for a bad config, data path or checkpoint, ProblemFound (exit 1) when
+    the workers fail; an interrupted run returns its summary with `stopped` true.
+    """
+    if config.framework != "torch":
+        raise BadInput(f"framework: {config.framework!r} runs through the TensorFlow trainer, not the PyTorch one")
+    choice = resolve_device(device, nproc)
+    check_data_path(config)
+    cfg = validate(config, choice.nproc)
+    run_dir = Path(out_dir or cfg.out_dir or default_run_dir())
+    if run_dir.exists() and not run_dir.is_dir():
+        raise BadInput(f"--out {run_dir}: exists and is not a directory")
+    if not resume and ckpt.list_checkpoints(run_dir):
+        raise BadInput(f"--out {run_dir}: already holds checkpoints of a run; continue it with --resume auto "
+                       "or choose another --out")
+    if resume and resume not in ("auto", "none") and not Path(resume).is_file():
+        raise BadInput(f"--resume {resume}: no such checkpoint file")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in [run_dir / "summary.json", *run_dir.glob("error-rank*.json")]:
+        stale.unlink(missing_ok=True)
+    launch = {"config": cfg.to_dict(), "device": choice.device, "nproc": choice.nproc, "reason": choice.reason}
+    (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
+    (run_dir / "config.toml").write_text(to_toml(cfg))
+
+    args = ["-m", "gpurig.train.worker", "--run-dir", str(run_dir)]
+    if resume:
+        args += ["--resume", str(resume)]
+    if resume_fallback:
+        args.append("--resume-fallback")
+    if record_indices:
+        args.append("--record-indices")
+    env = {}
+    if choice.device == "cuda":
+        env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    plan = plan_torchrun(args, choice.nproc, choice.device, run_dir=str(run_dir), env=env)
+    if on_event:
+        on_event("launch", {"device": choice.device, "nproc": choice.nproc, "reason": choice.reason,
+                            "run_dir": str(run_dir), "command": plan.command_line()})
+    result = run_plan(plan, timeout=timeout, echo=_handler(on_event))
+
+    summary_path = run_dir / "summary.json"
+    if summary_path.is_file():
+        summary = json.loads(summary_path.read_text())
+        summary["run_dir"] = str(run_dir)
+        summary["launch"] = {"device": choice.device, "nproc": choice.nproc, "reason": choice.reason,
+                             "returncode": result.returncode, "interrupted": result.interrupted}
+        return summary
+    errors = []
+    for p in sorted(run_dir.glob("error-rank*.json")):
+        try:
+            errors.append(json.loads(p.read_text()))
+        except ValueError:
+            continue
+    bad = [e for e in errors if e.get("kind") == "bad_input"]
+    if bad:
+        raise BadInput(bad[0]["message"])
+    if result.interrupted:
+        raise ProblemFound(f"interrupted before the first checkpoint; log: {result.log_path}")
+    if result.timed_out:
+        raise ProblemFound(f"training timed out after {timeout:.0f} s; every worker was stopped; log: {result.log_path}")
+    if errors:
+        raise ProblemFound(f"training failed: {errors[0].get('message')} (traceback in {run_dir}/error-rank*.json; "
+                           f"log: {result.log_path})")
+    tail = "\n".join(result.output_tail[-15:])
+    raise ProblemFound(f"training failed (exit {result.returncode}) without a summary; log: {result.log_path}\n{tail}")
