@@ -1,0 +1,354 @@
+"""`gpurig monitor`: what the GPUs are doing right now, what it means, and recordings to plot later."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from gpurig import __version__
+from gpurig.errors import BadInput
+from gpurig.report.output import console_for, emit_json
+
+HELP = """Watch every GPU and say what the numbers mean for a multi-GPU job.
+
+Per GPU: utilisation, memory, power against its limit, temperature, SM clock, throttle reasons, PCIe and NVLink traffic, and the processes on it. A GPU idle while the others work, or running slower clocks, is highlighted, with the verdict and its fix below the table. Reads NVML only, never CUDA, so it cannot disturb the training it watches. Default: a live view refreshed every second until Ctrl-C.
+
+Without a GPU or NVML it says so in one line: with --once or --json it exits 0, otherwise it waits for a GPU to appear (Ctrl-C ends).
+
+[bold]Examples[/bold]
+
+  gpurig monitor                                  [dim]# live view, every 1 s[/dim]
+
+  gpurig monitor --once                           [dim]# one snapshot and exit[/dim]
+
+  gpurig monitor --json                           [dim]# one snapshot as a JSON document[/dim]
+
+  gpurig monitor --record run.jsonl               [dim]# one JSON line per sample; hours are fine[/dim]
+
+  gpurig monitor --plot run.jsonl --out run.png   [dim]# utilisation, memory, power over time[/dim]
+
+Exit status: 0 done, 2 bad usage or an unreadable recording.
+"""
+
+# Samples kept for the live verdicts: enough to smooth NVML's jumpy utilisation, small enough that
+# a view left open for days holds constant memory.
+VERDICT_WINDOW = 10
+
+
+@dataclass
+class MonitorOptions:
+    interval: float = 1.0
+    once: bool = False
+    json_out: bool = False
+    record: Path | None = None
+    count: int = 0
+    plot: Path | None = None
+    out: Path | None = None
+
+    def validate(self) -> None:
+        """Bad combinations, named by their flags (exit 2)."""
+        if not (self.interval > 0) or self.interval > 3600:
+            raise BadInput(f"--interval: {self.interval} is not a number of seconds between 0 and 3600")
+        if self.count < 0:
+            raise BadInput(f"--count: {self.count} must be 0 (until Ctrl-C) or more")
+        if self.plot is not None and (self.record is not None or self.once):
+            raise BadInput("--plot reads a recording; it does not combine with --record or --once")
+        if self.out is not None and self.plot is None:
+            raise BadInput("--out names the PNG that --plot writes; give --plot FILE.jsonl too")
+        if self.json_out and self.record is not None and not self.once:
+            raise BadInput("--json prints one snapshot and --record records many: use --record alone, or add --once")
+
+
+# ------------------------------------------------------------------------------------------
+# rendering
+
+
+def _fmt(value: float | None, spec: str = ".0f", unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:{spec}}{unit}"
+
+
+def _rate(bytes_per_s: float | None) -> str:
+    if bytes_per_s is None:
+        return "n/a"
+    for unit, size in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if bytes_per_s >= size:
+            return f"{bytes_per_s / size:.1f} {unit}"
+    return f"{bytes_per_s:.0f} B/s"
+
+
+def _gpus_named(findings: list[Any]) -> dict[int, str]:
+    """GPU index -> style, for the GPUs a sample verdict singles out."""
+    marks: dict[int, str] = {}
+    for f in findings:
+        ev = f.evidence
+        style = "bold red" if f.severity in ("error", "warn") else "yellow"
+        if f.id == "gpu-idle":
+            for i in ev.get("idle", []):
+                marks[i] = style
+        elif isinstance(ev.get("gpu"), int):
+            marks.setdefault(ev["gpu"], style)
+    return marks
+
+
+def sample_table(sample: dict[str, Any], findings: list[Any]) -> Table:
+    """The per-GPU table of one sample, with GPUs named by a verdict highlighted."""
+    marks = _gpus_named(findings)
+    table = Table(title=time.strftime("GPUs at %H:%M:%S", time.localtime(sample["time"])), title_justify="left")
+    for col in ("GPU", "name", "util", "memory", "power / limit", "temp", "SM clock", "throttle",
+                "PCIe tx/rx", "NVLink tx/rx", "processes"):
+        table.add_column(col, justify="right" if col not in ("name", "throttle", "processes") else "left")
+    for g in sample["gpus"]:
+        if g.get("error"):
+            table.add_row(str(g["index"]), "", Text(f"cannot be read: {g['error']}", style="bold red"))
+            continue
+        mem = "n/a"
+        if g.get("memory_used_bytes") is not None and g.get("memory_total_bytes"):
+            mem = f"{g['memory_used_bytes'] / 2**30:.1f}/{g['memory_total_bytes'] / 2**30:.0f} GiB"
+        power = f"{_fmt(g.get('power_w'))}/{_fmt(g.get('power_limit_w'))} W"
+        clock = _fmt(g.get("sm_clock_mhz"), "d")
+        if g.get("sm_clock_max_mhz"):
+            clock += f"/{g['sm_clock_max_mhz']}"
+        reasons = g.get("throttle_reasons")
+        throttle = "n/a" if reasons is None else (", ".join(r for r in reasons if r != "gpu_idle") or "-")
+        procs = g.get("processes") or []
+        proc_text = ", ".join(f"{p.get('name') or '?'}[{p['pid']}]" for p in procs[:3])
+        if len(procs) > 3:
+            proc_text += f" +{len(procs) - 3}"
+        row_style = marks.get(g["index"], "")
+        table.add_row(
+            str(g["index"]), g.get("name") or "?", _fmt(g.get("utilization_pct"), ".0f", "%"), mem, power,
+            _fmt(g.get("temperature_c"), ".0f", " °C"), clock, throttle,
+            f"{_rate(g.get('pcie_tx_bytes_per_s'))} / {_rate(g.get('pcie_rx_bytes_per_s'))}",
+            f"{_rate(g.get('nvlink_tx_bytes_per_s'))} / {_rate(g.get('nvlink_rx_bytes_per_s'))}",
+            proc_text or "-", style=row_style,
+        )
+    return table
+
+
+def verdict_lines(findings: list[Any]) -> Text:
+    text = Text()
+    for f in findings:
+        style = {"error": "bold red", "warn": "bold yellow", "info": "cyan", "ok": "green"}[f.severity]
+        text.append(f"{f.severity:>5}  ", style=style)
+        text.append(f.title + "\n")
+        if f.fix:
+            text.append(f"       fix: {f.fix}\n", style="dim")
+    return text
+
+
+def compact_line(sample: dict[str, Any]) -> str:
+    """One line per sample for logs (stdout is not a terminal)."""
+    parts = [time.strftime("%H:%M:%S", time.localtime(sample["time"]))]
+    for g in sample["gpus"]:
+        if g.get("error"):
+            parts.append(f"GPU{g['index']} error")
+            continue
+        mem = g.get("memory_used_bytes")
+        parts.append(f"GPU{g['index']} {_fmt(g.get('utilization_pct'))}% "
+                     f"{_fmt(mem / 2**30 if mem is not None else None, '.1f')}GiB "
+                     f"{_fmt(g.get('power_w'))}W {_fmt(g.get('temperature_c'))}C {_fmt(g.get('sm_clock_mhz'), 'd')}MHz")
+    return " | ".join(parts)
+
+
+# ------------------------------------------------------------------------------------------
+# the command
+
+
+def _verdicts(window: collections.deque | list) -> list[Any]:
+    from gpurig.diagnose.verdicts import sample_verdicts
+
+    return sample_verdicts(list(window))
+
+
+def plot_recording(opts: MonitorOptions, console: Console) -> None:
+    from gpurig.monitor.recorder import RecordingError, read_recording
+    from gpurig.report.plots import monitor_png
+
+    assert opts.plot is not None
+    try:
+        rec = read_recording(opts.plot)
+    except RecordingError as exc:
+        raise BadInput(f"--plot: {exc}") from None
+    out = opts.out or opts.plot.with_suffix(".png")
+    png = monitor_png(rec.samples, title=f"{opts.plot.name}: {len(rec.samples)} samples")
+    if png is None:
+        raise BadInput(f"--plot: {opts.plot} has no utilisation, memory or power values to plot")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(png)
+    except OSError as exc:
+        raise BadInput(f"--out: cannot write {out} ({exc.strerror})") from None
+    findings = _verdicts(rec.samples)
+    if opts.json_out:
+        emit_json({"gpurig_version": __version__, "plot": str(out), "samples": len(rec.samples),
+                   "gpus": rec.gpu_indices, "skipped": rec.skipped, "verdicts": [f.to_dict() for f in findings]})
+        return
+    console.print(f"wrote {out}: {len(rec.samples)} samples of GPU {', '.join(map(str, rec.gpu_indices))}")
+    for note in rec.skipped:
+        console.print(f"[yellow]note[/yellow]: {note}")
+    if findings:
+        console.print(verdict_lines(findings))
+
+
+def _snapshot(sampler: Any, interval: float, sleep: Any) -> dict[str, Any]:
+    """One sample with traffic rates: NVLink and PCIe counters need two readings to give a rate."""
+    sampler.sample()
+    sleep(min(interval, 0.5))
+    return sampler.sample().to_dict()
+
+
+def run(opts: MonitorOptions, backend: Any = None, console: Console | None = None,
+        sleep: Any = time.sleep) -> int:
+    """Run the monitor; returns the exit status. `backend` replaces NVML (tests pass a FakeBackend)."""
+    from gpurig.monitor.recorder import Recorder
+    from gpurig.monitor.sampler import MonitorUnavailable, Sampler
+
+    opts.validate()
+    console = console or console_for(opts.json_out)
+    if opts.plot is not None:
+        plot_recording(opts, console)
+        return 0
+
+    sampler = Sampler(backend)
+    single = opts.once or opts.json_out
+    try:
+        sampler.open()
+    except MonitorUnavailable as exc:
+        line = f"gpurig monitor: no GPU to watch: {exc}"
+        if opts.json_out:
+            emit_json({"gpurig_version": __version__, "available": False, "reason": str(exc),
+                       "sample": None, "verdicts": []})
+            return 0
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        if single:
+            return 0
+        if not _wait_for_gpu(sampler, opts.interval, sleep):
+            return 0
+
+    recorder = Recorder(opts.record) if opts.record is not None else None
+    try:
+        if single:
+            sample = _snapshot(sampler, opts.interval, sleep)
+            findings = _verdicts([sample])
+            if recorder is not None:
+                recorder.write(sample)
+            if opts.json_out:
+                emit_json({"gpurig_version": __version__, "available": True, "reason": None,
+                           "sample": sample, "verdicts": [f.to_dict() for f in findings]})
+            else:
+                console.print(sample_table(sample, findings))
+                if findings:
+                    console.print(verdict_lines(findings))
+            return 0
+        return _loop(sampler, opts, console, recorder, sleep)
+    finally:
+        if recorder is not None:
+            recorder.close()
+        sampler.close()
+
+
+def _wait_for_gpu(sampler: Any, interval: float, sleep: Any) -> bool:
+    """Poll until NVML answers with a GPU; False when interrupted (Ctrl-C is a normal way out)."""
+    from gpurig.monitor.sampler import MonitorUnavailable
+
+    try:
+        while True:
+            sleep(max(interval, 2.0))
+            try:
+                sampler.open()
+                return True
+            except MonitorUnavailable:
+                continue
+    except KeyboardInterrupt:
+        return False
+
+
+def _loop(sampler: Any, opts: MonitorOptions, console: Console, recorder: Any, sleep: Any) -> int:
+    """Sample every `interval` seconds (on a fixed cadence, not drifting by the sampling time)."""
+    window: collections.deque = collections.deque(maxlen=VERDICT_WINDOW)
+    live = None
+    if console.is_terminal:
+        from rich.live import Live
+
+        live = Live(console=console, auto_refresh=False, transient=False)
+        live.start()
+    taken = 0
+    next_at = time.monotonic()
+    try:
+        while opts.count == 0 or taken < opts.count:
+            sample = sampler.sample().to_dict()
+            taken += 1
+            if recorder is not None:
+                recorder.write(sample)
+            window.append(sample)
+            findings = _verdicts(window)
+            if live is not None:
+                footer = Text(f"recording to {opts.record} ({recorder.written} samples)  " if recorder else "",
+                              style="dim")
+                footer.append("Ctrl-C ends", style="dim")
+                live.update(Group(sample_table(sample, findings), verdict_lines(findings), footer), refresh=True)
+            else:
+                # Plain write, not console.print: rich caches the width of every distinct string it
+                # lays out, which grows (up to its cache size) over a long recording.
+                console.file.write(compact_line(sample) + "\n")
+                console.file.flush()
+            if opts.count and taken >= opts.count:
+                break
+            next_at += opts.interval
+            delay = next_at - time.monotonic()
+            if delay < 0:  # fell behind (a slow NVML call): skip ahead rather than burst
+                next_at = time.monotonic()
+                delay = 0
+            sleep(delay)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live is not None:
+            live.stop()
+    if recorder is not None:
+        console.print(f"recorded {recorder.written} samples to {opts.record}", markup=False, highlight=False)
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("monitor", help=HELP)
+    def monitor(
+        interval: float = typer.Option(1.0, "--interval", "-i", metavar="SECONDS", help="Seconds between samples."),
+        once: bool = typer.Option(False, "--once", help="Print one snapshot and exit."),
+        json_out: bool = typer.Option(False, "--json", help="Print one snapshot as a JSON document on stdout."),
+        record: Path | None = typer.Option(None, "--record", metavar="FILE",
+                                           help="Append every sample to FILE as one JSON line (flushed each time)."),
+        count: int = typer.Option(0, "--count", "-n", metavar="N",
+                                  help="Stop after N samples (default 0: until Ctrl-C)."),
+        plot: Path | None = typer.Option(None, "--plot", metavar="FILE.jsonl",
+                                         help="Plot a recording: utilisation, memory and power over time."),
+        out: Path | None = typer.Option(None, "--out", metavar="PNG",
+                                        help="Where --plot writes the PNG (default: the recording's name, .png)."),
+    ) -> None:
+        opts = MonitorOptions(interval=interval, once=once, json_out=json_out, record=record, count=count,
+                              plot=plot, out=out)
+        # `kill` (SIGTERM) ends a background recording as cleanly as Ctrl-C does.
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            code = run(opts)
+        except KeyboardInterrupt:  # Ctrl-C is the normal way to end the monitor, wherever it lands
+            code = 0
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        if code:
+            raise typer.Exit(code)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+

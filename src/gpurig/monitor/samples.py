@@ -1,0 +1,110 @@
+"""One monitor sample: what every GPU was doing at one moment, as plain JSON-serialisable data.
+
+A sample is what `gpurig monitor --json` prints under "sample" and what `--record FILE` appends,
+one JSON object per line. Anything NVML does not give on this GPU is `None`, never an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SAMPLE_SCHEMA = 1
+
+# NVML's clock-event ("throttle") reason bits, named the way `nvidia-smi -q -d PERFORMANCE` names them.
+THROTTLE_BITS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clocks",
+}
+# Reasons that mean "the GPU is running slower than it could", as opposed to idle or a user setting.
+THERMAL_REASONS = frozenset({"sw_thermal", "hw_thermal"})
+POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake", "hw_slowdown"})
+
+
+def throttle_names(mask: int) -> list[str]:
+    """Names of the reason bits set in an NVML clock-event mask (unknown bits as hex)."""
+    names = [name for bit, name in THROTTLE_BITS.items() if mask & bit]
+    unknown = mask & ~sum(THROTTLE_BITS)
+    if unknown:
+        names.append(hex(unknown))
+    return names
+
+
+@dataclass
+class ProcessSample:
+    """A process holding memory on a GPU (`nvidia-smi --query-compute-apps=pid,used_memory`)."""
+
+    pid: int
+    name: str | None = None
+    used_memory_bytes: int | None = None
+
+
+@dataclass
+class GpuSample:
+    """One GPU at one moment. Each field names the `nvidia-smi --query-gpu` key that gives the same number."""
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    utilization_pct: float | None = None  # utilization.gpu: share of time a kernel was running
+    memory_utilization_pct: float | None = None  # utilization.memory: share of time memory was read/written
+    memory_used_bytes: int | None = None  # memory.used
+    memory_total_bytes: int | None = None  # memory.total
+    power_w: float | None = None  # power.draw
+    power_limit_w: float | None = None  # enforced.power.limit
+    temperature_c: float | None = None  # temperature.gpu
+    sm_clock_mhz: int | None = None  # clocks.sm
+    sm_clock_max_mhz: int | None = None  # clocks.max.sm
+    throttle_reasons: list[str] | None = None  # clocks_event_reasons.*: active ones, by name
+    pcie_tx_bytes_per_s: float | None = None  # PCIe bytes sent by the GPU per second
+    pcie_rx_bytes_per_s: float | None = None
+    nvlink_tx_bytes_per_s: float | None = None  # NVLink data bytes sent per second, all links together
+    nvlink_rx_bytes_per_s: float | None = None
+    processes: list[ProcessSample] = field(default_factory=list)
+    error: str | None = None  # why this GPU could not be read at all (e.g. it fell off the bus)
+
+    @property
+    def memory_used_fraction(self) -> float | None:
+        if self.memory_used_bytes is None or not self.memory_total_bytes:
+            return None
+        return self.memory_used_bytes / self.memory_total_bytes
+
+
+@dataclass
+class Sample:
+    """All GPUs at one moment. `time` is seconds since the epoch (UTC)."""
+
+    time: float
+    gpus: list[GpuSample] = field(default_factory=list)
+    schema: int = SAMPLE_SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Sample:
+        """Build a sample from its JSON form; raises ValueError naming the bad key."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected an object, got {type(data).__name__}")
+        if "time" not in data or not isinstance(data["time"], (int, float)):
+            raise ValueError("key 'time' is missing or not a number")
+        gpus_raw = data.get("gpus")
+        if not isinstance(gpus_raw, list):
+            raise ValueError("key 'gpus' is missing or not a list")
+        known = set(GpuSample.__dataclass_fields__)
+        gpus = []
+        for i, g in enumerate(gpus_raw):
+            if not isinstance(g, dict) or not isinstance(g.get("index"), int):
+                raise ValueError(f"gpus[{i}]: expected an object with an integer 'index'")
+            kwargs = {k: v for k, v in g.items() if k in known and k != "processes"}
+            procs = [ProcessSample(**{k: v for k, v in p.items() if k in ProcessSample.__dataclass_fields__})
+                     for p in g.get("processes") or [] if isinstance(p, dict) and "pid" in p]
+            gpus.append(GpuSample(**kwargs, processes=procs))
+        return cls(time=float(data["time"]), gpus=gpus, schema=int(data.get("schema", SAMPLE_SCHEMA)))

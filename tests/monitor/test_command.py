@@ -1,0 +1,168 @@
+"""`gpurig monitor` end to end: no-GPU paths through the real entry point, the view on scripted GPUs."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from gpurig.commands.monitor import MonitorOptions, run
+from gpurig.errors import BadInput
+from gpurig.monitor.recorder import Recorder
+from gpurig.monitor.sampler import FakeBackend, MonitorUnavailable, NvmlBackend, Sampler
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "monitor"
+
+
+def _nvml_has_gpu() -> bool:
+    try:
+        with Sampler(NvmlBackend()):
+            return True
+    except MonitorUnavailable:
+        return False
+
+
+needs_no_gpu = pytest.mark.skipif(_nvml_has_gpu(), reason="this machine has a GPU; the no-GPU path cannot be seen")
+
+
+def _console(terminal: bool = False) -> Console:
+    return Console(file=io.StringIO(), width=220, force_terminal=terminal, color_system=None)
+
+
+@needs_no_gpu
+def test_once_without_a_gpu_prints_one_line_and_exits_0(run_cli):
+    res = run_cli("monitor", "--once")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpurig monitor: no GPU to watch:")
+
+
+@needs_no_gpu
+def test_json_without_a_gpu_is_one_document(run_cli):
+    res = run_cli("monitor", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["available"] is False and doc["reason"] and doc["sample"] is None
+
+
+@needs_no_gpu
+def test_live_view_without_a_gpu_waits_and_ctrl_c_ends_it_cleanly():
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.Popen([sys.executable, "-m", "gpurig", "monitor", "--interval", "0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        first = proc.stdout.readline()  # printed before it starts waiting
+        assert first.startswith("gpurig monitor: no GPU to watch:")
+        assert proc.poll() is None, "it should wait for a GPU, not exit"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_plot_writes_a_png_and_judges_the_recording(run_cli, tmp_path):
+    rec = tmp_path / "run.jsonl"
+    sampler = Sampler(FakeBackend(gpus=2))
+    with Recorder(rec) as r:
+        for _ in range(5):
+            r.write(sampler.sample())
+    out = tmp_path / "plots" / "run.png"
+    res = run_cli("monitor", "--plot", str(rec), "--out", str(out), "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["plot"] == str(out) and doc["samples"] == 5 and doc["gpus"] == [0, 1]
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_defaults_to_the_recordings_name(tmp_path):
+    rec = tmp_path / "run.jsonl"
+    with Recorder(rec) as r:
+        r.write(Sampler(FakeBackend(gpus=1)).sample())
+    assert run(MonitorOptions(plot=rec), console=_console()) == 0
+    assert (tmp_path / "run.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--interval", "0"], "--interval"),
+    (["--count", "-1"], "--count"),
+    (["--out", "x.png"], "--out"),
+    (["--plot", "missing.jsonl"], "--plot"),
+    (["--plot", "x.jsonl", "--once"], "--plot"),
+    (["--json", "--record", "x.jsonl"], "--json"),
+])
+def test_bad_usage_exits_2_naming_the_flag(run_cli, tmp_path, args, flag):
+    res = run_cli("monitor", *args, cwd=tmp_path)
+    assert res.returncode == 2
+    assert flag in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_plot_of_a_file_that_is_not_a_recording_names_the_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"time": 1, "gpus": []}\nhello\n{"time": 2, "gpus": []}\n')
+    with pytest.raises(BadInput, match="line 2"):
+        run(MonitorOptions(plot=bad), console=_console())
+
+
+def test_once_on_scripted_gpus_shows_every_column_and_rates():
+    console = _console()
+    assert run(MonitorOptions(once=True), backend=FakeBackend(gpus=2), console=console, sleep=lambda s: None) == 0
+    text = console.file.getvalue()
+    for word in ("util", "memory", "power / limit", "temp", "SM clock", "throttle", "PCIe", "NVLink", "processes"):
+        assert word in text
+    assert "80.0 GB/s" in text  # NVLink rate from two readings
+    assert "python[1000]" in text
+
+
+def test_json_snapshot_on_scripted_gpus(capsys):
+    assert run(MonitorOptions(json_out=True), backend=FakeBackend(gpus=2), sleep=lambda s: None) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["available"] is True
+    assert [g["index"] for g in doc["sample"]["gpus"]] == [0, 1]
+    assert doc["sample"]["gpus"][0]["nvlink_tx_bytes_per_s"] > 0
+
+
+def _one_idle(tick, index):
+    busy = index == 0
+    return {"name": "Fake", "utilization_pct": 97.0 if busy else 0.0, "sm_clock_mhz": 1980 if busy else 345,
+            "memory_used_bytes": 2**30, "memory_total_bytes": 80 * 2**30, "throttle_reasons": [] if busy else ["gpu_idle"]}
+
+
+def test_live_view_highlights_an_idle_gpu_and_says_the_fix(tmp_path):
+    console = _console(terminal=True)
+    rec = tmp_path / "live.jsonl"
+    code = run(MonitorOptions(count=3, interval=0.01, record=rec), backend=FakeBackend(gpus=2, profile=_one_idle),
+               console=console, sleep=lambda s: None)
+    assert code == 0
+    text = console.file.getvalue()
+    assert "GPU 1 idle while GPU 0 work" in text
+    assert "fix:" in text and "nproc" in text
+    assert "recorded 3 samples" in text
+    assert len(rec.read_text().splitlines()) == 3
+
+
+def test_ctrl_c_in_the_loop_keeps_what_was_recorded(tmp_path):
+    rec = tmp_path / "r.jsonl"
+    calls = {"n": 0}
+
+    def sleep(_s):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+
+    code = run(MonitorOptions(record=rec), backend=FakeBackend(gpus=1), console=_console(), sleep=sleep)
+    assert code == 0
+    assert len(rec.read_text().splitlines()) == 4
