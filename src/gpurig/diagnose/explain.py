@@ -1,0 +1,515 @@
+"""Logs -> explanations: match text against the error catalogue (`knowledge/errors.toml`).
+
+`explain_text()` returns the catalogue entries a log matches, best first, each with the line that
+matched. It also recognises pasted `python -m torch.utils.collect_env` and `nvidia-smi` output,
+turns them into facts and runs the doctor's rules on them. `explain_run()` reads what
+`gpurig launch` collected from a failed run (`launch.collect.RunRecord`) and decides which rank
+caused it. Pure: no I/O apart from reading the catalogue shipped with the package.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import tomllib
+
+ROLES = ("primary", "timeout", "secondary")
+# A secondary match ("connection closed by peer") is a consequence of another rank's failure:
+# it goes after anything that says what actually happened.
+_ROLE_PENALTY = {"primary": 0.0, "timeout": 0.05, "secondary": 0.3}
+
+NEXT_STEPS = [
+    "Rerun with NCCL_DEBUG=INFO to see what NCCL was doing (look for 'NCCL WARN' lines).",
+    "Rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL: torch then checks that every rank calls the same collectives.",
+    "Run `gpurig doctor` to check the driver, the GPUs, the links and the framework builds.",
+]
+
+
+@dataclass
+class CatalogueEntry:
+    id: str
+    title: str
+    cause: str
+    fix: str
+    role: str
+    confidence: float
+    patterns: list[re.Pattern]
+    requires: list[re.Pattern]
+    examples: list[str]
+    near_misses: list[str]
+    source: str
+
+
+@dataclass
+class Match:
+    """One explanation: what happened, why, the fix, and the line it was read from."""
+
+    id: str
+    title: str
+    cause: str
+    fix: str
+    confidence: float
+    evidence: str
+    role: str = "primary"
+    line: int | None = None  # 1-based line of the evidence in the text
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class CatalogueError(ValueError):
+    pass
+
+
+def _compile(entry_id: str, key: str, patterns: Any) -> list[re.Pattern]:
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise CatalogueError(f"entry {entry_id}: {key} must be a list of strings")
+    out = []
+    for p in patterns:
+        try:
+            out.append(re.compile(p, re.M))
+        except re.error as exc:
+            raise CatalogueError(f"entry {entry_id}: {key} {p!r}: {exc}") from None
+    return out
+
+
+def parse_catalogue(data: dict) -> list[CatalogueEntry]:
+    entries = []
+    seen = set()
+    for raw in data.get("entry", []):
+        eid = raw.get("id")
+        for key in ("id", "title", "cause", "fix", "role", "confidence", "patterns", "examples", "source"):
+            if key not in raw:
+                raise CatalogueError(f"entry {eid or '?'}: {key} is missing")
+        if eid in seen:
+            raise CatalogueError(f"entry {eid}: the id is used twice")
+        seen.add(eid)
+        if raw["role"] not in ROLES:
+            raise CatalogueError(f"entry {eid}: role {raw['role']!r} is not one of {', '.join(ROLES)}")
+        entries.append(
+            CatalogueEntry(
+                id=eid,
+                title=raw["title"],
+                cause=raw["cause"],
+                fix=raw["fix"],
+                role=raw["role"],
+                confidence=float(raw["confidence"]),
+                patterns=_compile(eid, "patterns", raw["patterns"]),
+                requires=_compile(eid, "requires", raw.get("requires", [])),
+                examples=list(raw["examples"]),
+                near_misses=list(raw.get("near_misses", [])),
+                source=raw["source"],
+            )
+        )
+    return entries
+
+
+@lru_cache(maxsize=1)
+def load_catalogue() -> tuple[CatalogueEntry, ...]:
+    text = resources.files("gpurig.knowledge").joinpath("errors.toml").read_text(encoding="utf-8")
+    return tuple(parse_catalogue(tomllib.loads(text)))
+
+
+def _line_of(text: str, pos: int) -> tuple[int, str]:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    end = len(text) if end < 0 else end
+    return text.count("\n", 0, pos) + 1, text[start:end].strip()
+
+
+def match_entry(entry: CatalogueEntry, text: str) -> Match | None:
+    """The entry's first match in `text` (earliest line), or None."""
+    if not all(r.search(text) for r in entry.requires):
+        return None
+    best = None
+    for pattern in entry.patterns:
+        m = pattern.search(text)
+        if m and (best is None or m.start() < best.start()):
+            best = m
+    if best is None:
+        return None
+    line_no, line = _line_of(text, best.start())
+    evidence = line if len(line) <= 400 else line[:400] + " …"
+    return Match(
+        id=entry.id,
+        title=entry.title,
+        cause=entry.cause,
+        fix=entry.fix,
+        confidence=entry.confidence,
+        evidence=evidence or best.group(0),
+        role=entry.role,
+        line=line_no,
+        source=entry.source,
+    )
+
+
+def rank_matches(matches: list[Match]) -> list[Match]:
+    """Best first: the most certain explanation of this rank's own fault before consequences."""
+    return sorted(matches, key=lambda m: (-(m.confidence - _ROLE_PENALTY.get(m.role, 0.0)), m.line or 0))
+
+
+def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = None) -> list[Match]:
+    catalogue = catalogue if catalogue is not None else load_catalogue()
+    found = [m for e in catalogue if (m := match_entry(e, text)) is not None]
+    # A specific explanation hides a generic one read from the same line (the first collective
+    # timing out is a more useful reading than "a collective timed out").
+    ids = {m.id for m in found}
+    if "hang-after-nccl-init" in ids:
+        found = [m for m in found if m.id != "nccl-watchdog-timeout"]
+    if "nccl-shared-memory" in ids:
+        found = [m for m in found if m.id != "nccl-system-error"]
+    return rank_matches(found)
+
+
+# --- pasted reports ---------------------------------------------------------------------------
+
+
+def _findings_as_matches(findings: list, where: str) -> list[Match]:
+    out = []
+    for f in findings:
+        if f.severity not in ("error", "warn"):
+            continue
+        evidence = ", ".join(f"{k}={v}" for k, v in (f.evidence or {}).items()) or where
+        out.append(
+            Match(
+                id=f"doctor:{f.id}",
+                title=f.title,
+                cause=f.detail,
+                fix=f.fix,
+                confidence=0.9 if f.severity == "error" else 0.6,
+                evidence=f"{where}: {evidence}",
+                role="primary",
+                source="gpurig doctor rules, judged on the pasted report",
+            )
+        )
+    return out
+
+
+def explain_pasted_report(text: str) -> tuple[list[Match], list[str], dict | None]:
+    """Facts from pasted collect_env / nvidia-smi output, judged by the doctor's rules.
+
+    Returns (matches, notes, facts as a dict or None when the text holds no such report).
+    """
+    from gpurig.probe.pasted import facts_from_pasted
+
+    facts, kinds = facts_from_pasted(text)
+    if facts is None:
+        return [], [], None
+    notes = [f"read a pasted {' and '.join(kinds)} report"]
+    try:
+        from gpurig.diagnose.rules import judge
+    except ImportError:
+        notes.append("the doctor's rules are not available in this build; facts read but not judged")
+        return [], notes, facts.to_dict()
+    findings = judge(facts)
+    return _findings_as_matches(findings, "pasted " + " and ".join(kinds)), notes, facts.to_dict()
+
+
+@dataclass
+class Explanation:
+    matches: list[Match] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    facts: dict | None = None  # facts read from a pasted report
+    next_steps: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"matches": [m.to_dict() for m in self.matches]}
+        if self.notes:
+            data["notes"] = self.notes
+        if self.facts is not None:
+            data["facts"] = self.facts
+        if not self.matches:
+            data["next_steps"] = self.next_steps
+        return data
+
+
+def explain_text(text: str) -> Explanation:
+    """Everything `gpurig explain` says about one log or pasted report."""
+    matches = match_catalogue(text)
+    pasted, notes, facts = explain_pasted_report(text)
+    result = Explanation(matches=rank_matches(pasted + matches), notes=notes, facts=facts)
+    if not result.matches:
+        result.next_steps = list(NEXT_STEPS)
+    return result
+
+
+# --- reading a traceback --------------------------------------------------------------------
+
+_C10D_FRAME = re.compile(r'File "[^"]*distributed_c10d\.py", line \d+, in (\w+)')
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n(?:[^\n]*\]: )?\s+(\S[^\n]*)')
+_NCCL_OP = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)")
+
+
+def collective_in_text(text: str) -> tuple[str | None, int | None]:
+    """The collective a rank was in when it failed: NCCL's watchdog line, else the traceback."""
+    ops = list(_NCCL_OP.finditer(text))
+    if ops:
+        m = ops[-1]
+        return m.group(2).lower(), int(m.group(1))
+    names = _C10D_FRAME.findall(text)
+    return (names[-1] if names else None), None
+
+
+def user_frame(text: str) -> str | None:
+    """The last traceback frame outside torch and the standard library: where the user's code was."""
+    found = None
+    for m in _FRAME.finditer(text):
+        path = m.group(1)
+        if "/torch/" in path or "site-packages" in path or path.startswith("<frozen"):
+            continue
+        found = f"{path.rsplit('/', 1)[-1]}:{m.group(2)} {m.group(4).strip()}"
+    return found
+
+
+# --- a failed `gpurig launch` run --------------------------------------------------------------
+
+_EXIT_SIGNALS = {6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM", 2: "SIGINT"}
+
+
+@dataclass
+class RunDiagnosis:
+    """Why a run ended: the root-cause rank, its explanation, and for a hang who did not arrive."""
+
+    status: str  # "ok", "failed", "hang", "interrupted"
+    exit_code: int  # what `gpurig launch` exits with: the failing worker's (128+N for signal N)
+    summary: str
+    root_rank: int | None = None
+    worker_exitcode: int | None = None  # as torchrun reports it: negative for a signal
+    signal: str | None = None
+    matches: list[Match] = field(default_factory=list)
+    collective: str | None = None
+    sequence: int | None = None
+    arrived_ranks: list[int] = field(default_factory=list)
+    missing_ranks: list[int] = field(default_factory=list)
+    hang_source: str | None = None  # "flight-recorder" or "logs"
+    where: str | None = None  # the user's line the root rank was at
+    log_path: str | None = None
+    log_tail: list[str] = field(default_factory=list)
+    ranks: dict[str, str] = field(default_factory=dict)  # rank -> what its log says, one word
+    next_steps: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["matches"] = [m.to_dict() for m in self.matches]
+        return data
+
+
+def exit_code_for(worker_exitcode: int | None, fallback: int = 1) -> int:
+    """A worker's exit status as a shell sees it: 1 stays 1, killed by signal 9 (-9) becomes 137."""
+    if worker_exitcode is None:
+        return fallback
+    if worker_exitcode < 0:
+        return 128 + (-worker_exitcode)
+    return worker_exitcode or fallback
+
+
+def _exit_text(exitcode: int) -> str:
+    """The lines torchrun prints for an exit code, so the catalogue's exit-code entries apply."""
+    text = f"  exitcode  : {exitcode} (pid: 0)\n"
+    if exitcode < 0 and -exitcode in _EXIT_SIGNALS:
+        text += f"  traceback : Signal {-exitcode} ({_EXIT_SIGNALS[-exitcode]}) received by PID 0\n"
+    return text
+
+
+def _role(matches: list[Match]) -> str | None:
+    roles = {m.role for m in matches}
+    for role in ROLES:
+        if role in roles:
+            return role
+    return None
+
+
+def analyze_traces(traces: dict[int, list], world_size: int | None) -> dict[str, Any] | None:
+    """Merge flight recorder dumps: the collective some ranks entered and others never reached.
+
+    `traces` maps rank -> TraceEntry list (launch.collect.read_trace_dump). Returns None when the
+    dumps hold no collective.
+    """
+    by_pg: dict[str, dict[int, list]] = {}
+    for rank, entries in traces.items():
+        for e in entries:
+            if not e.p2p:
+                by_pg.setdefault(e.pg, {}).setdefault(rank, []).append(e)
+    best = None
+    for pg, ranks in by_pg.items():
+        last = {r: max(es, key=lambda e: e.seq) for r, es in ranks.items()}
+        top = max(e.seq for e in last.values())
+        top_entry = next(e for e in last.values() if e.seq == top)
+        unfinished = any(e.state != "completed" for e in last.values())
+        if not unfinished and best is not None:
+            continue
+        expected = set(range(world_size)) if world_size else set(traces)
+        arrived = sorted(r for r, e in last.items() if e.seq == top)
+        missing = sorted(expected - set(arrived))
+        behind = {r: last[r].seq for r in missing if r in last}
+        candidate = {
+            "process_group": pg,
+            "collective": top_entry.op.split(":")[-1],
+            "sequence": top,
+            "state": top_entry.state,
+            "arrived_ranks": arrived,
+            "missing_ranks": missing,
+            "last_sequence_of_missing": behind,
+            "no_dump_ranks": sorted(expected - set(traces)),
+        }
+        if best is None or (unfinished and (missing or not best["missing_ranks"])):
+            best = candidate
+    return best
+
+
+def explain_run(record, returncode: int, timed_out: bool = False, interrupted: bool = False, tail: int = 30) -> RunDiagnosis:
+    """Decide which rank caused the run to end, and why. `record` is a launch.collect.RunRecord."""
+    failures = {f.rank: f for f in record.failures}
+    per_rank: dict[int, list[Match]] = {}
+    roles: dict[int, str | None] = {}
+    for rank in sorted(set(record.ranks) | set(failures)):
+        log = record.ranks.get(rank)
+        text = ""
+        if log is not None:
+            text = log.text
+            if log.error_traceback and log.error_traceback not in text:
+                text += "\n" + log.error_traceback
+        log_matches = match_catalogue(text) if text else []
+        role = _role(log_matches)
+        matches = log_matches
+        if rank in failures:
+            exit_matches = match_catalogue(_exit_text(failures[rank].exitcode))
+            if role in (None, "secondary"):
+                role = _role(exit_matches) if role is None or _role(exit_matches) != "secondary" else role
+                matches = rank_matches(exit_matches + log_matches)
+            else:
+                matches = rank_matches(log_matches + [m for m in exit_matches if m.role != "secondary"])
+        per_rank[rank] = matches
+        roles[rank] = role
+    ranks_summary = {str(r): (roles[r] or "no error") for r in sorted(roles)}
+
+    def first(candidates: list[int]) -> int:
+        def key(r: int):
+            log = record.ranks.get(r)
+            when = log.error_time if log and log.error_time else float("inf")
+            torchrun_root = 0 if r in failures and failures[r].root_cause else 1
+            return (when, torchrun_root, r)
+
+        return min(candidates, key=key)
+
+    def finish(diag: RunDiagnosis, rank: int | None) -> RunDiagnosis:
+        if rank is not None:
+            log = record.ranks.get(rank)
+            if log is not None:
+                diag.log_path = log.log_paths[0] if log.log_paths else None
+                lines = log.text.splitlines()
+                diag.log_tail = lines[-tail:]
+                diag.where = diag.where or user_frame(log.text + "\n" + (log.error_traceback or ""))
+        diag.ranks = ranks_summary
+        if not diag.matches and diag.status != "ok":
+            diag.next_steps = list(NEXT_STEPS)
+        return diag
+
+    primary = [r for r, role in roles.items() if role == "primary"]
+    timeouts = [r for r, role in roles.items() if role == "timeout"]
+
+    if primary:
+        root = first(primary)
+        f = failures.get(root)
+        code = f.exitcode if f else None
+        diag = RunDiagnosis(
+            status="failed",
+            exit_code=exit_code_for(code, returncode or 1),
+            summary="",
+            root_rank=root,
+            worker_exitcode=code,
+            signal=_EXIT_SIGNALS.get(-code) if code and code < 0 else None,
+            matches=per_rank[root],
+        )
+        title = per_rank[root][0].title if per_rank[root] else "failed"
+        how = f" (exit code {code}{', ' + diag.signal if diag.signal else ''})" if code is not None else ""
+        diag.summary = f"rank {root} failed first{how}: {title}"
+        return finish(diag, root)
+
+    if timeouts:
+        waiting = first(timeouts)
+        world = record.world_size or (max(set(record.ranks) | set(failures), default=-1) + 1) or None
+        merged = analyze_traces(record.traces, world) if record.traces else None
+        diag = RunDiagnosis(status="hang", exit_code=1, summary="", matches=per_rank[waiting])
+        if merged:
+            diag.hang_source = "flight-recorder"
+            diag.collective = merged["collective"]
+            diag.sequence = merged["sequence"]
+            diag.arrived_ranks = merged["arrived_ranks"]
+            diag.missing_ranks = merged["missing_ranks"]
+        else:
+            diag.hang_source = "logs"
+            log = record.ranks.get(waiting)
+            op, seq = collective_in_text(log.text if log else "")
+            diag.collective, diag.sequence = op, seq
+            diag.arrived_ranks = sorted(timeouts)
+            everyone = set(range(world)) if world else set(record.ranks)
+            diag.missing_ranks = sorted(everyone - set(timeouts))
+        f = failures.get(waiting)
+        diag.worker_exitcode = f.exitcode if f else None
+        diag.exit_code = exit_code_for(diag.worker_exitcode, returncode or 1)
+        op = diag.collective or "a collective"
+        seq = f" #{diag.sequence}" if diag.sequence else ""
+        if diag.missing_ranks:
+            who = ", ".join(str(r) for r in diag.missing_ranks)
+            diag.summary = (
+                f"hang: rank(s) {', '.join(str(r) for r in diag.arrived_ranks)} waited in {op}{seq} until the "
+                f"timeout; rank(s) {who} never arrived (read from the {diag.hang_source})"
+            )
+            root = diag.missing_ranks[0]
+        else:
+            diag.summary = (
+                f"hang: every rank entered {op}{seq} and none finished: not a missing rank but a stuck "
+                f"collective (network or peer-to-peer), read from the {diag.hang_source}"
+            )
+            root = waiting
+        diag.root_rank = root
+        diag.where = user_frame(record.ranks[waiting].text) if waiting in record.ranks else None
+        return finish(diag, root)
+
+    if interrupted:
+        return finish(RunDiagnosis(status="interrupted", exit_code=130, summary="interrupted (Ctrl-C): every worker was stopped"), None)
+
+    if failures:
+        root_entry = next((f for f in record.failures if f.root_cause), record.failures[0])
+        root = root_entry.rank
+        diag = RunDiagnosis(
+            status="failed",
+            exit_code=exit_code_for(root_entry.exitcode, returncode or 1),
+            summary=f"rank {root} failed first (exit code {root_entry.exitcode})",
+            root_rank=root,
+            worker_exitcode=root_entry.exitcode,
+            signal=root_entry.signal,
+            matches=per_rank.get(root, []),
+        )
+        return finish(diag, root)
+
+    if timed_out:
+        diag = RunDiagnosis(
+            status="hang",
+            exit_code=124,
+            summary="the run did not finish within --max-time and no rank reported an error; the last lines of each rank show where they were",
+        )
+        return finish(diag, min(record.ranks) if record.ranks else None)
+
+    if returncode == 0:
+        return finish(RunDiagnosis(status="ok", exit_code=0, summary="every worker finished"), None)
+
+    # torchrun itself failed before any worker ran (bad script path, rendezvous error, ...).
+    matches = match_catalogue(record.launcher_tail)
+    diag = RunDiagnosis(
+        status="failed",
+        exit_code=returncode if returncode > 0 else exit_code_for(returncode),
+        summary="torchrun failed before the workers ran" + (f": {matches[0].title}" if matches else ""),
+        matches=matches,
+        log_tail=record.launcher_tail.splitlines()[-tail:],
+    )
+    diag.ranks = ranks_summary
+    if not matches:
+        diag.next_steps = list(NEXT_STEPS)
+    return diag
