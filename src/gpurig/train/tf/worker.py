@@ -256,12 +256,15 @@ def train(job: dict[str, Any]) -> int:
         return (strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
                 strategy.reduce(tf.distribute.ReduceOp.SUM, correct, axis=None))
 
+    @tf.function
+    def stop_votes(flag):
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(flag,)), axis=None)
+
     def agree_stop(local: bool) -> bool:
-        """All workers stop together: the flag of any worker, all-reduced (MAX)."""
+        """All workers stop together: any worker's stop flag, summed over workers by a collective."""
         if workers == 1:
             return local
-        value = strategy.run(lambda: tf.constant(1.0 if local else 0.0))
-        return bool(strategy.reduce(tf.distribute.ReduceOp.MAX, value, axis=None).numpy() > 0)
+        return bool(stop_votes(tf.constant(1.0 if local else 0.0)).numpy() > 0)
 
     eval_ds = pipe.eval_dataset()
 
@@ -373,6 +376,8 @@ def train(job: dict[str, Any]) -> int:
         save("end of training")
     if writer:
         writer.flush()
+    if workers > 1:
+        agree_stop(False)  # a barrier: no worker leaves while another still needs it for a collective
 
     # Step time from the log windows; the first window holds tf.function tracing, so leave it out
     # when there are others.
