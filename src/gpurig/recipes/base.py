@@ -120,6 +120,8 @@ def parse_gpu_selection(value: str, host: HostSummary | None = None, flag: str =
     if not parts or any(not p.isdigit() for p in parts):
         raise BadInput(f"{flag} must be 'all' or GPU indices like '0,1', got {value!r}")
     indices = [int(p) for p in parts]
+    if host is not None and not host.has_gpu:
+        raise BadInput(f"{flag} {value!r}: the host has no GPU (use --facts FILE from the GPU machine)")
     if len(set(indices)) != len(indices):
         raise BadInput(f"{flag} lists a GPU twice: {value!r}")
     if host is not None and host.gpu_count and max(indices) >= host.gpu_count:

@@ -102,7 +102,6 @@ def _plan(host: HostSummary, opts: ContainerOptions) -> _Plan:
             "doubled for headroom (at least 1 GiB, for NCCL's shared-memory buffers); "
             "a private IPC namespace keeps other users' shared memory out of reach"
         )
-    reasons.append(("--ipc=host: " if shm_size is None else f"--shm-size={shm_size}g: ") + shm_why)
 
     bind = "0.0.0.0" if opts.public else "127.0.0.1"
     ports: list[tuple[str, int, str]] = []
@@ -179,9 +178,10 @@ def docker_run_recipe(host: HostSummary, opts: ContainerOptions) -> Recipe:
     head = [
         "#!/usr/bin/env bash",
         f"# docker run for {host.describe()}; made by `gpurig env docker-run`.",
-        "# Needs the NVIDIA Container Toolkit on the host (it is what makes --gpus work).",
-        "# Why each flag is there:",
     ]
+    if host.has_gpu:
+        head.append("# Needs the NVIDIA Container Toolkit on the host (it is what makes --gpus work).")
+    head.append("# Why each flag is there:")
     width = max(len(f) for f, _ in flags)
     head += [f"#   {f.ljust(width)}  {why}" for f, why in flags]
     lines = ["docker run \\"] + [f"  {f} \\" for f, _ in flags]
@@ -202,7 +202,8 @@ def compose_recipe(host: HostSummary, opts: ContainerOptions) -> Recipe:
     plan = _plan(host, opts)
     y: list[str] = [
         f"# docker compose file for {host.describe()}; made by `gpurig env docker-run --compose`.",
-        "# Start with `docker compose up -d`; needs the NVIDIA Container Toolkit on the host.",
+        "# Start with `docker compose up -d`"
+        + ("; needs the NVIDIA Container Toolkit on the host." if host.has_gpu else "."),
         "services:",
         f"  {opts.name}:  # the training container",
         f"    image: {opts.image}  # the image `docker build -t {opts.image} .` makes from `gpurig env dockerfile`",
@@ -257,10 +258,12 @@ def compose_recipe(host: HostSummary, opts: ContainerOptions) -> Recipe:
             y.append(f"              device_ids: [{ids}]  # your share of a shared server")
         y.append("              capabilities: [gpu]")
     text = "\n".join(y) + "\n"
+    shm = "ipc: host" if plan.shm_size_gib is None else f"shm_size: {plan.shm_size_gib}gb"
     return Recipe(
         kind="compose",
         text=text,
-        reasons=plan.reasons,
+        reasons=[*plan.reasons, f"{shm}: {plan.shm_why}", "ulimits memlock -1 and stack 64 MiB: pinned memory "
+                 "and the stack NVIDIA's framework containers ask for"],
         warnings=plan.warnings,
         facts_used=host.to_dict() | {"nproc": plan.nproc},
     )
