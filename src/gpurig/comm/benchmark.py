@@ -66,7 +66,9 @@ def _capture(call: Callable[[], Any], iters: int) -> torch.cuda.CUDAGraph:
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    # thread_local: the process group's watchdog thread keeps polling CUDA events during capture,
+    # which the default (global) mode would count as an illegal call and abort the capture.
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
         for _ in range(iters):
             call()
     torch.cuda.synchronize()
@@ -148,14 +150,16 @@ def p2p_matrix(ctx, nbytes: int, repeats: int = 5, copies: int = 4) -> dict[str,
     devices = [torch.device("cuda", i) for i in range(n)]
     # Per GPU and direction a source and a destination buffer, so the two directions never share one.
     bufs = {d.index: [torch.empty(nbytes, dtype=torch.uint8, device=d) for _ in range(4)] for d in devices}
-    streams = {d.index: (torch.cuda.Stream(d), torch.cuda.Stream(d)) for d in devices}
+    # Four streams per GPU: for each direction one on the source side and one on the destination
+    # side (torch orders a cross-device copy with the current stream of both devices).
+    streams = {d.index: [torch.cuda.Stream(d) for _ in range(4)] for d in devices}
 
     def sync(*idx: int) -> None:
         for i in idx:
             torch.cuda.synchronize(i)
 
     def copy(src: int, dst: int, which: int) -> None:
-        with torch.cuda.stream(streams[src][which]), torch.cuda.stream(streams[dst][1 - which]):
+        with torch.cuda.stream(streams[src][2 * which]), torch.cuda.stream(streams[dst][2 * which + 1]):
             bufs[dst][2 * which + 1].copy_(bufs[src][2 * which], non_blocking=True)
 
     out: dict[str, Any] = {"bytes": nbytes, "pairs": {}}

@@ -142,6 +142,7 @@ def run_verify(
     profile: str = "full",
     echo: Callable[[str], None] | None = None,
     checks: tuple[str, ...] = WORKER_CHECKS,
+    quick: bool = False,
 ) -> VerifyResult:
     """Run every check and return the verdict; raises `BadInput` for bad arguments.
 
@@ -149,7 +150,10 @@ def run_verify(
     facts: a `RigFacts` to judge the transport against (default: read this machine's).
     profile: "full" (GPU messages up to 400 MB) or "quick" (up to 64 MB), for `gpurig check`.
     echo: receives a line as each check finishes (rank 0's progress).
+    quick: the same as profile="quick".
     """
+    if quick:
+        profile = "quick"
     if timeout <= 0:
         raise BadInput(f"--timeout must be a positive number of seconds, got {timeout:g}")
     if profile not in ("full", "quick"):

@@ -96,6 +96,11 @@ class Context:
         self.collective(check, "barrier", what, lambda: dist.barrier(group=self.cpu_group))
 
 
+def setup_context(run_dir: str | Path, device: str, timeout: float = 60.0, profile: str = "full") -> Context:
+    """Join the torchrun job as a worker (process group, watchdog, per-rank files); for scripts too."""
+    return _setup(argparse.Namespace(run_dir=str(run_dir), device=device, timeout=timeout, profile=profile))
+
+
 def _setup(args: argparse.Namespace) -> Context:
     import torch
     import torch.distributed as dist
