@@ -51,6 +51,17 @@ def host_max_cuda(host: HostSummary) -> str | None:
     return None
 
 
+def _driver_too_old_for_gpus(host: HostSummary) -> list[str]:
+    """Advice when the driver predates a GPU's architecture: no image or wheel helps then."""
+    advice = []
+    for cc in host.compute_capabilities:
+        floor = L.min_driver_for_gpu(cc)
+        if host.driver_version and floor and not L.driver_meets(host.driver_version, floor):
+            advice.append(f"driver {host.driver_version} is older than the first driver that knows compute "
+                          f"capability {cc} ({floor}): upgrade the driver to {floor} or later")
+    return advice
+
+
 def _newer(a: str, b: str) -> bool:
     return L.version_key(a) > L.version_key(b)
 
@@ -87,6 +98,10 @@ def torch_image(host: HostSummary, torch_version: str | None = None, python: str
         )
     max_cuda = host_max_cuda(host)
     caps = host.compute_capabilities
+    too_old = _driver_too_old_for_gpus(host)
+    if too_old:
+        return BaseImage(image="", framework="torch", framework_version="", cuda=None, pip_package="torch",
+                         reasons=["the driver does not support the GPU"], fits=False, advice=too_old)
     for rel in releases:
         if L.version_key(rel.torch) < L.version_key(PYTORCH_FIRST_RELEASE):
             continue
@@ -154,6 +169,10 @@ def tf_image(host: HostSummary, tf_version: str | None = None) -> BaseImage:
                          cuda=None, pip_package="tensorflow",
                          reasons=[f"no NVIDIA GPU on the host: the CPU image of TensorFlow {b.tf_version}"])
     max_cuda = host_max_cuda(host)
+    too_old = _driver_too_old_for_gpus(host)
+    if too_old:
+        return BaseImage(image="", framework="tf", framework_version="", cuda=None, pip_package="tensorflow",
+                         reasons=["the driver does not support the GPU"], fits=False, advice=too_old)
     for b in builds:
         if max_cuda and _newer(b.cuda, max_cuda):
             continue

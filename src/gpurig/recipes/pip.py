@@ -72,12 +72,21 @@ def _torch_advice(host: HostSummary, python: str | None, torch_version: str | No
                               f"environment with one of those")
         newest = L.torch_wheel_for_host(None, cc, python, torch_version)
         if newest and driver:
-            need = L.min_driver_for_cuda(newest.cuda)
-            if newest.coverage == "ptx":
-                need = L.full_driver_for_cuda(newest.cuda) or need
-            if not L.driver_meets(driver, need) and not (floor and L.driver_meets(floor, need)):
-                advice.append(f"upgrade the driver to {need} or later to run torch {newest.torch_version} "
-                              f"{newest.variant} (CUDA {newest.cuda})")
+            # The lowest driver that runs the newest release on this GPU: try each driver floor the
+            # release's variants have, lowest first, and let the loader judge.
+            floors = set()
+            for variant in L.torch_variants(newest.torch_version):
+                cuda = L.variant_cuda(variant)
+                floors.update(d for d in (L.min_driver_for_cuda(cuda), L.full_driver_for_cuda(cuda)) if d)
+            floors = {f for f in floors if not (floor and not L.driver_meets(f, floor))}
+            for need in sorted(floors, key=L.version_key):
+                wheel = L.torch_wheel_for_host(need, cc, python, newest.torch_version)
+                if wheel is None:
+                    continue
+                if not L.driver_meets(driver, need) and not (floor and L.driver_meets(floor, need)):
+                    advice.append(f"upgrade the driver to {need} or later to run torch {wheel.torch_version} "
+                                  f"{wheel.variant} (CUDA {wheel.cuda})")
+                break
     return list(dict.fromkeys(advice))  # once each, in order
 
 
