@@ -32,6 +32,10 @@ UNSUPPORTED = {
     "data.dataset": ({"synthetic-token"}, "digits, mnist, cifar10, imagefolder or synthetic-image"),
     "train.strategy": ({"fsdp"}, "ddp (MirroredStrategy replicates the model)"),
 }
+TF_FIXES = {
+    "input-bound": "tf.data already maps in parallel and prefetches (AUTOTUNE): raise data.batch_size, keep file "
+                   "datasets on local disk, lower data.image_size, or use a dataset held in memory",
+}
 SHUTDOWN_GRACE_S = 60.0  # a SIGTERMed worker finishes its step and writes a checkpoint in this time
 
 
@@ -53,7 +57,7 @@ def local_gpus(facts=None) -> list[dict[str, Any]]:
     """The GPUs a CUDA program started now would use: index, compute capability, memory (NVML, no CUDA)."""
     rows: list[dict[str, Any]] = []
     if facts is not None:
-        rows = [{"index": g.index, "uuid": g.uuid, "compute_capability": g.compute_capability,
+        rows = [{"index": g.index, "uuid": g.uuid, "name": g.name, "compute_capability": g.compute_capability,
                  "memory_total_bytes": int(g.memory_total_mib * 2**20) if g.memory_total_mib else None}
                 for g in facts.gpus]
     else:
@@ -66,7 +70,9 @@ def local_gpus(facts=None) -> list[dict[str, Any]]:
                     h = pynvml.nvmlDeviceGetHandleByIndex(i)
                     major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
                     uuid = pynvml.nvmlDeviceGetUUID(h)
+                    name = pynvml.nvmlDeviceGetName(h)
                     rows.append({"index": i, "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
+                                 "name": name.decode() if isinstance(name, bytes) else name,
                                  "compute_capability": f"{major}.{minor}",
                                  "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total)})
             finally:
@@ -167,7 +173,8 @@ def plan_tf_job(
         "tf_config": cluster.tf_config,
         "global_batch": gb.value,
         "resume": bool(resume),
-        "memory_total_bytes": sum(mem) if mem else None,
+        "memory_total_bytes": min(mem) if mem else None,  # per device, as the torch summary reports it
+        "device_name": gpus[0].get("name") if gpus else "cpu",
         "choices": [c.to_dict() for c in choices],
     }
 
@@ -205,22 +212,16 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, old)
 
 
-def verdicts_for(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Where the step time went, as verdict findings (id, severity, title, detail, fix)."""
-    out = []
-    wait = (result.get("step_time") or {}).get("data_wait_fraction")
-    if wait is not None and wait > 0.2:
-        out.append({"id": "input-bound", "severity": "warn",
-                    "title": f"the input pipeline holds the replicas back ({wait:.0%} of step time waiting for data)",
-                    "detail": "tf.data could not prepare the next global batch while the step ran",
-                    "fix": "raise data.batch_size, keep file datasets on fast local disk, or decode fewer/smaller images"})
-    elif wait is not None:
-        out.append({"id": "compute-bound", "severity": "ok",
-                    "title": f"compute-bound: {wait:.0%} of step time waiting for data",
-                    "detail": "the input pipeline keeps up", "fix": ""})
-    if result.get("status") == "stopped":
-        out.append({"id": "stopped-early", "severity": "info", "title": f"stopped by {result.get('stopped_by')}",
-                    "detail": f"checkpoint {result.get('checkpoint')}", "fix": "run again with --resume to continue"})
+def verdicts_for(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where the step time went: the same bottleneck verdicts as the PyTorch trainer's."""
+    try:
+        from gpurig.diagnose.verdicts import training_verdicts
+    except ImportError:
+        return []
+    out = [f.to_dict() for f in training_verdicts(summary)]
+    for v in out:  # the shared verdicts speak of DataLoaders; say what helps a tf.data pipeline instead
+        if v.get("id") in TF_FIXES:
+            v["fix"] = TF_FIXES[v["id"]]
     return out
 
 

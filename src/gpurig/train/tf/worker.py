@@ -257,6 +257,17 @@ def train(job: dict[str, Any]) -> int:
                 strategy.reduce(tf.distribute.ReduceOp.SUM, correct, axis=None))
 
     @tf.function
+    def sum_over_workers(values):
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(values,)), axis=None)
+
+    def gather_rows(row: list[float]) -> list[list[float]]:
+        """Each worker's row, gathered by a sum over a table where each worker fills its own line."""
+        table = np.zeros((workers, len(row)), dtype=np.float64)
+        table[worker_index] = row
+        summed = sum_over_workers(tf.constant(table)).numpy() / local_replicas
+        return summed.tolist()
+
+    @tf.function
     def stop_votes(flag):
         return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(flag,)), axis=None)
 
@@ -288,6 +299,7 @@ def train(job: dict[str, Any]) -> int:
     final_loss = None
     accuracy = None
     stopped = None
+    evals: list[dict[str, Any]] = []
     t_start = time.monotonic()
     say(f"training {cfg.model.name} on {cfg.data.dataset}: {replicas} replicas, global batch {global_batch}, "
         f"{total_steps} steps ({steps_per_epoch} per epoch), policy {policy}")
@@ -299,74 +311,157 @@ def train(job: dict[str, Any]) -> int:
         if chief:
             print(f"checkpoint {path} ({reason})", flush=True)
 
-    epoch = start_epoch
-    while epoch < epochs and step < total_steps:
-        first_skip = skip if epoch == start_epoch else 0
-        epoch_var.assign(epoch)
+    def run_custom() -> int | None:
+        nonlocal step, final_loss, accuracy, stopped, epoch
+        epoch = start_epoch
+        while epoch < epochs and step < total_steps:
+            first_skip = skip if epoch == start_epoch else 0
+            epoch_var.assign(epoch)
 
-        def dataset_fn(ctx, epoch=epoch, first_skip=first_skip):
-            return pipe.train_epoch(epoch, global_batch, per_replica, ctx.input_pipeline_id,
-                                    local_replicas, skip_steps=first_skip)
+            def dataset_fn(ctx, epoch=epoch, first_skip=first_skip):
+                return pipe.train_epoch(epoch, global_batch, per_replica, ctx.input_pipeline_id,
+                                        local_replicas, skip_steps=first_skip)
 
-        dist = strategy.distribute_datasets_from_function(dataset_fn)
-        it = iter(dist)
-        in_epoch = first_skip
-        w_start = time.perf_counter()
-        w_wait = 0.0
-        w_steps = 0
-        while in_epoch < steps_per_epoch and step < total_steps:
-            t0 = time.perf_counter()
-            batch = next(it)
-            w_wait += time.perf_counter() - t0
-            loss_t, _correct = train_step(batch)
-            step += 1
-            in_epoch += 1
-            w_steps += 1
-            step_in_epoch_var.assign(in_epoch % steps_per_epoch)
-            if in_epoch == steps_per_epoch:
-                epoch_var.assign(epoch + 1)
-            local_stop = Stop.requested is not None or (
-                cfg.train.max_seconds > 0 and time.monotonic() - t_start > cfg.train.max_seconds)
-            log_now = step % log_every == 0 or step == total_steps or in_epoch == steps_per_epoch
-            if workers == 1:
-                if local_stop:
-                    stopped = Stop.requested or "max_seconds"
-            elif log_now and agree_stop(local_stop):
-                # Every worker must leave at the same step (a collective waits for all of them).
-                stopped = Stop.requested or ("max_seconds" if local_stop else "SIGTERM on another worker")
-            if log_now or stopped:
-                # Reading the loss is a host-device sync point: only here, every log_every steps.
-                final_loss = float(loss_t)
-                if not math.isfinite(final_loss):
-                    print(f"gpurig: error: the loss is {final_loss} at step {step} (lower optim.lr, or use "
-                          "precision=fp32)", file=sys.stderr)
-                    return 1
-                elapsed = time.perf_counter() - w_start
-                windows.append({"steps": w_steps, "seconds": elapsed, "data_wait": w_wait})
-                lr = float(optimizer.learning_rate) if not callable(optimizer.learning_rate) else float(
-                    optimizer.learning_rate(optimizer.iterations))
-                if writer:
-                    with writer.as_default(step=step):
-                        tf.summary.scalar("train/loss", final_loss)
-                        tf.summary.scalar("train/lr", lr)
-                        tf.summary.scalar("train/samples_per_s", w_steps * global_batch / max(elapsed, 1e-9))
-                say(f"step {step}/{total_steps}  epoch {epoch + 1}  loss {final_loss:.4f}  lr {lr:.3g}  "
-                    f"{w_steps * global_batch / max(elapsed, 1e-9):.0f} samples/s")
-                w_start, w_wait, w_steps = time.perf_counter(), 0.0, 0
-            if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0 and not stopped:
-                save(f"every {cfg.checkpoint.every_steps} steps")
+            dist = strategy.distribute_datasets_from_function(dataset_fn)
+            it = iter(dist)
+            in_epoch = first_skip
+            w_start = time.perf_counter()
+            w_wait = 0.0
+            w_steps = 0
+            while in_epoch < steps_per_epoch and step < total_steps:
+                t0 = time.perf_counter()
+                batch = next(it)
+                w_wait += time.perf_counter() - t0
+                loss_t, _correct = train_step(batch)
+                step += 1
+                in_epoch += 1
+                w_steps += 1
+                step_in_epoch_var.assign(in_epoch % steps_per_epoch)
+                if in_epoch == steps_per_epoch:
+                    epoch_var.assign(epoch + 1)
+                local_stop = Stop.requested is not None or (
+                    cfg.train.max_seconds > 0 and time.monotonic() - t_start > cfg.train.max_seconds)
+                log_now = step % log_every == 0 or step == total_steps or in_epoch == steps_per_epoch
+                if workers == 1:
+                    if local_stop:
+                        stopped = Stop.requested or "max_seconds"
+                elif log_now and agree_stop(local_stop):
+                    # Every worker must leave at the same step (a collective waits for all of them).
+                    stopped = Stop.requested or ("max_seconds" if local_stop else "SIGTERM on another worker")
+                if log_now or stopped:
+                    # Reading the loss is a host-device sync point: only here, every log_every steps.
+                    final_loss = float(loss_t)
+                    if not math.isfinite(final_loss):
+                        print(f"gpurig: error: the loss is {final_loss} at step {step} (lower optim.lr, or use "
+                              "precision=fp32)", file=sys.stderr)
+                        return 1
+                    elapsed = time.perf_counter() - w_start
+                    windows.append({"steps": w_steps, "seconds": elapsed, "data_wait": w_wait})
+                    lr = float(optimizer.learning_rate) if not callable(optimizer.learning_rate) else float(
+                        optimizer.learning_rate(optimizer.iterations))
+                    if writer:
+                        with writer.as_default(step=step):
+                            tf.summary.scalar("train/loss", final_loss)
+                            tf.summary.scalar("train/lr", lr)
+                            tf.summary.scalar("train/samples_per_s", w_steps * global_batch / max(elapsed, 1e-9))
+                    say(f"step {step}/{total_steps}  epoch {epoch + 1}  loss {final_loss:.4f}  lr {lr:.3g}  "
+                        f"{w_steps * global_batch / max(elapsed, 1e-9):.0f} samples/s")
+                    w_start, w_wait, w_steps = time.perf_counter(), 0.0, 0
+                if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0 and not stopped:
+                    save(f"every {cfg.checkpoint.every_steps} steps")
+                if stopped:
+                    break
             if stopped:
                 break
-        if stopped:
-            break
-        epoch += 1
-        last_epoch = epoch >= epochs or step >= total_steps
-        if eval_ds is not None and (epoch % cfg.eval.every_epochs == 0 or last_epoch):
-            accuracy = evaluate()
-            if writer:
-                with writer.as_default(step=step):
-                    tf.summary.scalar("eval/accuracy", accuracy)
-            say(f"epoch {epoch}: test accuracy {accuracy:.4f}")
+            epoch += 1
+            last_epoch = epoch >= epochs or step >= total_steps
+            if eval_ds is not None and (epoch % cfg.eval.every_epochs == 0 or last_epoch):
+                accuracy = evaluate()
+                evals.append({"epoch": epoch, "step": step, "accuracy": accuracy})
+                if writer:
+                    with writer.as_default(step=step):
+                        tf.summary.scalar("eval/accuracy", accuracy)
+                say(f"epoch {epoch}: test accuracy {accuracy:.4f}")
+        return None
+
+    def run_fit() -> int | None:
+        """Keras model.fit, one call per epoch on the same per-replica datasets as the custom loop."""
+        nonlocal step, final_loss, accuracy, stopped, epoch
+        model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        window = {"start": time.perf_counter(), "steps": 0}
+        bad_loss: list[float] = []
+
+        class Hooks(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                nonlocal step, final_loss, stopped
+                step += 1
+                window["steps"] += 1
+                in_epoch = first_skip + batch + 1
+                step_in_epoch_var.assign(in_epoch % steps_per_epoch)
+                if in_epoch == steps_per_epoch:
+                    epoch_var.assign(epoch + 1)
+                local_stop = Stop.requested is not None or (
+                    cfg.train.max_seconds > 0 and time.monotonic() - t_start > cfg.train.max_seconds)
+                log_now = step % log_every == 0 or step == total_steps or in_epoch == steps_per_epoch
+                if workers == 1 and local_stop:
+                    stopped = Stop.requested or "max_seconds"
+                elif workers > 1 and log_now and agree_stop(local_stop):
+                    stopped = Stop.requested or ("max_seconds" if local_stop else "SIGTERM on another worker")
+                if log_now or stopped:
+                    # fit's "loss" is the running mean over the epoch so far.
+                    final_loss = float((logs or {}).get("loss", float("nan")))
+                    if not math.isfinite(final_loss):
+                        bad_loss.append(final_loss)
+                        self.model.stop_training = True
+                        return
+                    elapsed = time.perf_counter() - window["start"]
+                    windows.append({"steps": window["steps"], "seconds": elapsed, "data_wait": None})
+                    if writer:
+                        with writer.as_default(step=step):
+                            tf.summary.scalar("train/loss", final_loss)
+                    say(f"step {step}/{total_steps}  epoch {epoch + 1}  loss {final_loss:.4f}  "
+                        f"{window['steps'] * global_batch / max(elapsed, 1e-9):.0f} samples/s")
+                    window["start"], window["steps"] = time.perf_counter(), 0
+                if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0 and not stopped:
+                    save(f"every {cfg.checkpoint.every_steps} steps")
+                if stopped:
+                    self.model.stop_training = True
+
+        epoch = start_epoch
+        while epoch < epochs and step < total_steps:
+            first_skip = skip if epoch == start_epoch else 0
+            epoch_var.assign(epoch)
+            n = min(steps_per_epoch - first_skip, total_steps - step)
+
+            def dataset_fn(ctx, epoch=epoch, first_skip=first_skip):
+                return pipe.train_epoch(epoch, global_batch, per_replica, ctx.input_pipeline_id,
+                                        local_replicas, skip_steps=first_skip)
+
+            dist = strategy.distribute_datasets_from_function(dataset_fn)
+            window["start"], window["steps"] = time.perf_counter(), 0
+            model.fit(dist, epochs=1, steps_per_epoch=n, verbose=0, callbacks=[Hooks()])
+            if bad_loss:
+                print(f"gpurig: error: the loss is {bad_loss[0]} at step {step} (lower optim.lr, or use "
+                      "precision=fp32)", file=sys.stderr)
+                return 1
+            if stopped:
+                break
+            epoch += 1
+            last_epoch = epoch >= epochs or step >= total_steps
+            if eval_ds is not None and (epoch % cfg.eval.every_epochs == 0 or last_epoch):
+                accuracy = evaluate()
+                evals.append({"epoch": epoch, "step": step, "accuracy": accuracy})
+                if writer:
+                    with writer.as_default(step=step):
+                        tf.summary.scalar("eval/accuracy", accuracy)
+                say(f"epoch {epoch}: test accuracy {accuracy:.4f}")
+        return None
+
+    epoch = start_epoch
+    failed = run_fit() if cfg.tf.loop == "fit" else run_custom()
+    if failed:
+        return failed
+
     train_seconds = time.monotonic() - t_start
 
     if stopped:
@@ -376,71 +471,87 @@ def train(job: dict[str, Any]) -> int:
         save("end of training")
     if writer:
         writer.flush()
-    if workers > 1:
-        agree_stop(False)  # a barrier: no worker leaves while another still needs it for a collective
-
     # Step time from the log windows; the first window holds tf.function tracing, so leave it out
-    # when there are others.
+    # when there are others ("the first iteration is an outlier").
     timed = windows[1:] if len(windows) > 1 else windows
     t_steps = sum(w["steps"] for w in timed)
     t_secs = sum(w["seconds"] for w in timed)
-    t_wait = sum(w["data_wait"] for w in timed)
-    per_step = [w["seconds"] / w["steps"] for w in timed if w["steps"]]
-    samples_per_s = t_steps * global_batch / t_secs if t_secs > 0 else None
-    peak = total_mem = None
+    waits_known = all(w["data_wait"] is not None for w in timed)  # model.fit does not expose it
+    t_wait = sum(w["data_wait"] for w in timed) if waits_known else None
+    mean_s = t_secs / t_steps if t_steps else None
+    wait_s = t_wait / t_steps if (t_steps and t_wait is not None) else None
+    peak = None
     if job["device"] == "gpu":
         try:
-            peak = sum(int(tf.config.experimental.get_memory_info(f"GPU:{i}")["peak"]) for i in range(local_replicas))
+            peak = max(int(tf.config.experimental.get_memory_info(f"GPU:{i}")["peak"]) for i in range(local_replicas))
         except Exception:  # the allocator does not report it on every build: missing is a value
             peak = None
-        total_mem = job.get("memory_total_bytes")
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB; the process peak
+    mine = [mean_s or 0.0, -1.0 if wait_s is None else wait_s, float(peak or 0), float(t_steps)]
+    rows = gather_rows(mine) if workers > 1 else [mine]  # also a barrier: nobody leaves early
+    per_rank = [{
+        "rank": i,
+        "replicas": local_replicas,
+        "step_time_s": r[0] or None,
+        "data_wait_s": r[1] if (r[0] and r[1] >= 0) else None,
+        "compute_s": (r[0] - r[1]) if (r[0] and r[1] >= 0) else None,
+        "comm_exposed_s": None,  # all-reduce runs inside the step's graph; not separated in TensorFlow
+        "peak_memory_bytes": int(r[2]) or None,
+        "steps_timed": int(r[3]),
+    } for i, r in enumerate(rows)]
+    step_means = [r["step_time_s"] for r in per_rank if r["step_time_s"]]
+    mean_all = sum(step_means) / len(step_means) if step_means else None
+    waits = [r["data_wait_s"] for r in per_rank if r["data_wait_s"] is not None]
+    wait_all = sum(waits) / len(waits) if waits else None
+    rate = global_batch / mean_all if mean_all else None
     result = {
         "framework": "tf",
-        "status": "stopped" if stopped else "completed",
-        "stopped_by": stopped,
         "world_size": replicas,
         "workers": workers,
         "worker_index": worker_index,
         "device": job["device_label"],
-        "steps": step,
-        "steps_this_run": step - start_step,
-        "epochs": epoch if not stopped else step / steps_per_epoch,
-        "resumed_from": resumed_from,
+        "device_name": job.get("device_name") or job["device_label"],
+        "strategy": "multi_worker_mirrored" if workers > 1 else "mirrored",
+        "model": cfg.model.name,
+        "dataset": cfg.data.dataset,
+        "params": int(model.count_params()),
+        "unit": "samples",
+        "samples_per_s": rate,
+        "samples_per_s_per_device": rate / replicas if rate else None,
+        "step_time": {
+            "mean_s": mean_all,
+            "data_wait_fraction": wait_all / mean_all if (mean_all and wait_all is not None) else None,
+            "compute_fraction": (1 - wait_all / mean_all) if (mean_all and wait_all is not None) else None,
+            "comm_exposed_fraction": None,
+            "steps_timed": t_steps,
+            "method": "wall time of log_every-step windows (the first, with tracing, left out); data wait = "
+                      "host time in next() on the distributed iterator",
+        },
+        "per_rank": per_rank,
+        "peak_memory_bytes": max((r["peak_memory_bytes"] for r in per_rank if r["peak_memory_bytes"]), default=None),
+        "memory_total_bytes": job.get("memory_total_bytes") if job["device"] == "gpu" else None,
         "batch_size_per_device": per_replica,
         "global_batch_size": global_batch,
-        "samples_per_s": samples_per_s,
-        "samples_per_s_per_device": samples_per_s / replicas if samples_per_s else None,
-        "step_time": {
-            "mean_s": t_secs / t_steps if t_steps else None,
-            "p50_s": _percentile(per_step, 0.5),
-            "p90_s": _percentile(per_step, 0.9),
-            "data_wait_fraction": t_wait / t_secs if t_secs > 0 else None,
-            "measured_steps": t_steps,
-        },
-        "train_seconds": train_seconds,
-        "peak_memory_bytes": peak,
-        "memory_total_bytes": total_mem,
+        "grad_accum": 1,
+        "steps": step,
+        "total_steps": total_steps,
         "final_loss": final_loss,
         "accuracy": accuracy,
+        "evals": evals,
+        "seconds": train_seconds,
+        "stopped": stopped is not None,
+        "stop_reason": stopped,
+        "resumed_from": resumed_from,
+        "checkpoints": list(manager.checkpoints) if manager and chief else [],
         "precision": policy,
-        "checkpoint": manager.latest_checkpoint if manager else None,
         "tensorflow_version": tf.__version__,
-        "per_rank": [{
-            "rank": worker_index,
-            "replicas": local_replicas,
-            "samples_per_s": samples_per_s / workers if samples_per_s else None,
-            "data_wait_fraction": t_wait / t_secs if t_secs > 0 else None,
-            "peak_memory_bytes": peak,
-        }],
     }
     if chief:
         _write_json(out / "tf_result.json", result)
     else:
         _write_json(out / f"worker-{worker_index}.json", result)
         shutil.rmtree(ckpt_dir, ignore_errors=True)  # scratch: only the chief's checkpoints are kept
-    del np
     return 0
 
 
