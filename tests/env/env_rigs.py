@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from gpurig.probe.facts import DriverFacts, GpuFacts, RigFacts, SystemFacts
 
 RIGS_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "rigs"
@@ -40,15 +38,3 @@ def recorded_rigs() -> dict[str, RigFacts]:
         data = json.loads(path.read_text())
         out[path.stem] = RigFacts.from_dict(data)
     return out
-
-
-@pytest.fixture
-def facts_file(tmp_path):
-    """Write a crafted rig to a JSON file for `--facts`."""
-
-    def _write(name: str) -> Path:
-        path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps(CRAFTED[name].to_dict()))
-        return path
-
-    return _write
