@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import stat
-import sys
-import textwrap
-from pathlib import Path
+from probe_fakes import SMI, fake_smi
 
 from gpurig.probe import smi
-
-SMI = Path(__file__).resolve().parents[1] / "fixtures" / "smi"
 
 
 def read(name: str) -> str:
@@ -115,51 +110,8 @@ def test_banner_and_failures():
     assert smi.smi_failure(read("smi_banner_2x_h100.txt")) is None
 
 
-def _fake_smi(tmp_path: Path, failing: str | None = None, unknown_field: str | None = None) -> str:
-    """A stand-in `nvidia-smi` that answers from the fixture files, like the real tool."""
-    script = tmp_path / "nvidia-smi"
-    script.write_text(textwrap.dedent(f"""\
-        #!{sys.executable}
-        import sys
-        from pathlib import Path
-        smi = Path({str(SMI)!r})
-        args = sys.argv[1:]
-        failing = {failing!r}
-        unknown = {unknown_field!r}
-        if failing:
-            print((smi / failing).read_text(), end="")
-            sys.exit(9 if "mismatch" in failing else 1)
-        if not args:
-            print((smi / "smi_banner_2x_h100.txt").read_text(), end="")
-        elif args[0].startswith("--query-gpu="):
-            fields = args[0].split("=", 1)[1].split(",")
-            if unknown and unknown in fields:
-                print('Field "%s" is not a valid field to query.' % unknown)
-                sys.exit(2)
-            # answer with the recorded rows, keeping only the columns asked for
-            full = {list(__import__("gpurig.probe.smi", fromlist=["x"]).QUERY_FIELDS)!r}
-            for line in (smi / "query_gpu_2x_h100.csv").read_text().splitlines():
-                cells = [c.strip() for c in line.split(",")]
-                print(", ".join(cells[full.index(f)] for f in fields))
-        elif args[0].startswith("--query-compute-apps="):
-            print((smi / "compute_apps_2x_h100.csv").read_text(), end="")
-        elif args[:2] == ["topo", "-m"]:
-            print("\\tGPU0\\tGPU1\\tCPU Affinity\\tNUMA Affinity\\tGPU NUMA ID")
-            print("GPU0\\t X \\tNV18\\t0-47\\t0\\t\\tN/A")
-            print("GPU1\\tNV18\\t X \\t0-47\\t0\\t\\tN/A")
-        elif args[:3] == ["topo", "-p2p", "r"]:
-            print(" \\tGPU0\\tGPU1\\t\\n GPU0\\tX\\tOK\\t\\n GPU1\\tOK\\tX\\t")
-        elif args[:2] == ["nvlink", "-s"]:
-            print((smi / "nvlink_s_2x_h100.txt").read_text(), end="")
-        else:
-            sys.exit(1)
-        """))
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    return str(script)
-
-
 def test_read_smi_end_to_end_with_a_fake_tool(tmp_path):
-    res = smi.read_smi(_fake_smi(tmp_path))
+    res = smi.read_smi(fake_smi(tmp_path))
     assert res.error is None
     assert (res.driver_version, res.cuda_driver_version) == ("580.95.05", "13.0")
     assert [g.name for g in res.gpus] == ["NVIDIA H100 80GB HBM3"] * 2
@@ -171,7 +123,7 @@ def test_read_smi_end_to_end_with_a_fake_tool(tmp_path):
 
 
 def test_read_smi_drops_a_field_the_driver_does_not_know(tmp_path):
-    res = smi.read_smi(_fake_smi(tmp_path, unknown_field="compute_cap"))
+    res = smi.read_smi(fake_smi(tmp_path, unknown_field="compute_cap"))
     assert res.error is None
     assert [g.compute_capability for g in res.gpus] == [None, None]
     assert [g.memory_total_mib for g in res.gpus] == [81559.0, 81559.0]
@@ -179,7 +131,7 @@ def test_read_smi_drops_a_field_the_driver_does_not_know(tmp_path):
 
 
 def test_read_smi_reports_the_driver_mismatch_as_said(tmp_path):
-    res = smi.read_smi(_fake_smi(tmp_path, failing="smi_version_mismatch.txt"))
+    res = smi.read_smi(fake_smi(tmp_path, failing="smi_version_mismatch.txt"))
     assert res.error == "Failed to initialize NVML: Driver/library version mismatch"
     assert res.gpus == []
 

@@ -1,0 +1,87 @@
+"""Framework probes: the real torch here, and stand-in packages that are missing, crash or hang.
+
+The stand-ins are packages named `torch` / `tensorflow` placed first on the child's PYTHONPATH, so
+the real probe scripts run unchanged and meet exactly what a user's broken install would give them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gpurig.probe.frameworks import probe_frameworks
+
+
+def shadow(tmp_path: Path, name: str, body: str) -> dict[str, str]:
+    """An environment whose Python finds `name` in tmp_path first, with `body` as its __init__."""
+    pkg = tmp_path / "shadow" / name
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text(body)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(tmp_path / "shadow") + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+MISSING = "raise ModuleNotFoundError(\"No module named '{0}'\", name='{0}')\n"
+
+
+def test_the_installed_torch_is_found(tmp_path):
+    env = shadow(tmp_path, "tensorflow", MISSING.format("tensorflow"))  # keep this test to torch alone
+    facts = probe_frameworks(timeout=120, environ=env)
+    t = facts.torch
+    assert facts.probed is True
+    assert t.installed is True and t.error is None
+    assert t.version.startswith("2.")
+    assert isinstance(t.cuda_available, bool) and isinstance(t.device_count, int)
+    if t.cuda_build:  # a CUDA build lists its compiled GPU architectures even without a GPU
+        assert t.arch_list and all(a.startswith(("sm_", "compute_")) for a in t.arch_list)
+        assert t.nccl_version and t.nccl_version.count(".") == 2
+    assert facts.tensorflow.installed is False and facts.tensorflow.error is None
+
+
+def test_a_missing_package_is_installed_false_not_an_error(tmp_path):
+    env = shadow(tmp_path, "torch", MISSING.format("torch"))
+    shadow(tmp_path, "tensorflow", MISSING.format("tensorflow"))
+    facts = probe_frameworks(timeout=60, environ=env)
+    assert facts.torch.installed is False and facts.torch.error is None and facts.torch.version is None
+    assert facts.tensorflow.installed is False
+
+
+def test_an_import_that_crashes_is_reported_with_its_message(tmp_path):
+    env = shadow(tmp_path, "torch", "raise ImportError('libcudart.so.13: cannot open shared object file')\n")
+    shadow(tmp_path, "tensorflow", "import os\nos.abort()\n")
+    facts = probe_frameworks(timeout=60, environ=env)
+    assert facts.torch.installed is True
+    assert "exit code 1" in facts.torch.error and "libcudart.so.13: cannot open shared object file" in facts.torch.error
+    assert "SIGABRT" in facts.tensorflow.error
+
+
+def test_a_hanging_import_is_killed_and_reported_as_a_timeout(tmp_path):
+    env = shadow(tmp_path, "torch", "import time\ntime.sleep(600)\n")
+    shadow(tmp_path, "tensorflow", MISSING.format("tensorflow"))
+    facts = probe_frameworks(timeout=5.0, environ=env)
+    assert facts.torch.installed is True
+    assert "did not finish within 5 s" in facts.torch.error
+    assert facts.tensorflow.installed is False  # the other probe still answers
+    # (the autouse fixture fails this test if the hung child were left running)
+
+
+def test_a_probe_that_prints_no_answer_is_an_error(tmp_path):
+    env = shadow(tmp_path, "tensorflow", MISSING.format("tensorflow"))
+    facts = probe_frameworks(timeout=30, environ=env, scripts={"torch": "print('hello')"})
+    assert facts.torch.error and "exit code 0" in facts.torch.error
+
+
+@pytest.mark.tf
+def test_the_installed_tensorflow_is_found(tmp_path):
+    env = shadow(tmp_path, "torch", MISSING.format("torch"))  # keep this test to TensorFlow alone
+    facts = probe_frameworks(timeout=120, environ=env)
+    tf = facts.tensorflow
+    assert tf.installed is True and tf.error is None
+    assert tf.version.startswith("2.")
+    assert isinstance(tf.built_with_cuda, bool)
+    assert isinstance(tf.gpus, list)
+    if not tf.built_with_cuda:
+        assert tf.cuda_build is None and tf.gpus == []
