@@ -316,6 +316,29 @@ def _exit_text(exitcode: int) -> str:
     return text
 
 
+_EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b.*)$", re.M)
+
+
+def _uncaught_exception(rank: int, log, text: str) -> Match | None:
+    """The script's own exception (not one in the catalogue): still the reason this rank died."""
+    message = log.error_message
+    if not message:
+        found = _EXCEPTION_LINE.findall(text)
+        message = found[-1].strip() if found else None
+    if not message or message.startswith(("KeyboardInterrupt", "SystemExit")):
+        return None
+    return Match(
+        id="uncaught-exception",
+        title=f"The script raised {message.split(':', 1)[0]} in rank {rank}",
+        cause="An exception in the training script itself ended this rank; torchrun then stopped the others.",
+        fix="Fix the error at the line shown (the traceback below is this rank's own); it is not a problem of the distributed setup.",
+        confidence=0.7,
+        evidence=message if len(message) <= 400 else message[:400] + " …",
+        role="primary",
+        source="the rank's traceback",
+    )
+
+
 def _role(matches: list[Match]) -> str | None:
     roles = {m.role for m in matches}
     for role in ROLES:
@@ -384,6 +407,11 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
                 matches = rank_matches(exit_matches + log_matches)
             else:
                 matches = rank_matches(log_matches + [m for m in exit_matches if m.role != "secondary"])
+        if role in (None, "secondary") and log is not None:
+            raised = _uncaught_exception(rank, log, text)
+            if raised is not None and (role is None or not any(m.role == "secondary" for m in log_matches)):
+                matches = rank_matches([raised] + matches)
+                role = "primary"
         per_rank[rank] = matches
         roles[rank] = role
     ranks_summary = {str(r): (roles[r] or "no error") for r in sorted(roles)}

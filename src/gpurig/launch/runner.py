@@ -149,3 +149,58 @@ def run_plan(
         output_tail=list(tail),
         log_path=log_path,
     )
+
+
+LAST_RUN_POINTER = os.path.join("gpurig-runs", "last-launch")
+
+
+def remember_last_run(run_dir: str, pointer: str = LAST_RUN_POINTER) -> None:
+    """Record the run directory so `gpurig explain` with no argument finds it."""
+    try:
+        Path(pointer).parent.mkdir(parents=True, exist_ok=True)
+        Path(pointer).write_text(os.path.abspath(run_dir) + "\n", encoding="utf-8")
+    except OSError:
+        pass  # a read-only working directory only costs the shortcut
+
+
+def last_run_dir(pointer: str = LAST_RUN_POINTER) -> str | None:
+    try:
+        path = Path(pointer).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return path if path and Path(path).is_dir() else None
+
+
+def run_launch(
+    plan: LaunchPlan,
+    description: dict,
+    max_time: float | None = None,
+    echo: Callable[[str], None] | None = None,
+    grace: float = GRACE_SECONDS,
+):
+    """Run a `gpurig launch` plan and read back what it left: (RunResult, launch.collect.RunRecord).
+
+    The plan is saved as `<run_dir>/plan.json` first, so a later `gpurig explain RUN_DIR` knows
+    the world size. SIGTERM to this process (a scheduler's preemption) ends every worker like Ctrl-C.
+    """
+    import json
+
+    from gpurig.launch.collect import collect_run
+
+    assert plan.run_dir, "a launch plan always has a run directory"
+    Path(plan.run_dir).mkdir(parents=True, exist_ok=True)
+    Path(plan.run_dir, "plan.json").write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
+    remember_last_run(plan.run_dir)
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def _on_term(signum, frame):  # turn a scheduler's SIGTERM into the Ctrl-C path
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, _on_term)
+    try:
+        result = run_plan(plan, timeout=max_time, echo=echo, grace=grace)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return result, collect_run(plan.run_dir)

@@ -1,0 +1,109 @@
+"""`gpurig explain [FILE|-]`: why a multi-GPU job died, from its log, a pasted report, or the last
+`gpurig launch` run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from gpurig.errors import BadInput
+from gpurig.report.output import console_for, emit_json
+
+HELP = """Explain an error log: what happened, why, the fix, and the line it was read from.
+
+Reads a log file, stdin ('-'), a `gpurig launch` run directory, or with no argument the last run of
+`gpurig launch` in this directory. Matches a catalogue of the errors users meet on multi-GPU
+machines (CUDA, NCCL, torchrun, DataLoader, TensorFlow, containers), best first. Pasted output of
+`python -m torch.utils.collect_env` or `nvidia-smi` is turned into facts and judged by the
+doctor's rules (e.g. a cu128 torch on a 470 driver).
+
+Exit code: 0 nothing explained, 1 a problem was explained, 2 the input cannot be read.
+
+Examples:
+  [bold]gpurig explain train.log[/bold]
+  [bold]pbpaste | gpurig explain - --json[/bold]
+"""
+
+MAX_BYTES = 32 * 1024 * 1024
+
+
+def _read_input(source: str | None) -> tuple[str, str | None]:
+    """(text, run_dir): run_dir is set when the input is a launch run directory."""
+    if source is None:
+        from gpurig.launch.runner import last_run_dir
+
+        run = last_run_dir()
+        if run is None:
+            raise BadInput("FILE: none given and no earlier `gpurig launch` run in ./gpurig-runs (pass a log file, or - for stdin)")
+        return "", run
+    if source == "-":
+        return sys.stdin.read(MAX_BYTES), None
+    path = Path(source)
+    if path.is_dir():
+        if not (path / "plan.json").is_file() and not (path / "launcher.log").is_file():
+            raise BadInput(f"FILE {source}: a directory, but not a `gpurig launch` run directory (no plan.json)")
+        return "", str(path)
+    if not path.is_file():
+        raise BadInput(f"FILE {source}: no such file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES)
+    except OSError as exc:
+        raise BadInput(f"FILE {source}: cannot read it ({exc.strerror})") from None
+    return data.decode("utf-8", errors="replace"), None
+
+
+def render_explanation(console, data: dict) -> None:
+    for note in data.get("notes", []):
+        console.print(f"note: {note}", markup=False)
+    matches = data["matches"]
+    if not matches:
+        console.print("[yellow]No known error matched.[/yellow] Next steps:")
+        for step in data.get("next_steps", []):
+            console.print(f"  • {step}", markup=False)
+        return
+    for i, m in enumerate(matches, 1):
+        console.print(f"{i}. [bold]{m['title']}[/bold] ({m['id']}, confidence {m['confidence']:.2f})")
+        console.print(f"   cause: {m['cause']}", markup=False, soft_wrap=True)
+        console.print(f"   fix: {m['fix']}", markup=False, soft_wrap=True)
+        line = f" (line {m['line']})" if m.get("line") else ""
+        console.print(f"   evidence{line}: {m['evidence']}", markup=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("explain", help=HELP)
+    def explain(
+        source: str = typer.Argument(None, help="A log file, '-' for stdin, a run directory; default: the last `gpurig launch` run."),
+        json_out: bool = typer.Option(False, "--json", help='One JSON document: {"matches": [{"id","title","cause","fix","confidence","evidence"}]}.'),
+    ) -> None:
+        from gpurig.diagnose.explain import explain_run, explain_text
+
+        text, run_dir = _read_input(source)
+        console = console_for(json_out)
+        if run_dir is not None:
+            from gpurig.commands.launch import render_diagnosis
+            from gpurig.launch.collect import collect_run
+
+            record = collect_run(run_dir)
+            if not record.launcher_tail and not record.ranks:
+                raise BadInput(f"FILE {run_dir}: the run directory holds no logs yet")
+            diagnosis = explain_run(record, returncode=1 if record.failures else 0).to_dict()
+            data = {"run_dir": run_dir, "matches": diagnosis["matches"], "run": diagnosis}
+            if json_out:
+                emit_json(data)
+            else:
+                console.print(f"run directory: {run_dir}", markup=False)
+                render_diagnosis(console, diagnosis)
+            problem = diagnosis["status"] in ("failed", "hang")
+        else:
+            result = explain_text(text)
+            data = result.to_dict()
+            if json_out:
+                emit_json(data)
+            else:
+                render_explanation(console, data)
+            problem = any(m.role != "secondary" for m in result.matches) or bool(result.matches)
+        if problem:
+            raise typer.Exit(1)

@@ -1,0 +1,217 @@
+"""`gpurig launch SCRIPT [ARGS...]`: run the user's own DDP script through torchrun with safe
+defaults, and when it dies, say which rank and why."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from gpurig.errors import BadInput
+from gpurig.report.output import console_for, emit_json
+
+HELP = """Run your own DDP script through torchrun with safe defaults; when it fails, say why.
+
+A thin front for [bold]torch.distributed.run[/bold]: one process per visible GPU (2 on the CPU), a free
+rendezvous port, per-rank logs in the run directory, OMP_NUM_THREADS from the cores per process,
+NCCL async error handling, a collective timeout (--timeout, default 600 s) and NCCL's flight
+recorder dumping on a timeout. Each default is printed and can be changed with --env NAME=VALUE
+or by setting the variable yourself. Multi-node: --nnodes, --node-rank, --rdzv-endpoint; inside
+a Slurm job the nodes, this node's rank and the first host are read from Slurm's variables.
+
+Before starting it runs the doctor's fast checks (stops on an error unless --no-preflight) and
+`gpurig lint` on the script (prints warnings; --strict stops on them).
+
+When a worker fails or the job hangs, it prints the root-cause rank's explanation first, then
+that rank's log tail; for a hang, the collective and the ranks that never arrived.
+Exit code: the failing worker's (128+N when killed by signal N), 2 for bad usage.
+
+Everything after SCRIPT goes to the script. Example:
+  [bold]gpurig launch --dry-run train.py --epochs 3[/bold]
+  [bold]gpurig launch --nproc-per-node 2 --timeout 120 train.py --epochs 3[/bold]
+"""
+
+
+def _preflight(device: str) -> dict:
+    """The doctor's fast checks, when that part of gpurig is present."""
+    try:
+        from gpurig.diagnose.rules import judge
+        from gpurig.probe.collect import collect_facts
+    except ImportError as exc:
+        return {"ran": False, "note": f"doctor checks not available ({exc.name} missing); skipped", "findings": []}
+    findings = judge(collect_facts(frameworks=False))
+    # On the CPU a GPU, driver or link problem does not stop a gloo run.
+    gpu_areas = {"gpus", "driver", "links", "frameworks"}
+    blocking = [
+        f for f in findings
+        if f.severity == "error" and (device == "cuda" or getattr(f, "area", "") not in gpu_areas)
+    ]
+    return {
+        "ran": True,
+        "findings": [f.to_dict() for f in findings if f.severity in ("error", "warn")],
+        "blocking": [f.to_dict() for f in blocking],
+    }
+
+
+def _render_plan(console, desc: dict) -> None:
+    console.print(
+        f"[bold]gpurig launch[/bold]: {desc['nproc_per_node']} process(es) per node on {desc['device']} "
+        f"({desc['backend']}), {desc['nnodes']} node(s); run directory {desc['run_dir']}",
+        soft_wrap=True,
+    )
+    for note in desc["notes"]:
+        console.print(f"  • {note}", markup=False, soft_wrap=True)
+    console.print("  environment:")
+    for d in desc["defaults"]:
+        console.print(f"    {d['name']}={d['value']}  ({d['source']}: {d['why']})", markup=False, soft_wrap=True)
+    console.print("  command:", markup=False)
+    console.print(f"    {desc['command']}", markup=False, soft_wrap=True)
+
+
+def render_diagnosis(console, diag: dict) -> None:
+    status = diag["status"]
+    colour = {"ok": "green", "failed": "red", "hang": "red", "interrupted": "yellow"}.get(status, "white")
+    console.print(f"[{colour}][bold]{status.upper()}[/bold][/{colour}]: {diag['summary']}", soft_wrap=True)
+    if diag.get("where"):
+        console.print(f"  at: {diag['where']}", markup=False)
+    for i, m in enumerate(diag.get("matches", [])[:3]):
+        head = "why" if i == 0 else "also"
+        console.print(f"  {head}: [bold]{m['title']}[/bold] ({m['id']}, confidence {m['confidence']:.2f})")
+        console.print(f"    cause: {m['cause']}", markup=False, soft_wrap=True)
+        console.print(f"    fix: {m['fix']}", markup=False, soft_wrap=True)
+        console.print(f"    evidence: {m['evidence']}", markup=False, soft_wrap=True)
+    for step in diag.get("next_steps", []):
+        console.print(f"  next: {step}", markup=False, soft_wrap=True)
+    if diag.get("log_tail"):
+        where = diag.get("log_path") or "launcher log"
+        rank = diag.get("root_rank")
+        console.print(
+            f"--- {'rank ' + str(rank) if rank is not None else 'torchrun'} log, last lines ({where}) ---",
+            markup=False, soft_wrap=True,
+        )
+        for line in diag["log_tail"]:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "launch",
+        help=HELP,
+        context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+    )
+    def launch(
+        script: str = typer.Argument(..., help="The training script (or module with -m)."),
+        script_args: list[str] = typer.Argument(None, help="Arguments for the script."),
+        nproc_per_node: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", help="Processes per node: 'auto' = visible GPUs, or 2 on the CPU."),
+        device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
+        nnodes: str = typer.Option(None, "--nnodes", help="Number of nodes, N or MIN:MAX (default 1, or Slurm's)."),
+        node_rank: int = typer.Option(None, "--node-rank", "--node_rank", help="This node's rank (multi-node)."),
+        rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", "--rdzv_endpoint", help="HOST:PORT where the nodes meet (default: a free local port)."),
+        rdzv_id: str = typer.Option(None, "--rdzv-id", "--rdzv_id", help="Rendezvous id shared by the nodes of one job."),
+        max_restarts: int = typer.Option(0, "--max-restarts", "--max_restarts", help="Restarts torchrun allows after a failure."),
+        timeout: float = typer.Option(600.0, "--timeout", help="Collective timeout in seconds for init_process_group() called without timeout= (0: torch's default)."),
+        max_time: float = typer.Option(None, "--max-time", help="Stop the whole run after this many seconds (default: no limit)."),
+        run_dir: str = typer.Option(None, "--run-dir", help="Where logs, dumps and the report go (default gpurig-runs/launch-<time>)."),
+        env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the workers; repeatable; overrides a default."),
+        module: bool = typer.Option(False, "-m", "--module", help="Run SCRIPT as a module (python -m)."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (argv and environment) and exit."),
+        no_preflight: bool = typer.Option(False, "--no-preflight", help="Skip the doctor's checks before starting."),
+        strict: bool = typer.Option(False, "--strict", help="Stop when lint finds a mistake in the script."),
+        no_slurm: bool = typer.Option(False, "--no-slurm", help="Ignore Slurm variables in the environment."),
+        json_out: bool = typer.Option(False, "--json", help="One JSON document on stdout: plan, preflight, lint, result."),
+    ) -> None:
+        from gpurig.launch.plan import LaunchOptions, parse_env_assignments, plan_launch
+
+        if timeout < 0:
+            raise BadInput(f"--timeout must be 0 or more seconds, got {timeout:g}")
+        if max_time is not None and max_time <= 0:
+            raise BadInput(f"--max-time must be more than 0 seconds, got {max_time:g}")
+        if not module and not Path(script).is_file():
+            raise BadInput(f"SCRIPT {script}: no such file (use -m for a module)")
+        options = LaunchOptions(
+            script=script,
+            script_args=list(script_args or []),
+            module=module,
+            nproc_per_node=nproc_per_node,
+            device=device,
+            nnodes=nnodes,
+            node_rank=node_rank,
+            rdzv_endpoint=rdzv_endpoint,
+            rdzv_id=rdzv_id,
+            max_restarts=max_restarts,
+            collective_timeout_s=timeout or None,
+            run_dir=run_dir,
+            env_overrides=parse_env_assignments(list(env or [])),
+            use_slurm=not no_slurm,
+        )
+        plan, desc = plan_launch(options)
+        console = console_for(json_out)
+        if dry_run:
+            if json_out:
+                emit_json({"dry_run": True, "plan": desc})
+            else:
+                _render_plan(console, desc)
+            return
+
+        report: dict = {"plan": desc}
+        _render_plan(console, desc)
+        # Preflight: lint the script, then the doctor's fast checks.
+        lint_findings = []
+        if not module:
+            from gpurig.commands.lint import lint_path, render_findings
+
+            try:
+                lint_findings = lint_path(script)
+            except BadInput as exc:
+                console.print(f"  lint: skipped ({exc})", markup=False)
+            if lint_findings:
+                render_findings(console, script, lint_findings)
+        report["lint"] = [f.to_dict() for f in lint_findings]
+        if lint_findings and strict:
+            report["result"] = {"status": "not-started", "reason": "lint findings with --strict"}
+            if json_out:
+                emit_json(report)
+            console.print("[red]stopped[/red]: --strict and lint found mistakes (see above)")
+            raise typer.Exit(1)
+        if no_preflight:
+            report["preflight"] = {"ran": False, "note": "--no-preflight"}
+        else:
+            pre = _preflight(plan.device)
+            report["preflight"] = pre
+            if not pre["ran"]:
+                console.print(f"  preflight: {pre['note']}", markup=False)
+            else:
+                for f in pre["findings"]:
+                    console.print(f"  doctor {f['severity']}: {f['title']} — fix: {f['fix']}", markup=False, soft_wrap=True)
+                if pre["blocking"]:
+                    report["result"] = {"status": "not-started", "reason": "doctor found an error"}
+                    if json_out:
+                        emit_json(report)
+                    console.print("[red]stopped[/red]: the doctor found an error (above); fix it or pass --no-preflight")
+                    raise typer.Exit(1)
+                console.print(f"  preflight: doctor checks passed ({len(pre['findings'])} warning(s))", markup=False)
+
+        from gpurig.diagnose.explain import explain_run
+        from gpurig.launch.runner import run_launch
+
+        out = sys.stderr if json_out else sys.stdout
+
+        def echo(line: str) -> None:
+            print(line, file=out, flush=True)
+
+        console.print("--- workers ---", markup=False)
+        result, record = run_launch(plan, desc, max_time=max_time, echo=echo)
+        diagnosis = explain_run(record, result.returncode, timed_out=result.timed_out, interrupted=result.interrupted)
+        diag = diagnosis.to_dict()
+        diag["seconds"] = round(result.seconds, 2)
+        report["result"] = diag
+        from gpurig.report.output import to_json
+
+        Path(plan.run_dir, "result.json").write_text(to_json(report) + "\n", encoding="utf-8")
+        console.print("--- result ---", markup=False)
+        render_diagnosis(console, diag)
+        if json_out:
+            emit_json(report)
+        if diagnosis.exit_code:
+            raise typer.Exit(diagnosis.exit_code)

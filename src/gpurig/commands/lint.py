@@ -1,0 +1,66 @@
+"""`gpurig lint SCRIPT`: the classic multi-GPU mistakes in a training script, read without running it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpurig.errors import BadInput, ProblemFound
+from gpurig.report.output import console_for, emit_json
+
+HELP = """Read a training script without running it and report the classic multi-GPU mistakes.
+
+Each finding names the line and the fix: nn.DataParallel, a DistributedSampler without set_epoch,
+DDP without set_device/device_ids, torch.load without map_location, printing or saving on every
+rank, a hard-coded init_method/MASTER_PORT, download=True or pretrained=True on every rank,
+find_unused_parameters=True, a DataLoader feeding a GPU without workers or pinned memory.
+
+Exit code: 0 nothing found, 1 findings, 2 the file is missing or not valid Python.
+
+Example: [bold]gpurig lint train.py --json[/bold]
+"""
+
+
+def lint_path(script: str):
+    from gpurig.diagnose.lint import lint_source
+
+    path = Path(script)
+    if not path.is_file():
+        raise BadInput(f"SCRIPT {script}: no such file")
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"SCRIPT {script}: cannot read it ({exc})") from None
+    try:
+        return lint_source(source, str(path))
+    except SyntaxError as exc:
+        raise BadInput(f"SCRIPT {script}: not valid Python (line {exc.lineno}: {exc.msg})") from None
+
+
+def render_findings(console, script: str, findings) -> None:
+    if not findings:
+        console.print(f"[green]lint:[/green] {script}: none of the known multi-GPU mistakes")
+        return
+    for f in findings:
+        console.print(f"[yellow]warn[/yellow] {script}:{f.line} [bold]{f.id}[/bold]: {f.title}", soft_wrap=True)
+        if f.code:
+            console.print(f"    {f.code}", markup=False)
+        console.print(f"    fix: {f.fix}", markup=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("lint", help=HELP)
+    def lint(
+        script: str = typer.Argument(..., help="The training script to read (it is not run)."),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON document: {script, findings: [...]}."),
+    ) -> None:
+        findings = lint_path(script)
+        if json_out:
+            emit_json({"script": script, "findings": [f.to_dict() for f in findings]})
+        else:
+            render_findings(console_for(False), script, findings)
+        if findings:
+            if json_out:
+                raise typer.Exit(1)
+            raise ProblemFound(f"{len(findings)} finding(s) in {script}")
