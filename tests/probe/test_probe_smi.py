@@ -139,3 +139,15 @@ def test_read_smi_reports_the_driver_mismatch_as_said(tmp_path):
 def test_read_smi_without_the_tool(tmp_path):
     res = smi.read_smi(str(tmp_path / "no-such-nvidia-smi"))
     assert res.error and res.gpus == []
+
+
+def test_real_2x_h200_captures():
+    topo = smi.parse_topo_matrix(read("topo_m_2x_h200.txt"))  # header wrapped in underline codes
+    (pair,) = topo.pairs
+    assert (pair.gpu_a, pair.gpu_b, pair.link, pair.nvlink_count) == (0, 1, "NV18", 18)
+    assert topo.cpu_affinity == {0: "0-31", 1: "0-31"} and topo.numa_affinity == {0: 0, 1: 0}
+    assert smi.parse_topo_p2p(read("topo_p2p_r_2x_h200.txt")) == {(0, 1): True, (1, 0): True}
+    links = smi.parse_nvlink_status(read("nvlink_s_2x_h200.txt"))
+    assert {g: len(ls) for g, ls in links.items()} == {0: 18, 1: 18}
+    assert {nl.speed_gbps for ls in links.values() for nl in ls} == {26.562}
+    assert smi.parse_smi_header(read("smi_banner_2x_h200.txt")) == ("580.159.04", "13.0")
