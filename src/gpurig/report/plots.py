@@ -99,6 +99,8 @@ def bandwidth_png(bench_comm: dict[str, Any]) -> bytes | None:
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{op} busbw")
         sizes.update(p[0] for p in points)
     cap = bench_comm.get("link_capability_gbps")
+    if cap is None and isinstance(bench_comm.get("capability"), dict):
+        cap = bench_comm["capability"].get("gbps")  # the form `gpurig bench comm --json` writes
     if isinstance(cap, (int, float)) and cap > 0:
         ax.axhline(cap, color="crimson", linestyle="--", label=f"link capability {cap:.0f} GB/s")
     ax.set_xscale("log", base=2)
