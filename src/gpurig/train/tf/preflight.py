@@ -25,7 +25,7 @@ def _doctor_causes(facts: RigFacts) -> list[str]:
         return []
     causes = []
     for f in sort_findings(judge(facts)):
-        if f.severity not in ("error", "warn"):
+        if f.severity not in ("error", "warn") or f.id.startswith("torch-"):
             continue
         text = f"{f.id} {f.title} {f.area}".lower()
         if any(k in text for k in ("tensorflow", "tf-", "driver", "visible", "cuda", "cudnn", "container")):
