@@ -141,7 +141,8 @@ def slurm_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
     s += [
         "",
         "# Stop at the first failing command or unset variable, instead of training half-configured.",
-        "set -euo pipefail",
+        "# (No pipefail: `| head -n1` below closes the pipe early on purpose.)",
+        "set -eu",
         "",
         "# Threads per process: the task's cores shared by the processes on the node, so they do not",
         "# fight over the CPU (torchrun would otherwise set 1).",

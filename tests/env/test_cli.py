@@ -1,0 +1,116 @@
+"""`gpurig env ...` through the real entry point: output, --json, --out/--force, exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+
+def test_pip_on_this_machine_prints_a_pip_line(run_cli):
+    result = run_cli("env", "pip")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1].startswith("pip install ")
+    assert "Why:" in result.stderr  # reasons on stderr, so stdout stays the recipe alone
+
+
+def test_pip_json_for_a_saved_rig(run_cli, facts_file):
+    result = run_cli("env", "pip", "--facts", str(facts_file("h200x2_r580")), "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["recipe"].strip().endswith("--index-url https://download.pytorch.org/whl/cu130")
+    assert doc["reasons"] and doc["fits"] is True
+    assert doc["facts_used"]["driver_version"] == "580.95.05"
+    assert doc["facts_used"]["compute_capabilities"] == ["9.0"]
+
+
+def test_nothing_fits_exits_1_and_says_what_to_change(run_cli, facts_file):
+    result = run_cli("env", "pip", "--facts", str(facts_file("rtx5090_r550")))
+    assert result.returncode == 1
+    assert "upgrade the driver to 570.26" in result.stdout
+
+
+def test_dockerfile_to_stdout_is_a_dockerfile(run_cli, facts_file, tmp_path):
+    result = run_cli("env", "dockerfile", "--facts", str(facts_file("h200x2_r580")), "--ssh", "--jupyter",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    from dockerfile_parse import DockerfileParser
+
+    path = tmp_path / "Dockerfile"
+    path.write_text(result.stdout)
+    parser = DockerfileParser(path=str(path))
+    assert parser.baseimage.startswith("pytorch/pytorch:")
+    # No requirements.txt in the folder: the Dockerfile copies none and the reasons say so.
+    assert "requirements" not in " ".join(i["value"] for i in parser.structure if i["instruction"] == "COPY")
+    assert "no requirements file" in result.stderr
+
+
+def test_dockerfile_uses_the_projects_requirements(run_cli, facts_file, tmp_path):
+    (tmp_path / "requirements.txt").write_text("numpy==2.1.0\n")
+    result = run_cli("env", "dockerfile", "--facts", str(facts_file("h200x2_r580")), cwd=tmp_path)
+    assert "COPY requirements.txt /tmp/requirements.txt" in result.stdout
+    missing = run_cli("env", "dockerfile", "--requirements", "nope.txt", cwd=tmp_path)
+    assert missing.returncode == 2 and "--requirements nope.txt" in missing.stderr
+
+
+def test_out_writes_and_never_replaces_without_force(run_cli, facts_file, tmp_path):
+    out = tmp_path / "job.sbatch"
+    args = ["env", "slurm", "--facts", str(facts_file("h200x2_r580")), "--nodes", "2", "--out", str(out),
+            "--", "train.py", "--epochs", "3"]
+    first = run_cli(*args)
+    assert first.returncode == 0, first.stderr
+    assert out.read_text().startswith("#!/bin/bash")
+    assert first.stdout == ""
+    out.write_text("my own edits\n")
+    second = run_cli(*args)
+    assert second.returncode == 2
+    assert "--out" in second.stderr and "--force" in second.stderr
+    assert out.read_text() == "my own edits\n"  # nothing lost
+    # --force goes before `--`: everything after it is the job's command.
+    third = run_cli(*args[:-4], "--force", *args[-4:])
+    assert third.returncode == 0 and "--nnodes 2" in out.read_text()
+
+
+def test_compose_json(run_cli, facts_file):
+    result = run_cli("env", "docker-run", "--facts", str(facts_file("h200x2_r580")), "--compose", "--gpus", "1",
+                     "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    service = yaml.safe_load(doc["recipe"])["services"]["gpurig"]
+    assert service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["1"]
+
+
+def test_k8s_passes_the_command_through(run_cli, facts_file):
+    result = run_cli("env", "k8s", "--facts", str(facts_file("a100x8_r570")), "--nodes", "2",
+                     "--", "gpurig", "train", "--preset", "demo")
+    assert result.returncode == 0, result.stderr
+    doc = yaml.safe_load(result.stdout)
+    command = doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
+    assert "--nproc-per-node=8" in command  # the A100 rig's 8 GPUs
+    assert command[-5:] == ["-m", "gpurig", "train", "--preset", "demo"]
+
+
+@pytest.mark.parametrize("args, named", [
+    (["env", "pip", "--framework", "jax"], "--framework"),
+    (["env", "pip", "--facts", "no-such-file.json"], "--facts"),
+    (["env", "docker-run", "--gpus", "0,9", "--facts", "{h200}"], "--gpus"),
+    (["env", "docker-run", "--ipc", "shared"], "--ipc"),
+    (["env", "dockerfile", "--framework", "tf", "--torch-version", "2.9"], "--torch-version"),
+    (["env", "slurm", "--gpus-per-node", "2", "--", "train.py"], "--nodes"),
+    (["env", "slurm", "--nodes", "2", "--gpus-per-node", "2"], "--"),
+    (["env", "slurm", "--nodes", "two", "--", "train.py"], "--nodes"),
+    (["env", "k8s", "--nodes", "2", "--gpus-per-node", "1", "--batch", "0", "--", "t.py"], "--batch"),
+])
+def test_bad_options_exit_2_naming_them(run_cli, facts_file, args, named):
+    args = [str(facts_file("h200x2_r580")) if a == "{h200}" else a for a in args]
+    result = run_cli(*args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert named in result.stderr
+    assert result.stdout == ""
+
+
+def test_help_teaches(run_cli):
+    result = run_cli("env", "slurm", "--help")
+    assert result.returncode == 0
+    assert "Example:" in result.stdout and "--rdzv-endpoint" in result.stdout
