@@ -94,7 +94,6 @@ def _child_env(environ: Mapping[str, str] | None) -> dict[str, str]:
     env = dict(os.environ if environ is None else environ)
     # Quiet TensorFlow's C++ start-up logging (and its cost); the user's own value wins.
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
     return env
 
 
