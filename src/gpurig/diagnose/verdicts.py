@@ -211,7 +211,10 @@ def _straggler(summary: dict[str, Any]) -> tuple[float, Finding] | None:
         detail=(f"Rank {rank} spends {slowest * 1000:.1f} ms per step on data and compute, the others "
                 f"{others * 1000:.1f} ms; in synchronous data parallelism every rank waits for the slowest."),
         fix=(f"look at rank {rank}'s GPU with `gpurig monitor` (throttling, lower clocks, another process on it); "
-             "check CPU affinity and that its data shard is not larger or slower to read than the others'"),
+             "check CPU affinity and that its data shard is not larger or slower to read than the others'"
+             if summary.get("device") == "cuda" else
+             "on the CPU the processes share cores: keep OMP_NUM_THREADS x processes at or below the core count, "
+             "and run nothing else on the machine while training"),
         evidence=evidence,
     )
 
