@@ -23,9 +23,11 @@ def gpu_summary(ctx: Context) -> list[Finding]:
     groups = Counter((g.name or "unknown GPU", g.compute_capability, g.memory_total_mib) for g in ctx.gpus)
     parts = [f"{n} × {name}" + (f" (compute capability {cc}" if cc else " (") +
              (f", {gib(mem)})" if mem else ")") for (name, cc, mem), n in groups.items()]
+    if len(ctx.gpus) == 1:
+        parts = [parts[0].replace("1 × ", "", 1)]
     findings = [Finding(
         id="gpus-found", severity="ok", area="gpus",
-        title=f"{len(ctx.gpus)} GPU(s): " + ", ".join(parts).replace(" ()", ""),
+        title=f"{len(ctx.gpus)} GPU{'s' if len(ctx.gpus) > 1 else ''}: " + ", ".join(parts).replace(" ()", ""),
         detail="Listed by " + (ctx.facts.driver.source or "the driver") + ".",
         fix="Nothing to do",
         evidence={"gpus": [{"index": g.index, "name": g.name, "compute_capability": g.compute_capability,

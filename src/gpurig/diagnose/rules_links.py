@@ -274,7 +274,7 @@ def peer_access(ctx: Context) -> list[Finding]:
     if known and all(p.p2p_read for p in known) and len(known) == len(ctx.facts.pairs):
         return [Finding(
             id="p2p-ok", severity="ok", area="links",
-            title=f"Peer access between every GPU pair ({len(known)} pairs)",
+            title=f"Peer access between every GPU pair ({len(known)} pair{'s' if len(known) > 1 else ''})",
             detail="Each GPU can read the others' memory directly (nvidia-smi topo -p2p r).",
             fix="Nothing to do", evidence={"pairs": len(known)},
         )]
