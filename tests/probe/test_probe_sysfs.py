@@ -136,7 +136,7 @@ def test_iommu_state(tmp_path, cmdline, units, expected):
     assert system.detect_iommu(tmp_path) == expected
 
 
-def test_small_shm_is_measured(tmp_path):
+def test_shm_of_this_machine_reads_as_numbers():
     # statvfs of a real mount: /dev/shm of this machine (whatever its size) reads as numbers.
     total, free = system.read_shm("/")
     assert total is None or (total >= free >= 0)
@@ -145,3 +145,28 @@ def test_small_shm_is_measured(tmp_path):
 def test_memlock_limit_is_an_int_or_unlimited():
     value = system.read_memlock_limit()
     assert value is None or value == -1 or value >= 0
+
+
+def test_cgroup_v2_limits_of_a_container(tmp_path):
+    write(tmp_path, "proc/self/cgroup", "0::/\n")
+    write(tmp_path, "sys/fs/cgroup/cpu.max", "400000 100000\n")  # docker run --cpus 4
+    write(tmp_path, "sys/fs/cgroup/memory.max", str(16 * 2**30) + "\n")  # --memory 16g
+    assert system.read_cgroup_limits(tmp_path) == (4.0, 16 * 2**30)
+    assert system.usable_cpus(tmp_path, cpu_count=64) == 4
+
+
+def test_cgroup_v1_limits_in_the_process_own_cgroup(tmp_path):
+    write(tmp_path, "proc/self/cgroup", "4:memory:/job/7\n3:cpu,cpuacct:/job/7\n")
+    write(tmp_path, "sys/fs/cgroup/cpu,cpuacct/job/7/cpu.cfs_quota_us", "250000\n")
+    write(tmp_path, "sys/fs/cgroup/cpu,cpuacct/job/7/cpu.cfs_period_us", "100000\n")
+    write(tmp_path, "sys/fs/cgroup/memory/job/7/memory.limit_in_bytes", "9223372036854771712\n")
+    assert system.read_cgroup_limits(tmp_path) == (2.5, None)  # the huge number means unlimited
+    assert system.usable_cpus(tmp_path, cpu_count=64) == 3
+
+
+def test_no_cgroup_limits(tmp_path):
+    write(tmp_path, "proc/self/cgroup", "0::/\n")
+    write(tmp_path, "sys/fs/cgroup/cpu.max", "max 100000\n")
+    write(tmp_path, "sys/fs/cgroup/memory.max", "max\n")
+    assert system.read_cgroup_limits(tmp_path) == (None, None)
+    assert system.usable_cpus(tmp_path, cpu_count=8) == 8

@@ -165,6 +165,8 @@ class SystemFacts:
     nvswitch_count: int | None = None
     fabric_manager_running: bool | None = None
     numa_nodes: int | None = None
+    cpus_usable: int | None = None  # CPUs this process may use: affinity mask capped by the cgroup CPU quota
+    memory_limit_gib: float | None = None  # the cgroup memory limit (a container's --memory); None: unlimited
 
 
 @dataclass

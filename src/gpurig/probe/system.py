@@ -6,6 +6,7 @@ that belong to the running process itself (Python version, RLIMIT_MEMLOCK) are r
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import re
@@ -58,6 +59,75 @@ def read_cpu(root: str | os.PathLike = "/") -> tuple[str | None, int | None]:
     if count is None and _is_live(root):
         count = os.cpu_count()
     return model, count
+
+
+def _cgroup_dirs(root: Path, controller: str) -> list[Path]:
+    """Where this process's cgroup files live: its own cgroup first, then the (namespaced) root."""
+    base = root / "sys" / "fs" / "cgroup"
+    dirs = []
+    for line in (_read(root / "proc" / "self" / "cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        rel = parts[2].strip().lstrip("/")
+        if parts[0] == "0" and parts[1] == "":  # cgroup v2: one unified tree
+            dirs.append(base / rel)
+        elif controller in parts[1].split(","):  # cgroup v1: a tree per controller, e.g. "cpu,cpuacct"
+            dirs.append(base / parts[1] / rel)
+            dirs.append(base / controller / rel)
+    return dirs + [base, base / controller]
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text.strip()) if text else None
+    except ValueError:
+        return None
+
+
+def read_cgroup_limits(root: str | os.PathLike = "/") -> tuple[float | None, int | None]:
+    """(CPU quota in CPUs, memory limit in bytes) of this process's cgroup; None where unlimited.
+
+    A container started with `--cpus 4 --memory 16g` still shows every host CPU in /proc/cpuinfo
+    and all host RAM in /proc/meminfo; only the cgroup says what it may really use.
+    """
+    base = Path(root)
+    cpus = None
+    for d in _cgroup_dirs(base, "cpu"):
+        v2 = (_read(d / "cpu.max") or "").split()  # "400000 100000" or "max 100000"
+        if v2:
+            quota, period = _int(v2[0]), _int(v2[1] if len(v2) > 1 else "100000")
+            if quota and period:
+                cpus = quota / period
+            break
+        quota = _int(_read(d / "cpu.cfs_quota_us"))  # v1: -1 means no quota
+        if quota is not None:
+            period = _int(_read(d / "cpu.cfs_period_us")) or 100000
+            if quota > 0:
+                cpus = quota / period
+            break
+    memory = None
+    for d in _cgroup_dirs(base, "memory"):
+        text = _read(d / "memory.max") or _read(d / "memory.limit_in_bytes")
+        if text:
+            value = _int(text)  # "max" (v2) reads as None: unlimited
+            if value is not None and value < 2**60:  # v1 writes "unlimited" as about 2**63
+                memory = value
+            break
+    return cpus, memory
+
+
+def usable_cpus(root: str | os.PathLike = "/", cpu_count: int | None = None) -> int | None:
+    """CPUs this process may run on: its affinity mask, capped by the cgroup CPU quota."""
+    count = None
+    if _is_live(root) and hasattr(os, "sched_getaffinity"):
+        count = len(os.sched_getaffinity(0))
+    count = count or cpu_count
+    quota, _ = read_cgroup_limits(root)
+    if quota is not None:
+        capped = max(1, math.ceil(quota))
+        count = min(count, capped) if count else capped
+    return count
 
 
 def read_ram_gib(root: str | os.PathLike = "/") -> float | None:
@@ -210,6 +280,7 @@ def collect_system(root: str | os.PathLike = "/", pci_devices: list[PciDeviceFac
         kernel = platform.release() or None
     nvswitch_count = None if pci_devices is None else sum(1 for d in pci_devices if d.kind == "nvswitch")
     container = detect_container(root, environ)
+    _quota, memory_limit = read_cgroup_limits(root)
     return SystemFacts(
         os=read_os(root),
         kernel=kernel,
@@ -225,4 +296,6 @@ def collect_system(root: str | os.PathLike = "/", pci_devices: list[PciDeviceFac
         nvswitch_count=nvswitch_count,
         fabric_manager_running=detect_fabric_manager(root, nvswitch_count, container),
         numa_nodes=read_numa_nodes(root),
+        cpus_usable=usable_cpus(root, cpu_count),
+        memory_limit_gib=None if memory_limit is None else round(memory_limit / 1024**3, 2),
     )
