@@ -57,7 +57,7 @@ class MonitorOptions:
     def validate(self) -> None:
         """Bad combinations, named by their flags (exit 2)."""
         if not (self.interval > 0) or self.interval > 3600:
-            raise BadInput(f"--interval: {self.interval} is not a number of seconds between 0 and 3600")
+            raise BadInput(f"--interval: {self.interval} must be more than 0 and at most 3600 seconds")
         if self.count < 0:
             raise BadInput(f"--count: {self.count} must be 0 (until Ctrl-C) or more")
         if self.plot is not None and (self.record is not None or self.once):
