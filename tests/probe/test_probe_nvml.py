@@ -125,3 +125,20 @@ def test_the_real_binding_without_a_driver_gives_an_error_not_an_exception():
     pynvml = pytest.importorskip("pynvml")
     res = nvml_reader.read_nvml(pynvml)
     assert res.ok or res.driver.error.startswith("NVML: ")
+
+
+def test_links_to_a_gpu_hidden_from_this_container_are_not_switch_links():
+    # 4 bridged GPUs in pairs (0-1, 2-3) but the container only got GPUs 0 and 2.
+    buses = ["00000000:18:00.0", "00000000:9A:00.0"]
+    hidden = ["00000000:2A:00.0", "00000000:AB:00.0"]
+    links = {(g, link): (True, hidden[g], 0) for g in range(2) for link in range(4)}
+    fake = FakeNvml([h100(i, b) for i, b in enumerate(buses)], links=links, topology={(0, 1): 50})
+    (pair,) = nvml_reader.read_nvml(fake).pairs
+    assert (pair.link, pair.nvlink_count) == ("SYS", 0)
+
+
+def test_switch_links_recognised_by_bus_when_nvml_does_not_name_the_far_end():
+    buses = ["00000000:18:00.0", "00000000:2A:00.0"]
+    links = {(g, link): (True, "00000000:05:00.0", None) for g in range(2) for link in range(12)}
+    (pair,) = nvml_reader.read_nvml(FakeNvml([h100(i, b) for i, b in enumerate(buses)], links=links)).pairs
+    assert (pair.link, pair.nvlink_count) == ("NV12", 12)

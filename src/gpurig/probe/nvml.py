@@ -305,13 +305,13 @@ class _Reader:
 
     def pairs(self, handles: list[Any], gpus: list[GpuFacts]) -> list[GpuPairFacts]:
         bus_to_index = {g.pci_bus_id: g.index for g in gpus if g.pci_bus_id}
-        switch_links = {}
-        for g in gpus:
-            # An active link whose far end is not one of our GPUs (and not a CPU) goes to an NVSwitch.
-            switch_links[g.index] = sum(
-                1 for nl in g.nvlinks if nl.active and nl.remote_device_type != "cpu"
-                and (nl.remote_device_type == "switch" or (nl.remote_pci_bus_id not in bus_to_index))
-            )
+        def to_switch(nl: NvLinkFacts) -> bool:
+            if nl.remote_device_type is not None:
+                return nl.remote_device_type == "switch"
+            # NVML did not say: a link whose far end is none of our GPUs goes to an NVSwitch.
+            return nl.remote_pci_bus_id not in bus_to_index
+
+        switch_links = {g.index: sum(1 for nl in g.nvlinks if nl.active and to_switch(nl)) for g in gpus}
         out = []
         for i, ga in enumerate(gpus):
             for j in range(i + 1, len(gpus)):
