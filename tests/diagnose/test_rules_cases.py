@@ -86,6 +86,16 @@ def test_driver_older_than_the_gpu_architecture():
     assert "570.26" in one(f, "driver-too-old-for-gpu", "error").fix
 
 
+def test_driver_branch_past_end_of_life_is_info_dated_by_the_snapshot():
+    f = rig("nccl_p2p_disabled_nvlink")  # R570, end of life 2026-02
+    f.collected_at = "2026-11-20T10:00:00+00:00"
+    assert "R580" in one(f, "driver-branch-eol", "info").fix
+    f.collected_at = "2025-12-01T10:00:00+00:00"
+    none_of(f, "driver-branch-eol")
+    f.collected_at = None
+    none_of(f, "driver-branch-eol")
+
+
 # --- frameworks ---------------------------------------------------------------------------------
 
 def test_torch_cpu_build_on_a_gpu_machine():

@@ -23,7 +23,7 @@ AREAS = {"driver", "gpus", "links", "frameworks", "system", "environment"}
 # rig -> (must produce {id: severity}, must not produce {ids})
 EXPECTED: dict[str, tuple[dict[str, str], set[str]]] = {
     "a100x8_nvswitch_no_fm": (
-        {"nvswitch-no-fabric-manager": "error", "gpus-found": "ok", "driver-ok": "ok",
+        {"nvswitch-no-fabric-manager": "error", "gpus-found": "ok", "driver-ok": "ok", "driver-branch-eol": "info",
          "torch-cuda-driver-ok": "ok", "torch-arch-ok": "ok"},
         # the fabric manager explains the dead links and torch's missing CUDA: said once, not three times
         {"nvlink-links-down", "nvlink-ok", "torch-cannot-use-gpu", "mixed-gpu-models", "no-nvidia-gpu",

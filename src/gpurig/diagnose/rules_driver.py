@@ -116,6 +116,7 @@ def driver_summary(ctx: Context) -> list[Finding]:
         evidence={"driver.driver_version": driver, "driver.cuda_driver_version": ctx.driver_cuda,
                   "driver.source": ctx.facts.driver.source},
     )]
+    findings.extend(_branch_end_of_life(ctx, driver))
     # A GPU newer than the driver: the driver predates the CUDA release that brought its architecture.
     for cc, gpus in sorted(ctx.capabilities.items()):
         arch = kb.arch_for_cc(cc)
@@ -132,6 +133,28 @@ def driver_summary(ctx: Context) -> list[Finding]:
                 evidence={"driver.driver_version": driver, "compute_capability": cc, "min_driver": floor},
             ))
     return findings
+
+
+def _branch_end_of_life(ctx: Context, driver: str) -> list[Finding]:
+    """An info when the driver's branch had reached its end of life when the snapshot was taken."""
+    when = (ctx.facts.collected_at or "")[:7]  # "2026-11": judged against the snapshot's own date
+    if len(when) != 7:
+        return []
+    name = f"R{driver.split('.')[0]}"
+    branch = next((b for b in kb.driver_branches() if b.branch == name), None)
+    if branch is None or branch.end_of_life > when:
+        return []
+    live = sorted((b for b in kb.driver_branches() if b.end_of_life > when), key=lambda b: b.end_of_life)
+    target = f"a supported branch ({', '.join(f'{b.branch} {b.kind} until {b.end_of_life}' for b in live)})" \
+        if live else "a newer, supported branch"
+    return [Finding(
+        id="driver-branch-eol", severity="info", area="driver",
+        title=f"Driver branch {name} reached its end of life in {branch.end_of_life}",
+        detail="It gets no more security or bug fixes.",
+        fix=f"Move to {target}, e.g. `sudo apt install nvidia-driver-580-server`, then reboot",
+        evidence={"driver.driver_version": driver, "branch": name, "end_of_life": branch.end_of_life,
+                  "collected_at": ctx.facts.collected_at},
+    )]
 
 
 RULES = [nvml_driver_mismatch, device_presence, driver_summary]

@@ -54,7 +54,7 @@ def wheel_hint(ctx: Context, cc: str | None = None) -> kb.WheelChoice | None:
 def _wheel_text(choice: kb.WheelChoice | None) -> str:
     if choice is None:
         return "no published torch wheel fits this driver and GPU: upgrade the driver first"
-    return f"`{choice.pip_command}` (torch {choice.torch_version}, {choice.variant}: {choice.reason})"
+    return f"`{choice.pip_command}` ({choice.reason})"
 
 
 def _torch_variant(version: str | None, cuda: str) -> str:

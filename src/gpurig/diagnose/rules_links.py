@@ -21,16 +21,23 @@ def fabric_manager(ctx: Context) -> list[Finding]:
         return []
     ev = {"system.nvswitch_count": s.nvswitch_count, "system.fabric_manager_running": s.fabric_manager_running,
           "system.container": s.container}
+    branch = ctx.driver_version.split(".")[0] if ctx.driver_version else "<driver branch, e.g. 580>"
     if s.fabric_manager_running is False:
         inactive = {g.index: sum(1 for nl in g.nvlinks if nl.active is False) for g in ctx.gpus if g.nvlinks}
+        ports = {g.index: len(g.nvlinks) for g in ctx.gpus if g.nvlinks}
+        if inactive and len(set(inactive.values())) == 1 and inactive == ports:
+            down = f" All {next(iter(ports.values()))} NVLinks of every GPU are inactive."
+        elif inactive:
+            down = " Inactive NVLinks per GPU: " + ", ".join(f"GPU {i}: {n}" for i, n in inactive.items()) + "."
+        else:
+            down = ""
         return [Finding(
             id="nvswitch-no-fabric-manager", severity="error", area="links",
             title=f"NVSwitch system ({s.nvswitch_count} switches) without a running fabric manager",
             detail=("On NVSwitch boards (HGX/DGX) the fabric manager sets up the NVLink fabric; without it CUDA "
-                    "fails to start (\"system not yet initialized\", error 802) and NVLinks stay down."
-                    + (f" Inactive NVLinks per GPU: {inactive}." if inactive else "")),
-            fix=("Install the fabric manager matching the driver's branch and start it: "
-                 "`sudo apt install nvidia-fabricmanager-<branch>` (e.g. 580), then "
+                    "fails to start (\"system not yet initialized\", error 802) and NVLinks stay down." + down),
+            fix=(f"Install the fabric manager of exactly the driver's version and start it: "
+                 f"`sudo apt install nvidia-fabricmanager-{branch}`, then "
                  "`sudo systemctl enable --now nvidia-fabricmanager` and check `systemctl status nvidia-fabricmanager`"),
             evidence={**ev, "inactive_nvlinks": inactive},
         )]
