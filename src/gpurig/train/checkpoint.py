@@ -16,8 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from gpurig.errors import BadInput
 
 CKPT_DIR = "checkpoints"
@@ -57,6 +55,8 @@ def _fsync_dir(d: Path) -> None:
 def save_atomic(state: dict[str, Any], path: Path) -> Path:
     """torch.save into `path` so that readers see the old file or the whole new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    import torch
+
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as fh:
@@ -84,6 +84,8 @@ def save_checkpoint(state: dict[str, Any], run_dir: str | os.PathLike, step: int
 
 def load_checkpoint_file(path: Path) -> dict[str, Any]:
     """Load one checkpoint with weights_only=True; BadInput naming the file if it is unreadable."""
+    import torch
+
     try:
         data = path.read_bytes()
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)

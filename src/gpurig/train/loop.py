@@ -32,9 +32,8 @@ from gpurig.train import checkpoint as ckpt
 from gpurig.train import data as D
 from gpurig.train.config import TrainConfig, from_dict, global_batch
 from gpurig.train.models import CONV_MODELS, build_model, count_params, flops_per_sample, shard_units
+from gpurig.train.protocol import CHOICE, PROGRESS
 
-PROGRESS = "GPURIG_PROGRESS "  # prefix of machine-readable lines rank 0 prints for the parent
-CHOICE = "GPURIG_CHOICE "
 COMPILE_MIN_STEPS = 200  # below this, compile time (tens of seconds for ResNet-50) is not repaid
 ON_DEVICE_FRACTION = 0.10  # tensor datasets up to this share of GPU memory are held on the GPU
 STOP_CHECK_EVERY = 10  # optimizer steps between the ranks' agreement on stopping (a host-only collective)
@@ -728,6 +727,10 @@ class Trainer:
 
     def _open_tb(self) -> None:
         try:
+            # tensorboard imports TensorFlow when it is installed (seconds of start-up and a TF
+            # runtime in a PyTorch worker); blocking the import makes it use its own stub writer.
+            if "tensorflow" not in sys.modules:
+                sys.modules["tensorflow"] = None  # type: ignore[assignment]
             from torch.utils.tensorboard import SummaryWriter
 
             self.tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))

@@ -23,7 +23,7 @@ from gpurig.launch.plan import plan_torchrun, resolve_device
 from gpurig.launch.runner import run_plan
 from gpurig.train import checkpoint as ckpt
 from gpurig.train.config import TrainConfig, check_data_path, from_dict, to_toml, validate
-from gpurig.train.loop import CHOICE, PROGRESS
+from gpurig.train.protocol import CHOICE, PROGRESS
 
 EventHandler = Callable[[str, dict[str, Any]], None]
 

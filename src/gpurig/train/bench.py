@@ -1,0 +1,137 @@
+"""`gpurig bench train`: the same workload at 1, 2, ... N processes; throughput per device and scaling.
+
+    from gpurig.train.bench import run_bench_train
+    result = run_bench_train(device="cuda", workload="resnet50", baseline="seed")
+    for row in result["results"]: print(row["nproc"], row["samples_per_s_per_device"], row["scaling_efficiency"])
+
+With `baseline="seed"` the seeds' DDP template (fp32, default DataLoader) runs the same model and
+image size at each count, side by side, and each row carries `speedup_vs_seed`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from gpurig.errors import BadInput
+from gpurig.launch.plan import plan_torchrun, resolve_device
+from gpurig.launch.runner import run_plan
+from gpurig.train.config import TrainConfig, load_config
+from gpurig.train.run import EventHandler, default_run_dir, run_training
+
+# Workloads: a preset plus overrides. CPU workloads are small enough for a laptop.
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "resnet50": {"preset": "resnet50", "set": [], "doc": "ResNet-50, synthetic 224x224 images, batch 256 per GPU"},
+    "resnet50-cifar": {"preset": "resnet50-cifar", "set": [],
+                       "doc": "ResNet-50, synthetic 32x32 images (the seeds' CIFAR-10 workload), batch 512 per GPU"},
+    "gpt": {"preset": "gpt", "set": [], "doc": "GPT-style decoder (124M), synthetic tokens, 16 x 1024 per GPU"},
+    "cpu-cnn": {"preset": "resnet50-cifar", "doc": "small CNN, synthetic 32x32 images, batch 32 per process (CPU)",
+                "set": ["model.name=cnn", "model.width=16", "data.batch_size=32", "data.image_size=32"]},
+    "demo": {"preset": "demo", "set": ["eval.enabled=false", "checkpoint.enabled=false"],
+             "doc": "the digits MLP of --preset demo"},
+}
+
+
+def counts_up_to(n: int) -> list[int]:
+    """1, 2, 4, ... up to n, and n itself."""
+    out, k = [], 1
+    while k < n:
+        out.append(k)
+        k *= 2
+    out.append(n)
+    return out
+
+
+def workload_config(workload: str, device: str, short: bool, overrides: list[str] | None = None) -> TrainConfig:
+    if workload not in WORKLOADS:
+        raise BadInput(f"--workload: unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
+    w = WORKLOADS[workload]
+    sets = list(w["set"]) + ["checkpoint.enabled=false", "eval.enabled=false"]
+    if short:
+        sets.append("train.steps=30" if device == "cuda" else "train.steps=20")
+    return load_config(preset_name=w["preset"], overrides=sets + list(overrides or []))
+
+
+def run_seed_baseline(cfg: TrainConfig, device: str, nproc: int, run_dir: Path, steps: int,
+                      batch_size: int | None = None, timeout: float | None = None) -> dict[str, Any]:
+    """The seeds' template (gpurig.train.seed_baseline) on the same model input size."""
+    size = cfg.data.image_size or 224
+    args = ["-m", "gpurig.train.seed_baseline", "--run-dir", str(run_dir), "--steps", str(steps),
+            "--warmup", str(min(10, max(2, steps // 5))), "--batch-size", str(batch_size or 32),
+            "--image-size", str(size), "--num-classes", str(cfg.data.num_classes)]
+    env = {"GPURIG_BASELINE_DEVICE": device}
+    plan = plan_torchrun(args, nproc, device, run_dir=str(run_dir), env=env)
+    res = run_plan(plan, timeout=timeout)
+    p = run_dir / "summary.json"
+    if not p.is_file():
+        return {"variant": "seed-template", "world_size": nproc, "error": f"exit {res.returncode}; log {res.log_path}"}
+    return json.loads(p.read_text())
+
+
+def run_bench_train(
+    device: str = "auto",
+    nproc: str | int = "auto",
+    out_dir: str | None = None,
+    short: bool = False,
+    facts: Any = None,
+    workload: str | None = None,
+    overrides: list[str] | None = None,
+    baseline: str | None = None,
+    baseline_batch_size: int | None = None,
+    counts: list[int] | None = None,
+    timeout: float | None = None,
+    on_event: EventHandler | None = None,
+) -> dict[str, Any]:
+    """Run the workload at each process count; return rows with per-device rate and scaling efficiency."""
+    choice = resolve_device(device, nproc)
+    if baseline not in (None, "seed"):
+        raise BadInput(f"--baseline: only 'seed' is known, got {baseline!r}")
+    workload = workload or ("resnet50" if choice.device == "cuda" else "cpu-cnn")
+    if workload in ("resnet50", "resnet50-cifar", "gpt") and choice.device != "cuda" and not short:
+        raise BadInput(f"--workload {workload}: too heavy for the CPU; use cpu-cnn or demo")
+    cfg = workload_config(workload, choice.device, short, overrides)
+    base = Path(out_dir) if out_dir else default_run_dir("bench-train-")
+    counts = counts or counts_up_to(choice.nproc)
+    if max(counts) > choice.nproc:
+        raise BadInput(f"--nproc: {max(counts)} processes asked for, {choice.nproc} available")
+    rows: list[dict[str, Any]] = []
+    last_summary: dict[str, Any] | None = None
+    one = None
+    for n in counts:
+        if on_event:
+            on_event("bench", {"nproc": n, "variant": "gpurig"})
+        summary = run_training(copy.deepcopy(cfg), device=choice.device, nproc=n, out_dir=base / f"gpurig-{n}",
+                               timeout=timeout, on_event=on_event)
+        last_summary = summary
+        per = summary.get("samples_per_s_per_device")
+        if n == counts[0]:
+            one = per
+        row = {
+            "nproc": n, "variant": "gpurig", "samples_per_s": summary.get("samples_per_s"),
+            "samples_per_s_per_device": per, "units_per_s_per_device": summary.get("units_per_s_per_device"),
+            "unit": summary.get("unit"), "mfu": summary.get("mfu"),
+            "scaling_efficiency": (per / one) if (per and one and counts[0] == 1) else None,
+            "step_time": summary.get("step_time"), "peak_memory_bytes": summary.get("peak_memory_bytes"),
+            "choices": {c["name"]: c["value"] for c in summary.get("choices", [])},
+        }
+        if baseline == "seed":
+            if on_event:
+                on_event("bench", {"nproc": n, "variant": "seed-template"})
+            steps = 30 if short else 60
+            seed = run_seed_baseline(cfg, choice.device, n, base / f"seed-{n}", steps, baseline_batch_size, timeout)
+            row["seed_samples_per_s_per_device"] = seed.get("samples_per_s_per_device")
+            row["seed"] = seed
+            if per and seed.get("samples_per_s_per_device"):
+                row["speedup_vs_seed"] = per / seed["samples_per_s_per_device"]
+        rows.append(row)
+    result = {
+        "workload": workload, "workload_doc": WORKLOADS[workload]["doc"], "device": choice.device,
+        "device_reason": choice.reason, "unit": (last_summary or {}).get("unit"),
+        "batch_size_per_device": cfg.data.batch_size, "steps": cfg.train.steps, "results": rows,
+        "summary": last_summary, "out_dir": str(base),
+    }
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "bench-train.json").write_text(json.dumps(result, indent=2, default=str))
+    return result
