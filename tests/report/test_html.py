@@ -150,3 +150,9 @@ def test_verify_transport_in_the_simple_form(doc):
 def test_rejects_a_document_that_is_not_an_object():
     with pytest.raises(TypeError, match="dict"):
         render_report([])  # type: ignore[arg-type]
+
+
+def test_bench_findings_are_shown_with_their_section(doc):
+    page = _parse(render_report(doc))
+    assert page.table_rows["bandwidth-findings"] == 2
+    assert "scaling-findings" not in page.ids  # bench train reported none
