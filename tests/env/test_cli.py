@@ -83,12 +83,12 @@ def test_compose_json(run_cli, facts_file):
 
 def test_k8s_passes_the_command_through(run_cli, facts_file):
     result = run_cli("env", "k8s", "--facts", str(facts_file("a100x8_r570")), "--nodes", "2",
-                     "--", "gpurig", "train", "--preset", "demo")
+                     "--", "python", "-m", "mypkg.train", "--epochs", "3")
     assert result.returncode == 0, result.stderr
     doc = yaml.safe_load(result.stdout)
     command = doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
     assert "--nproc-per-node=8" in command  # the A100 rig's 8 GPUs
-    assert command[-5:] == ["-m", "gpurig", "train", "--preset", "demo"]
+    assert command[-4:] == ["-m", "mypkg.train", "--epochs", "3"]
 
 
 @pytest.mark.parametrize("args, named", [

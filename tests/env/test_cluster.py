@@ -129,7 +129,6 @@ def test_tf_sbatch_gives_each_node_its_tf_config(tmp_path):
     (["train.py", "-x"], ["train.py", "-x"]),
     (["python", "-u", "train.py"], ["train.py"]),
     (["python3", "-m", "pkg.train", "--a"], ["-m", "pkg.train", "--a"]),
-    (["gpurig", "train", "--preset", "demo"], ["-m", "gpurig", "train", "--preset", "demo"]),
     (["./run.sh", "a"], ["--no-python", "./run.sh", "a"]),
 ])
 def test_torchrun_entry(command, entry):
@@ -213,3 +212,32 @@ def test_arguments_with_yaml_special_characters_survive():
     odd = ["train.py", "--name", "a: b # c", "--list", "[1, 2]", "--quote", "it's \"x\""]
     doc = pytorchjob(2, 1, command=odd)
     assert doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"][-7:] == odd
+
+
+def test_gpurig_launch_runs_once_per_node_with_the_multi_node_flags(tmp_path):
+    recipe = slurm_recipe(H200, ClusterOptions(nodes=2, gpus_per_node=8, command=["gpurig", "launch", "train.py", "-x"]))
+    script = tmp_path / "job.sbatch"
+    script.write_text(recipe.text)
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    lines = recipe.text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("srun "))
+    argv = shlex.split(" ".join(ln.rstrip("\\").strip() for ln in lines[start:]))
+    assert argv[argv.index("gpurig"):][:2] == ["gpurig", "launch"]
+    assert flag(argv, "--nnodes") == "2" and flag(argv, "--nproc-per-node") == "8"
+    assert flag(argv, "--rdzv-endpoint") == "$head_node:29500"
+    assert argv[-2:] == ["train.py", "-x"]
+    doc = yaml.safe_load(k8s_recipe(H200, ClusterOptions(nodes=2, gpus_per_node=8,
+                                                         command=["gpurig", "launch", "train.py"])).text)
+    command = doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:2] == ["gpurig", "launch"] and "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)" in command
+
+
+def test_gpurig_train_runs_on_one_node_and_is_refused_across_nodes():
+    one = slurm_recipe(H200, ClusterOptions(nodes=1, gpus_per_node=2, command=["gpurig", "train", "--preset", "demo"]))
+    assert "srun --kill-on-bad-exit=1 gpurig train \\\n  --preset demo" in one.text
+    with pytest.raises(BadInput, match="single-node"):
+        slurm_recipe(H200, ClusterOptions(nodes=2, gpus_per_node=2, command=["gpurig", "train"]))
+    with pytest.raises(BadInput, match="--nnodes"):
+        slurm_recipe(H200, ClusterOptions(nodes=2, gpus_per_node=2, command=["gpurig", "launch", "--nnodes", "3", "t.py"]))
+    with pytest.raises(BadInput, match="not a training command"):
+        slurm_recipe(H200, ClusterOptions(nodes=2, gpus_per_node=2, command=["gpurig", "doctor"]))

@@ -199,7 +199,7 @@ def test_recorded_rig_image_fits_its_driver(name, framework):
     opts = DockerfileOptions(framework=framework, jupyter=True, ssh=True)
     recipe = dockerfile_recipe(host, opts)
     if not recipe.fits:
-        assert "upgrade the driver" in recipe.text or "no official" in recipe.text
+        assert any(w in recipe.text for w in ("upgrade the driver", "no official", "driver is not loaded"))
         return
     check_safe(recipe.text, opts)
     cuda = image_cuda(parse(recipe.text).baseimage)

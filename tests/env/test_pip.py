@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from env_rigs import CRAFTED, recorded_rigs
+from env_rigs import CRAFTED, make_facts, recorded_rigs
 
 from gpurig.errors import BadInput
 from gpurig.knowledge import loaders as L
@@ -104,6 +104,9 @@ def test_recorded_rig_gets_the_knowledge_files_answer(name):
     facts = RECORDED[name]
     host = HostSummary.from_facts(facts)
     recipe = pip_recipe(host, "torch")
+    if host.gpus_without_driver:
+        assert not recipe.fits and "driver is not loaded" in recipe.text
+        return
     if not host.has_gpu:
         assert recipe.text.strip().endswith(f"--index-url {L.PYTORCH_INDEX}cpu")
         return
@@ -114,3 +117,13 @@ def test_recorded_rig_gets_the_knowledge_files_answer(name):
     expected = min(answers, key=lambda a: (L.version_key(a.torch_version), L.version_key(a.cuda)))
     assert recipe.fits
     assert last_line(recipe.text) == expected.pip_command
+
+
+def test_gpu_without_driver_is_not_treated_as_a_cpu_host():
+    from gpurig.probe.facts import PciDeviceFacts
+
+    facts = make_facts([], None)
+    facts.pci_devices = [PciDeviceFacts(slot="0000:01:00.0", device_id="0x2230", kind="gpu", driver=None)]
+    recipe = pip_recipe(HostSummary.from_facts(facts), "torch")
+    assert not recipe.fits
+    assert "driver is not loaded" in recipe.text and "whl/cpu" not in recipe.text

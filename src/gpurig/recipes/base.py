@@ -50,6 +50,7 @@ class HostSummary:
     cpu_count: int | None
     ram_total_gib: float | None
     in_container: str | None
+    gpus_without_driver: int = 0  # NVIDIA GPUs on the PCI bus that no driver answers for
 
     @classmethod
     def from_facts(cls, facts: RigFacts) -> HostSummary:
@@ -65,6 +66,8 @@ class HostSummary:
             cpu_count=facts.system.cpu_count,
             ram_total_gib=facts.system.ram_total_gib,
             in_container=facts.system.container,
+            gpus_without_driver=(sum(1 for d in facts.pci_devices or [] if d.kind == "gpu")
+                                 if not facts.gpus else 0),
         )
 
     @property
@@ -74,6 +77,8 @@ class HostSummary:
     def describe(self) -> str:
         """One line for a recipe's header: `2 x NVIDIA H200 (sm 9.0), driver 580.95.05`."""
         if not self.has_gpu:
+            if self.gpus_without_driver:
+                return f"{self.gpus_without_driver} NVIDIA GPU(s) on the PCI bus, but no driver answers"
             return "no NVIDIA GPU (CPU only)"
         names = ", ".join(self.gpu_names) or "NVIDIA GPU"
         caps = "/".join(self.compute_capabilities) or "?"
@@ -90,7 +95,15 @@ class HostSummary:
             "python": self.python,
             "cpu_count": self.cpu_count,
             "ram_total_gib": self.ram_total_gib,
+            "gpus_without_driver": self.gpus_without_driver,
         }
+
+    def driver_missing_advice(self) -> str | None:
+        """When GPUs sit on the bus with no driver: a GPU recipe cannot be chosen until one is loaded."""
+        if self.has_gpu or not self.gpus_without_driver:
+            return None
+        return (f"{self.gpus_without_driver} NVIDIA GPU(s) are on the PCI bus but the NVIDIA driver is not loaded: "
+                "install or load it (`gpurig doctor` says which), then run this again to get a recipe for the GPUs")
 
 
 def _version_key(text: str) -> tuple[int, ...]:

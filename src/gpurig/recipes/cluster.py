@@ -92,8 +92,8 @@ def _check(host: HostSummary, opts: ClusterOptions) -> _Job:
 def torchrun_entry(command: list[str]) -> tuple[list[str], str]:
     """What follows torchrun's own flags for a user command, and why.
 
-    `train.py a b` -> `train.py a b`; `python -m pkg a` -> `-m pkg a`; `gpurig train ...` ->
-    `-m gpurig train ...`; any other program -> `--no-python prog ...`.
+    `train.py a b` -> `train.py a b`; `python -m pkg a` -> `-m pkg a`; any other program ->
+    `--no-python prog ...`. (`gpurig launch/train` are handled by `agent_plan`: they start torchrun.)
     """
     first = command[0].rsplit("/", 1)[-1]
     if re.fullmatch(r"python(3(\.\d+)?)?", first):
@@ -108,6 +108,64 @@ def torchrun_entry(command: list[str]) -> tuple[list[str], str]:
     if first == "gpurig":
         return ["-m", "gpurig", *command[1:]], "gpurig runs in each worker as `python -m gpurig`"
     return ["--no-python", *command], f"{command[0]} is not a Python script: torchrun starts it as a program (--no-python)"
+
+
+@dataclass
+class _Agent:
+    """What each node runs: a launcher, its flags (name, value, why) and the workers' entry."""
+
+    launcher: list[str]  # ["torchrun"], ["gpurig", "launch"] or ["gpurig", "train"]
+    flags: list[tuple[str, str, str]]
+    entry: list[str]
+    why: str
+
+
+# gpurig subcommands that start torchrun themselves on one node; `launch` also takes multi-node flags.
+GPURIG_SELF_LAUNCHING = ("train", "verify", "bench", "check")
+_LAUNCH_OWNED = ("--nnodes", "--nproc-per-node", "--nproc_per_node", "--rdzv-endpoint", "--rdzv_endpoint",
+                 "--rdzv-id", "--rdzv_id", "--node-rank", "--node_rank", "--max-restarts", "--max_restarts")
+
+
+def agent_plan(opts: ClusterOptions, nodes: int, gpus: int, endpoint: str, rdzv_id: str) -> _Agent:
+    """The per-node agent for a PyTorch job; `endpoint` and `rdzv_id` as the scheduler spells them."""
+    restarts_why = "restarts of the whole worker group after a failure" + (
+        " (resume from your last checkpoint)" if opts.max_restarts else " (none: fail fast)")
+    command = opts.command
+    if command[0].rsplit("/", 1)[-1] == "gpurig" and len(command) > 1:
+        sub = command[1]
+        if sub == "launch":
+            given = [a.split("=", 1)[0] for a in command[2:] if a.split("=", 1)[0] in _LAUNCH_OWNED]
+            if given:
+                raise BadInput(f"the command after `--` sets {', '.join(given)}: leave it to the job, which sets "
+                               "them for every node")
+            flags = [
+                ("--nnodes", str(nodes), f"every node waits until {nodes} node(s) have joined"),
+                ("--nproc-per-node", str(gpus), "one worker process per GPU"),
+                ("--rdzv-endpoint", endpoint, "the first node: gpurig launch hands torchrun a c10d rendezvous there"),
+                ("--rdzv-id", rdzv_id, "a rendezvous name no other job shares"),
+                ("--max-restarts", str(opts.max_restarts), restarts_why),
+            ]
+            return _Agent(["gpurig", "launch"], flags, command[2:],
+                          "gpurig launch is torchrun with safe defaults and failure explanations: one per node")
+        if sub in GPURIG_SELF_LAUNCHING:
+            if nodes > 1:
+                raise BadInput(f"`gpurig {sub}` starts its own single-node torchrun, so it cannot span {nodes} nodes: "
+                               f"give the training script instead (`-- train.py ...`) or run it through "
+                               f"`-- gpurig launch train.py ...`; `--nodes 1` runs `gpurig {sub}` as it is")
+            return _Agent(list(command[:2]), [], command[2:],
+                          f"gpurig {sub} starts one worker per GPU of the node itself")
+        raise BadInput(f"`gpurig {sub}` after `--` is not a training command: give `gpurig launch SCRIPT`, "
+                       "`gpurig train`, or your script")
+    entry, why = torchrun_entry(command)
+    flags = [
+        ("--nnodes", str(nodes), f"every agent waits until {nodes} agent(s) have joined"),
+        ("--nproc-per-node", str(gpus), "one worker process per GPU"),
+        ("--rdzv-backend", "c10d", "the agents meet through a store torchrun runs on the first node; no etcd needed"),
+        ("--rdzv-endpoint", endpoint, "the first node (Slurm) or the Master pod (Kubernetes)"),
+        ("--rdzv-id", rdzv_id, "a rendezvous name no other job shares"),
+        ("--max-restarts", str(opts.max_restarts), restarts_why),
+    ]
+    return _Agent(["torchrun"], flags, entry, why)
 
 
 def slurm_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
@@ -154,31 +212,25 @@ def slurm_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
             "# The first node of the allocation: it hosts the rendezvous the other nodes meet at.",
             'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
         ]
-        entry, entry_why = torchrun_entry(opts.command)
-        flags = [
-            (f"--nnodes {n}", f"every agent waits until {n} agent(s) have joined"),
-            (f"--nproc-per-node {g}", "one worker process per GPU"),
-            ("--rdzv-backend c10d", "the agents meet through a store torchrun runs on the first node; no etcd needed"),
-            (f'--rdzv-endpoint "$head_node:{opts.port}"', f"the first node, port {opts.port}"),
-            ('--rdzv-id "$SLURM_JOB_ID"', "a rendezvous name no other job shares"),
-            (f"--max-restarts {opts.max_restarts}", "restarts of the whole worker group after a failure"
-             + (" (resume from your last checkpoint)" if opts.max_restarts else " (none: fail fast)")),
-        ]
+        agent = agent_plan(opts, n, g, f'"$head_node:{opts.port}"', '"$SLURM_JOB_ID"')
+        flags = [(f"{name} {value}", why) for name, value, why in agent.flags]
         s += [
             "",
             "# srun starts one copy per node (--ntasks-per-node=1); --kill-on-bad-exit=1 ends every node",
             "# when one fails, instead of leaving the others waiting at the next collective.",
-            f"# torchrun flags, and why: {entry_why}.",
+            f"# What runs: {agent.why}.",
         ]
-        width = max(len(f) for f, _ in flags)
-        s += [f"#   {f.ljust(width)}  {why}" for f, why in flags]
-        s.append("srun --kill-on-bad-exit=1 torchrun \\")
+        if flags:
+            width = max(len(f) for f, _ in flags)
+            s.append(f"# {' '.join(agent.launcher)} flags, and why:")
+            s += [f"#   {f.ljust(width)}  {why}" for f, why in flags]
+        s.append(f"srun --kill-on-bad-exit=1 {' '.join(agent.launcher)} \\")
         s += [f"  {f} \\" for f, _ in flags]
-        s.append("  " + shlex.join(entry))
+        s.append("  " + shlex.join(agent.entry) if agent.entry else "  # (no arguments)")
         reasons = job.reasons + [
             f"{n} node(s) x {g} GPU(s): world size {n * g}",
             "c10d rendezvous on the first node of the allocation (scontrol show hostnames | head -n1)",
-            entry_why,
+            agent.why,
         ] + [f"{f}: {why}" for f, why in flags]
     else:
         s.append("export OMP_NUM_THREADS=$cpus")
@@ -255,18 +307,11 @@ def k8s_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
             f"              image: {_q(opts.image)}  # built from `gpurig env dockerfile`, pushed where the cluster pulls",
         ]
         if kind == "PyTorchJob":
-            entry, entry_why = torchrun_entry(opts.command)
-            out += [
-                "              command:  # one torchrun agent per pod; it starts and watches the workers",
-                "                - torchrun",
-                f"                - {_q(f'--nnodes={n}')}  # every agent waits until {n} pod(s) have joined",
-                f"                - {_q(f'--nproc-per-node={g}')}  # one worker process per GPU",
-                f"                - {_q('--rdzv-backend=c10d')}  # the agents meet through a store on the Master pod",
-                f"                - {_q('--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)')}  # the Master's service, set by the operator",
-                f"                - {_q('--rdzv-id=' + opts.job_name)}  # a rendezvous name no other job shares",
-                f"                - {_q(f'--max-restarts={opts.max_restarts}')}  # worker-group restarts inside the pod",
-            ]
-            out += [f"                - {_q(a)}" + ("  # " + entry_why if i == 0 else "") for i, a in enumerate(entry)]
+            agent = agent_plan(opts, n, g, "$(MASTER_ADDR):$(MASTER_PORT)", opts.job_name)
+            out.append(f"              command:  # {agent.why}")
+            out += [f"                - {_q(a)}" for a in agent.launcher]
+            out += [f"                - {_q(f'{name}={value}')}  # {why}" for name, value, why in agent.flags]
+            out += [f"                - {_q(a)}" for a in agent.entry]
         else:
             out.append("              command:  # TF_CONFIG from the operator tells it its place in the cluster")
             out += [f"                - {_q(a)}" for a in opts.command]

@@ -87,6 +87,10 @@ def _cmd(opts: DockerfileOptions) -> tuple[list[str], str]:
 
 def dockerfile_recipe(host: HostSummary, opts: DockerfileOptions) -> Recipe:
     """The Dockerfile, one comment above each instruction saying why it is there."""
+    missing = host.driver_missing_advice()
+    if missing:
+        text = f"# {host.describe()}\n# No base image can be chosen yet. What to change:\n#  - {missing}\n"
+        return Recipe(kind="dockerfile", text=text, reasons=[missing], facts_used=host.to_dict(), fits=False)
     base = _base(host, opts)
     facts_used = host.to_dict() | {"base_image": base.image or None, "image_cuda": base.cuda}
     if not base.fits:

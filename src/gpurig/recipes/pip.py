@@ -139,6 +139,10 @@ def pip_recipe(host: HostSummary, framework: str = "torch", python: str | None =
     py_note = f" for Python {L.major_minor(python)[0]}.{L.major_minor(python)[1]}" if python else ""
     name = "torch" if framework == "torch" else "TensorFlow"
 
+    missing = host.driver_missing_advice()
+    if missing:
+        text = f"# {host.describe()}\n# No {name} GPU build can be chosen yet. What to change:\n#  - {missing}\n"
+        return Recipe(kind="pip", text=text, reasons=[missing], facts_used=facts_used, fits=False)
     if not host.has_gpu:
         # No NVIDIA GPU: the CPU wheels are smaller and do not pull CUDA libraries the host cannot use.
         if framework == "torch":
