@@ -6,9 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
-from probe_fakes import FakeNvml, base_tree, fake_smi, hgx_tree, pci_device, two_gpus_bridged
+from probe_fakes import FakeNvml, FakeNVMLError, base_tree, fake_smi, hgx_tree, pci_device, two_gpus_bridged
 
 from gpurig.probe.collect import collect_facts
 from gpurig.probe.facts import RigFacts
@@ -108,3 +109,23 @@ def test_module_entry_point_prints_the_snapshot_as_json():
     assert out.returncode == 0, out.stderr
     facts = RigFacts.from_dict(json.loads(out.stdout))
     assert facts.frameworks.probed is False
+
+
+def test_nvml_that_never_answers_is_reported_not_waited_for(tmp_path):
+    base_tree(tmp_path)
+    hgx_tree(tmp_path)
+    release = threading.Event()
+
+    class HungNvml(FakeNvml):
+        def nvmlInit(self):
+            release.wait(120)  # like nvmlInit on a GPU that fell off the bus
+            raise FakeNVMLError(15)
+
+    try:
+        facts = collect_facts(frameworks=False, root=tmp_path, environ={}, nvml=HungNvml([]),
+                              smi_exe=fake_smi(tmp_path), nvml_timeout=1.0)
+    finally:
+        release.set()
+    assert facts.driver.source is None and facts.gpus == []
+    assert "no answer within 1 s" in facts.driver.error and "dmesg" in facts.driver.error
+    assert any("2 NVIDIA GPU(s) on the PCI bus" in n for n in facts.notes)

@@ -15,25 +15,29 @@ import datetime as _dt
 import json
 import os
 import sys
+import threading
 from collections.abc import Mapping
 
 from gpurig import __version__
 from gpurig.probe.environment import collect_env
 from gpurig.probe.facts import FrameworkFacts, RigFacts
 from gpurig.probe.frameworks import start_framework_probes
-from gpurig.probe.nvml import read_nvml
+from gpurig.probe.nvml import NvmlResult, read_nvml
 from gpurig.probe.pci import read_kernel_module, read_pci_devices
 from gpurig.probe.smi import read_smi
 from gpurig.probe.system import collect_system
 
 
 def collect_facts(frameworks: bool = True, timeout: float = 20.0, *, root: str | os.PathLike = "/",
-                  environ: Mapping[str, str] | None = None, nvml=None, smi_exe: str | None = None) -> RigFacts:
+                  environ: Mapping[str, str] | None = None, nvml=None, smi_exe: str | None = None,
+                  nvml_timeout: float = 30.0) -> RigFacts:
     """Snapshot this machine.
 
     frameworks: probe torch and TensorFlow in child processes (about 2-4 s: their import time);
       False answers in a fraction of a second.
     timeout: seconds each framework probe may take before it is killed and reported as hung.
+    nvml_timeout: seconds NVML may take before the GPUs are reported as not answering (starting
+      NVML on 8 GPUs without persistence mode takes several seconds, so this is generous).
     root, environ, nvml, smi_exe: where to read from; tests point them at fakes.
 
     >>> facts = collect_facts(frameworks=False)
@@ -47,7 +51,7 @@ def collect_facts(frameworks: bool = True, timeout: float = 20.0, *, root: str |
     # Start the slow part first: the framework imports run in children while we read the rest.
     probes = start_framework_probes(timeout=timeout, environ=environ) if frameworks else None
     try:
-        _hardware(facts, root, nvml, smi_exe)
+        _hardware(facts, root, nvml, smi_exe, nvml_timeout)
         facts.system = collect_system(root, facts.pci_devices, environ)
         facts.env = collect_env(environ)
         if probes is not None:
@@ -64,16 +68,33 @@ def collect_facts(frameworks: bool = True, timeout: float = 20.0, *, root: str |
     return facts
 
 
-def _hardware(facts: RigFacts, root, nvml, smi_exe) -> None:
+def _read_nvml_with_deadline(nvml, root, timeout: float) -> NvmlResult:
+    """read_nvml() in a thread: a GPU that fell off the bus can make NVML block for minutes.
+
+    The thread is a daemon, so a call stuck in the driver does not keep the process alive.
+    """
+    box: list[NvmlResult] = []
+    worker = threading.Thread(target=lambda: box.append(read_nvml(nvml, root)), name="gpurig-nvml", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if box:
+        return box[0]
+    res = NvmlResult(hung=True)
+    res.driver.error = (f"NVML: no answer within {timeout:g} s (a GPU that fell off the bus or a hung driver does "
+                        "this; look for Xid errors in `sudo dmesg`)")
+    return res
+
+
+def _hardware(facts: RigFacts, root, nvml, smi_exe, nvml_timeout: float) -> None:
     """GPUs, pairs and driver: NVML first, `nvidia-smi` when NVML cannot start; PCI and module always."""
     facts.pci_devices = read_pci_devices(root)
     loaded, module_version = read_kernel_module(root)
-    res = read_nvml(nvml, root)
+    res = _read_nvml_with_deadline(nvml, root, nvml_timeout)
     facts.notes.extend(res.notes)
     driver = res.driver
     if res.ok:
         facts.gpus, facts.pairs = res.gpus, res.pairs
-    else:
+    elif not res.hung:  # (a hung NVML: nvidia-smi would sit on the same driver call, so it is not asked)
         smi = read_smi(smi_exe)
         facts.notes.extend(smi.notes)
         if smi.error is None:

@@ -126,6 +126,7 @@ class NvmlResult:
     pairs: list[GpuPairFacts] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ok: bool = False
+    hung: bool = False  # NVML did not answer in time (set by the caller that waited)
 
 
 class _Reader:
