@@ -170,11 +170,18 @@ def check_collectives(ctx) -> dict[str, Any]:
     }
 
 
-def _checksum(t: torch.Tensor) -> tuple[int, int]:
-    """Two sums over the bytes, the second weighted by position, computed on the tensor's own device."""
-    as_int = t.to(torch.int64)
-    weights = torch.arange(t.numel(), device=t.device, dtype=torch.int64) % 65521 + 1
-    return int(as_int.sum().item()), int((as_int * weights).sum().item())
+def _checksum(t: torch.Tensor, chunk: int = 16 << 20) -> tuple[int, int]:
+    """Two sums over the bytes, the second weighted by position, computed on the tensor's own device.
+
+    In chunks, so a 256 MiB buffer needs a few hundred MB of scratch rather than 6 GB.
+    """
+    plain = weighted = 0
+    for start in range(0, t.numel(), chunk):
+        part = t[start:start + chunk].to(torch.int64)
+        weights = torch.arange(start, start + part.numel(), device=t.device, dtype=torch.int64) % 65521 + 1
+        plain += int(part.sum().item())
+        weighted += int((part * weights).sum().item())
+    return plain, weighted
 
 
 P2P_SIZES = (1001, 1 << 20, 64 << 20, 256 << 20)
