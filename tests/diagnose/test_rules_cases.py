@@ -78,6 +78,33 @@ def test_nouveau_holding_the_gpus_is_named():
     assert "nouveau" in one(f, "driver-not-loaded", "error").detail
 
 
+def test_gpu_listed_by_nvml_is_driven_even_if_sysfs_hides_the_driver_link():
+    f = rig("pcie_downtrained_x8")
+    for d in f.pci_devices:
+        d.driver = None
+    f.gpus[0].pci_bus_id = "00000000:17:00.0"  # nvidia-smi's spelling of the same address
+    none_of(f, "gpu-without-nvidia-driver", "driver-not-loaded")
+
+
+def test_container_started_without_gpus():
+    f = rig("laptop_no_gpu")
+    f.system.container = "docker"
+    f.pci_devices = [PciDeviceFacts(slot="0000:18:00.0", kind="gpu", driver="nvidia")]
+    assert "--gpus all" in one(f, "container-without-gpus", "error").fix
+    none_of(f, "no-nvidia-gpu", "driver-not-loaded")
+
+
+def test_driver_loaded_but_user_space_missing():
+    f = rig("driver_not_loaded")
+    f.driver.kernel_module_loaded = True
+    f.driver.error = "NVML: NVML library (libnvidia-ml.so.1) not found; nvidia-smi: nvidia-smi not found on PATH"
+    for d in f.pci_devices:
+        if d.kind == "gpu":
+            d.driver = "nvidia"
+    assert "libnvidia-ml" in one(f, "nvml-unavailable", "error").detail
+    none_of(f, "driver-not-loaded")
+
+
 def test_driver_older_than_the_gpu_architecture():
     f = rig("pcie_downtrained_x8")
     for g in f.gpus:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpurig.diagnose.findings import Finding
 from gpurig.diagnose.rules_context import Context
 from gpurig.knowledge import loaders as kb
+from gpurig.probe.pci import normalize_bus_id
 
 DRIVER_INSTALL = (
     "Install the NVIDIA driver and reboot: on Ubuntu `sudo ubuntu-drivers install` (or "
@@ -41,51 +42,58 @@ def nvml_driver_mismatch(ctx: Context) -> list[Finding]:
 
 
 def device_presence(ctx: Context) -> list[Finding]:
-    """No NVIDIA GPU at all, or GPUs on the bus that no NVIDIA driver drives."""
+    """No NVIDIA GPU at all, GPUs without a driver, or a driver that user space cannot reach."""
     f = ctx.facts
     pci_gpus = None if f.pci_devices is None else [d for d in f.pci_devices if d.kind == "gpu"]
-    unbound = [] if pci_gpus is None else [d for d in pci_gpus if d.driver != "nvidia"]
     if ctx.gpus:
-        # Some GPUs work; others on the bus are not driven by nvidia.ko (vfio-pci for a VM, nouveau).
-        # Inside a container sysfs shows the host's devices, still bound to nvidia, so this holds there too.
-        if not unbound:
-            return []
-        slots = ", ".join(f"{d.slot} ({d.driver or 'no driver'})" for d in unbound)
-        return [Finding(
-            id="gpu-without-nvidia-driver", severity="warn", area="driver",
-            title=f"{len(unbound)} NVIDIA GPU(s) on the PCI bus are not driven by the NVIDIA driver",
-            detail=(f"NVML sees {len(ctx.gpus)} GPU(s), but these are bound to another driver or none: {slots}. "
-                    "vfio-pci means the GPU is reserved for a virtual machine; nouveau is the open-source "
-                    "driver, which CUDA cannot use."),
-            fix=("If they should train here: `sudo driverctl unset-override <slot>` (vfio-pci), or blacklist "
-                 "nouveau (`echo blacklist nouveau | sudo tee /etc/modprobe.d/blacklist-nouveau.conf && "
-                 "sudo update-initramfs -u`), then reboot"),
-            evidence={"pci_devices": [vars(d) for d in unbound], "nvml_gpu_count": len(ctx.gpus)},
-        )]
+        return _unclaimed_gpus(ctx, pci_gpus or [])
     if _mismatch(ctx):
         return []  # the GPUs are invisible because of the mismatch, said above
     if pci_gpus:
+        on_nvidia = [d for d in pci_gpus if d.driver == "nvidia"]
+        if on_nvidia and f.system.container:
+            # sysfs shows the host's devices; the container itself was given none of them.
+            return [Finding(
+                id="container-without-gpus", severity="error", area="driver",
+                title=f"The host has {len(pci_gpus)} NVIDIA GPU(s), but this {f.system.container} container was given none",
+                detail=("The GPUs are on the host's PCI bus and driven by nvidia.ko, yet no NVIDIA library or device "
+                        f"node reached the container ({f.driver.error or 'NVML and nvidia-smi did not answer'})."),
+                fix=("Start it with the NVIDIA Container Toolkit: `docker run --gpus all --ipc=host ...`; in Kubernetes "
+                     "request `resources: limits: nvidia.com/gpu: N`"),
+                evidence={"pci_gpus": [vars(d) for d in pci_gpus], "system.container": f.system.container,
+                          "driver.error": f.driver.error},
+            )]
+        if on_nvidia or f.driver.kernel_module_loaded:
+            return [Finding(
+                id="nvml-unavailable", severity="error", area="driver",
+                title="The NVIDIA kernel driver is loaded, but neither NVML nor nvidia-smi answers",
+                detail=(f"{len(pci_gpus)} GPU(s) are driven by nvidia.ko, yet the user-space side failed: "
+                        f"{f.driver.error or 'no reason given'}. CUDA programs fail the same way."),
+                fix=("Install the driver's user-space libraries of the same version as the kernel module "
+                     "(`cat /proc/driver/nvidia/version`), e.g. `sudo apt install nvidia-utils-<branch> "
+                     "libnvidia-compute-<branch>`, then run `nvidia-smi`"),
+                evidence={"pci_gpus": [vars(d) for d in pci_gpus], "driver.error": f.driver.error,
+                          "driver.kernel_module_loaded": f.driver.kernel_module_loaded,
+                          "driver.kernel_module_version": f.driver.kernel_module_version},
+            )]
         bound = sorted({d.driver for d in pci_gpus if d.driver})
         held = ""
         if "nouveau" in bound:
             held = " The open-source nouveau driver holds them; CUDA needs the NVIDIA driver."
         elif "vfio-pci" in bound:
             held = " vfio-pci holds them (they are set aside for a virtual machine)."
-        elif "nvidia" in bound:
-            held = (" nvidia.ko is bound to them, yet neither NVML nor nvidia-smi answered"
-                    f" ({f.driver.error or 'no reason given'}).")
         return [Finding(
             id="driver-not-loaded", severity="error", area="driver",
-            title=f"{len(pci_gpus)} NVIDIA GPU(s) on the PCI bus, but the NVIDIA driver does not drive them",
-            detail=("The GPUs are present (seen on the PCI bus) but no usable NVIDIA driver is loaded, so "
-                    "nothing can run on them." + held),
+            title=f"{len(pci_gpus)} NVIDIA GPU(s) on the PCI bus, but the NVIDIA driver is not loaded",
+            detail=("The GPUs are present (seen on the PCI bus) but nvidia.ko does not drive them, so nothing "
+                    "can run on them." + held),
             fix=(DRIVER_INSTALL + "; if it is installed, `sudo modprobe nvidia` and read `sudo dmesg | grep -i nvrm` "
-                 "for why it did not load (Secure Boot blocks unsigned modules)"),
+                 "for why it did not load (Secure Boot blocks unsigned modules: `mokutil --sb-state`)"),
             evidence={"pci_gpus": [vars(d) for d in pci_gpus], "driver.error": f.driver.error,
                       "driver.kernel_module_loaded": f.driver.kernel_module_loaded},
         )]
     if f.driver.kernel_module_loaded:
-        return []  # the module is loaded yet no GPU listed: other rules and the notes say why
+        return []  # the module is loaded yet no GPU listed: the notes say why
     unknown_bus = f.pci_devices is None
     return [Finding(
         id="no-nvidia-gpu", severity="warn", area="driver",
@@ -99,6 +107,27 @@ def device_presence(ctx: Context) -> list[Finding]:
              "Toolkit installed on the host"),
         evidence={"gpu_count": 0, "pci_devices": None if unknown_bus else [], "driver.error": f.driver.error,
                   "system.container": f.system.container},
+    )]
+
+
+def _unclaimed_gpus(ctx: Context, pci_gpus: list) -> list[Finding]:
+    """GPUs on the bus bound to another driver (vfio-pci for a VM, nouveau) next to ones that work."""
+    driven = {normalize_bus_id(g.pci_bus_id) for g in ctx.gpus if g.pci_bus_id}
+    # A GPU NVML lists is driven, whatever sysfs says (some sandboxes hide the `driver` link).
+    unbound = [d for d in pci_gpus if d.driver != "nvidia" and normalize_bus_id(d.slot) not in driven]
+    if not unbound or len(driven) < len(ctx.gpus):
+        return []  # without every GPU's bus id the two lists cannot be matched
+    slots = ", ".join(f"{d.slot} ({d.driver or 'no driver'})" for d in unbound)
+    return [Finding(
+        id="gpu-without-nvidia-driver", severity="warn", area="driver",
+        title=f"{len(unbound)} NVIDIA GPU(s) on the PCI bus are not driven by the NVIDIA driver",
+        detail=(f"NVML sees {len(ctx.gpus)} GPU(s), but these are bound to another driver or none: {slots}. "
+                "vfio-pci means the GPU is reserved for a virtual machine; nouveau is the open-source "
+                "driver, which CUDA cannot use."),
+        fix=("If they should train here: `sudo driverctl unset-override <slot>` (vfio-pci), or blacklist "
+             "nouveau (`echo blacklist nouveau | sudo tee /etc/modprobe.d/blacklist-nouveau.conf && "
+             "sudo update-initramfs -u`), then reboot"),
+        evidence={"pci_devices": [vars(d) for d in unbound], "nvml_gpu_count": len(ctx.gpus)},
     )]
 
 

@@ -14,7 +14,7 @@ from gpurig.knowledge import loaders as kb
 
 # Findings that already explain why a framework cannot use the GPUs.
 EXPLAINS_NO_GPU = {
-    "nvml-driver-mismatch", "driver-not-loaded", "driver-too-old-for-gpu", "torch-cuda-too-new-for-driver",
+    "nvml-driver-mismatch", "driver-not-loaded", "nvml-unavailable", "container-without-gpus", "driver-too-old-for-gpu", "torch-cuda-too-new-for-driver",
     "tf-cuda-too-new-for-driver", "nvswitch-no-fabric-manager", "cuda-visible-devices-empty",
     "cuda-visible-devices-malformed", "cuda-visible-devices-missing-gpu", "compute-mode-prohibited",
 }
