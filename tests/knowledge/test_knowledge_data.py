@@ -170,3 +170,24 @@ def test_link_tables():
         assert b.gt_per_s > a.gt_per_s
     for p in pcie:
         assert p.per_lane_gbps < p.gt_per_s / 8 + 1e-9  # encoding never adds bandwidth
+
+
+def test_no_release_gaps_in_torch_and_tensorflow():
+    torch = [k.major_minor(r.torch) for r in k.torch_releases()]
+    assert torch[:2] == [(1, 12), (1, 13)]
+    assert torch[2:] == [(2, m) for m in range(0, len(torch) - 2)]
+    tf = [k.major_minor(b.tf_version) for b in k.tf_builds()]
+    assert tf == [(2, m) for m in range(tf[0][1], tf[0][1] + len(tf))]
+
+
+def test_every_published_variant_is_covered_by_exactly_one_arch_list():
+    for r in k.torch_releases():
+        for variant in r.variants:
+            rows = [b for b in k.torch_builds() if b.variant == variant
+                    and k.major_minor(b.torch_min) <= k.major_minor(r.torch) <= k.major_minor(b.torch_max)]
+            assert len(rows) == 1, (r.torch, variant, rows)
+    # and no arch list claims a release that does not publish the variant
+    for b in k.torch_builds():
+        for r in k.torch_releases():
+            if k.major_minor(b.torch_min) <= k.major_minor(r.torch) <= k.major_minor(b.torch_max):
+                assert b.variant in r.variants, (b.variant, r.torch)
