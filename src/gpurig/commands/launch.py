@@ -156,6 +156,20 @@ def register(app: typer.Typer) -> None:
 
         report: dict = {"plan": desc}
         _render_plan(console, desc)
+        from gpurig.launch.plan import endpoint_port_taken
+
+        if desc["nnodes"] == "1" and rdzv_endpoint and endpoint_port_taken(desc["rdzv_endpoint"]):
+            from gpurig.diagnose.explain import load_catalogue
+
+            entry = next(e for e in load_catalogue() if e.id == "rendezvous-port-in-use")
+            report["result"] = {"status": "not-started", "reason": f"{desc['rdzv_endpoint']} is already in use",
+                                "matches": [{"id": entry.id, "title": entry.title, "cause": entry.cause, "fix": entry.fix,
+                                             "confidence": 1.0, "evidence": f"--rdzv-endpoint {desc['rdzv_endpoint']}: bind failed (errno 98)"}]}
+            if json_out:
+                emit_json(report)
+            console.print(f"[red]stopped[/red]: --rdzv-endpoint {desc['rdzv_endpoint']}: {entry.title.lower()} "
+                          f"(another program holds it). {entry.fix}", soft_wrap=True)
+            raise typer.Exit(1)
         # Preflight: lint the script, then the doctor's fast checks.
         lint_findings = []
         if not module:

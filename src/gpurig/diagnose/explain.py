@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import tomllib
@@ -260,7 +261,7 @@ def user_frame(text: str) -> str | None:
     found = None
     for m in _FRAME.finditer(text):
         path = m.group(1)
-        if "/torch/" in path or "site-packages" in path or path.startswith("<frozen"):
+        if "/torch/" in path or "site-packages" in path or path.startswith("<frozen") or "/launch/inject/" in path:
             continue
         found = f"{path.rsplit('/', 1)[-1]}:{m.group(2)} {m.group(4).strip()}"
     return found
@@ -308,11 +309,11 @@ def exit_code_for(worker_exitcode: int | None, fallback: int = 1) -> int:
     return worker_exitcode or fallback
 
 
-def _exit_text(exitcode: int) -> str:
+def _exit_text(exitcode: int, pid: int | None = None) -> str:
     """The lines torchrun prints for an exit code, so the catalogue's exit-code entries apply."""
-    text = f"  exitcode  : {exitcode} (pid: 0)\n"
+    text = f"  exitcode  : {exitcode} (pid: {pid or '?'})\n"
     if exitcode < 0 and -exitcode in _EXIT_SIGNALS:
-        text += f"  traceback : Signal {-exitcode} ({_EXIT_SIGNALS[-exitcode]}) received by PID 0\n"
+        text += f"  traceback : Signal {-exitcode} ({_EXIT_SIGNALS[-exitcode]}) received by PID {pid or '?'}\n"
     return text
 
 
@@ -401,7 +402,7 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
         role = _role(log_matches)
         matches = log_matches
         if rank in failures:
-            exit_matches = match_catalogue(_exit_text(failures[rank].exitcode))
+            exit_matches = match_catalogue(_exit_text(failures[rank].exitcode, failures[rank].pid))
             if role in (None, "secondary"):
                 role = _role(exit_matches) if role is None or _role(exit_matches) != "secondary" else role
                 matches = rank_matches(exit_matches + log_matches)
@@ -429,7 +430,7 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
         if rank is not None:
             log = record.ranks.get(rank)
             if log is not None:
-                diag.log_path = log.log_paths[0] if log.log_paths else None
+                diag.log_path = str(Path(log.log_paths[0]).parent) if log.log_paths else None
                 lines = log.text.splitlines()
                 diag.log_tail = lines[-tail:]
                 diag.where = diag.where or user_frame(log.text + "\n" + (log.error_traceback or ""))
@@ -486,18 +487,19 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
         if diag.missing_ranks:
             who = ", ".join(str(r) for r in diag.missing_ranks)
             diag.summary = (
-                f"hang: rank(s) {', '.join(str(r) for r in diag.arrived_ranks)} waited in {op}{seq} until the "
+                f"rank(s) {', '.join(str(r) for r in diag.arrived_ranks)} waited in {op}{seq} until the "
                 f"timeout; rank(s) {who} never arrived (read from the {diag.hang_source})"
             )
             root = diag.missing_ranks[0]
         else:
             diag.summary = (
-                f"hang: every rank entered {op}{seq} and none finished: not a missing rank but a stuck "
+                f"every rank entered {op}{seq} and none finished: not a missing rank but a stuck "
                 f"collective (network or peer-to-peer), read from the {diag.hang_source}"
             )
             root = waiting
         diag.root_rank = root
-        diag.where = user_frame(record.ranks[waiting].text) if waiting in record.ranks else None
+        waited_at = user_frame(record.ranks[waiting].text) if waiting in record.ranks else None
+        diag.where = f"rank {waiting} waited at {waited_at}" if waited_at else None
         return finish(diag, root)
 
     if interrupted:

@@ -196,6 +196,27 @@ class EnvDefault:
     why: str
 
 
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1")
+
+
+def endpoint_port_taken(endpoint: str) -> bool:
+    """True when `endpoint` names a port on this machine that another program already holds.
+
+    torchrun then joins that program as a rendezvous client and waits (15 minutes by default)
+    instead of failing, so a single-node launch checks first.
+    """
+    host, port = _parse_endpoint(endpoint)
+    if port in (None, 0) or host not in LOCAL_HOSTS + (socket.gethostname(),):
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TCPStore does: TIME_WAIT is not "taken"
+            s.bind(("", port))
+        except OSError:
+            return True
+    return False
+
+
 def parse_env_assignments(items: list[str], flag: str = "--env") -> dict[str, str]:
     """`["A=1", "B=x=y"]` -> {"A": "1", "B": "x=y"}; anything without `=` is bad input."""
     out: dict[str, str] = {}
