@@ -85,3 +85,26 @@ def test_the_installed_tensorflow_is_found(tmp_path):
     assert isinstance(tf.gpus, list)
     if not tf.built_with_cuda:
         assert tf.cuda_build is None and tf.gpus == []
+
+
+def test_the_warning_torch_gives_when_cuda_cannot_start_is_kept(tmp_path):
+    # A stand-in torch whose CUDA check warns the way a too-old driver makes the real one warn.
+    body = (
+        "import warnings\n"
+        "__version__ = '2.9.0+cu130'\n"
+        "class version:\n    cuda = '13.0'\n"
+        "class _C:\n    @staticmethod\n    def _cuda_getArchFlags():\n        return 'sm_80 sm_90'\n"
+        "class backends:\n    class cudnn:\n        @staticmethod\n        def version():\n            return 91002\n"
+        "class cuda:\n"
+        "    class nccl:\n        @staticmethod\n        def version():\n            return (2, 27, 7)\n"
+        "    @staticmethod\n    def is_available():\n"
+        "        warnings.warn('CUDA initialization: The NVIDIA driver on your system is too old (found version 12020).')\n"
+        "        return False\n"
+        "    @staticmethod\n    def device_count():\n        return 0\n"
+    )
+    env = shadow(tmp_path, "torch", body)
+    shadow(tmp_path, "tensorflow", MISSING.format("tensorflow"))
+    t = probe_frameworks(timeout=60, environ=env).torch
+    assert (t.version, t.cuda_build, t.cudnn_version, t.nccl_version) == ("2.9.0+cu130", "13.0", "9.10.2", "2.27.7")
+    assert t.arch_list == ["sm_80", "sm_90"] and t.cuda_available is False
+    assert "driver on your system is too old (found version 12020)" in t.cuda_warning

@@ -127,6 +127,7 @@ class TorchFacts:
     cuda_available: bool | None = None
     device_count: int | None = None
     error: str | None = None  # the import or probe failure, if any
+    cuda_warning: str | None = None  # what torch warned while starting CUDA ("The NVIDIA driver ... is too old")
 
 
 @dataclass

@@ -42,7 +42,7 @@ else:
     out["arch_list"] = arch.split() if arch else None
     try:
         v = torch.backends.cudnn.version()
-    except Exception as exc:
+    except Exception:
         v = None
     if v:
         out["cudnn_version"] = f"{{v // 10000}}.{{v % 10000 // 100}}.{{v % 100}}" if v >= 90000 else f"{{v // 1000}}.{{v % 1000 // 100}}.{{v % 100}}"
@@ -51,8 +51,13 @@ else:
             out["nccl_version"] = ".".join(str(x) for x in torch.cuda.nccl.version())
         except Exception:
             pass
-    out["cuda_available"] = bool(torch.cuda.is_available())
-    out["device_count"] = int(torch.cuda.device_count())
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out["cuda_available"] = bool(torch.cuda.is_available())
+        out["device_count"] = int(torch.cuda.device_count())
+    said = [str(w.message).strip() for w in caught if "cuda" in str(w.message).lower()]
+    out["cuda_warning"] = said[0] if said else None
 print({_MARK!r} + json.dumps(out), flush=True)
 """
 
@@ -130,6 +135,8 @@ def _failure(name: str, rc: int, stderr: str) -> str:
         except ValueError:
             sig = f"signal {-rc}"
         head = f"`import {name}` was killed by {sig}"
+    elif rc == 0:
+        head = f"the {name} probe printed no answer (exit code 0)"
     else:
         head = f"`import {name}` failed (exit code {rc})"
     lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
