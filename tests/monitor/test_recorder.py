@@ -109,3 +109,14 @@ def test_missing_and_empty_recordings(tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(RecordingError, match="no samples"):
         read_recording(tmp_path / "empty.jsonl")
+
+
+def test_fields_keeps_only_what_the_plot_needs(tmp_path):
+    from gpurig.monitor.recorder import PLOT_FIELDS
+
+    path = tmp_path / "rec.jsonl"
+    with Recorder(path) as rec:
+        rec.write(Sampler(FakeBackend(gpus=2)).sample())
+    gpu = read_recording(path, fields=PLOT_FIELDS).samples[0]["gpus"][0]
+    assert "processes" not in gpu and "uuid" not in gpu
+    assert gpu["utilization_pct"] is not None and gpu["index"] == 0

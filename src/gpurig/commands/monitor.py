@@ -170,12 +170,12 @@ def _verdicts(window: collections.deque | list) -> list[Any]:
 
 
 def plot_recording(opts: MonitorOptions, console: Console) -> None:
-    from gpurig.monitor.recorder import RecordingError, read_recording
+    from gpurig.monitor.recorder import PLOT_FIELDS, RecordingError, read_recording
     from gpurig.report.plots import monitor_png
 
     assert opts.plot is not None
     try:
-        rec = read_recording(opts.plot)
+        rec = read_recording(opts.plot, fields=PLOT_FIELDS)
     except RecordingError as exc:
         raise BadInput(f"--plot: {exc}") from None
     out = opts.out or opts.plot.with_suffix(".png")

@@ -62,31 +62,44 @@ class Recording:
         return sorted({g["index"] for s in self.samples for g in s["gpus"]})
 
 
-def read_recording(path: str | os.PathLike[str]) -> Recording:
-    """Read a recording made by `gpurig monitor --record`.
+# What `--plot` and the sample verdicts read: enough to keep a day-long recording small in memory.
+PLOT_FIELDS = frozenset({"index", "error", "utilization_pct", "memory_used_bytes", "memory_total_bytes", "power_w",
+                         "power_limit_w", "temperature_c", "sm_clock_mhz", "sm_clock_max_mhz", "throttle_reasons"})
 
+
+def read_recording(path: str | os.PathLike[str], fields: frozenset[str] | None = None) -> Recording:
+    """Read a recording made by `gpurig monitor --record`, line by line.
+
+    `fields` keeps only those keys of each GPU (e.g. PLOT_FIELDS), so long recordings stay small.
     A torn last line (the monitor was killed while writing it) is skipped with a note; a bad line
     anywhere else raises RecordingError naming the line, since the file is then not a recording.
     """
     p = Path(path)
+    rec = Recording(path=p)
+    pending: tuple[int, str] | None = None  # a bad line is an error only if another line follows it
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        with p.open(encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                if pending is not None:
+                    raise RecordingError(f"{p}: line {pending[0]} is not a monitor sample: {pending[1]}")
+                try:
+                    sample = Sample.from_dict(json.loads(line)).to_dict()
+                except (json.JSONDecodeError, ValueError, TypeError) as exc:
+                    pending = (number, str(exc))
+                    continue
+                if fields is not None:
+                    sample["gpus"] = [{k: v for k, v in g.items() if k in fields} for g in sample["gpus"]]
+                rec.samples.append(sample)
     except FileNotFoundError:
         raise RecordingError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise RecordingError(f"{p}: cannot be read ({exc})") from None
-    rec = Recording(path=p)
-    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rec.samples.append(Sample.from_dict(json.loads(line)).to_dict())
-        except (json.JSONDecodeError, ValueError, TypeError) as exc:
-            if i == last and rec.samples:
-                rec.skipped.append(f"line {i + 1}: incomplete last line skipped ({exc})")
-                continue
-            raise RecordingError(f"{p}: line {i + 1} is not a monitor sample: {exc}") from None
+    if pending is not None:
+        if not rec.samples:
+            raise RecordingError(f"{p}: line {pending[0]} is not a monitor sample: {pending[1]}")
+        rec.skipped.append(f"line {pending[0]}: incomplete last line skipped ({pending[1]})")
     if not rec.samples:
         raise RecordingError(f"{p}: holds no samples")
     return rec

@@ -46,7 +46,7 @@ def monitor_png(samples: list[dict[str, Any]], title: str = "GPU activity") -> b
     limit = _series(samples, "power_limit_w")
     if not (util or mem or power):
         return None
-    fig = Figure(figsize=(10, 8))
+    fig = Figure(figsize=(11, 8))
     axes = fig.subplots(3, 1, sharex=True)
     colors = {}
     for ax, series, label in ((axes[0], util, "utilisation (%)"), (axes[1], mem, "memory used (GiB)"),
@@ -66,8 +66,8 @@ def monitor_png(samples: list[dict[str, Any]], title: str = "GPU activity") -> b
         axes[2].plot(xs, ys, linestyle="--", linewidth=1, color=colors.get(index), alpha=0.7,
                      label=f"GPU {index} limit")
     for ax in axes:
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="upper right", fontsize="small", ncol=4)
+        if ax.get_legend_handles_labels()[0]:  # outside the axes: a busy GPU's line sits at the top
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", borderaxespad=0)
     axes[2].set_xlabel("seconds since the first sample")
     fig.suptitle(title)
     fig.tight_layout()
