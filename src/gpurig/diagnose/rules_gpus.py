@@ -42,13 +42,21 @@ def gpu_summary(ctx: Context) -> list[Finding]:
             by_name.setdefault(g.name or "unknown", []).append(g.index)
         listing = "; ".join(f"{name}: GPU {', '.join(map(str, idx))}" for name, idx in by_name.items())
         biggest = max(by_name.items(), key=lambda kv: len(kv[1]))
+        if len(biggest[1]) > 1:
+            fix = (f"Train on identical GPUs only, e.g. `export CUDA_VISIBLE_DEVICES={','.join(map(str, biggest[1]))}` "
+                   "(with `CUDA_DEVICE_ORDER=PCI_BUS_ID` so the numbers match nvidia-smi)")
+        else:
+            smallest = min((g for g in ctx.gpus if g.memory_total_mib), key=lambda g: g.memory_total_mib, default=None)
+            fix = ("Use one model on every GPU for data-parallel training; until then size the per-GPU batch for "
+                   + (f"the smallest memory (GPU {smallest.index}, {gib(smallest.memory_total_mib)})" if smallest
+                      else "the smallest memory")
+                   + " and expect the slowest GPU's speed on all of them")
         findings.append(Finding(
             id="mixed-gpu-models", severity="warn", area="gpus",
             title=f"Mixed GPU models ({len(by_name)} kinds): the slowest sets the pace",
             detail=(f"{listing}. Data-parallel training waits for the slowest GPU at every step, and the batch "
                     "must fit the smallest memory."),
-            fix=(f"Train on identical GPUs only, e.g. `export CUDA_VISIBLE_DEVICES={','.join(map(str, biggest[1]))}` "
-                 "(with `CUDA_DEVICE_ORDER=PCI_BUS_ID` so the numbers match nvidia-smi)"),
+            fix=fix,
             evidence={"by_model": by_name, "compute_capabilities": sorted(ccs),
                       "memory_total_mib": sorted(mems)},
         ))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from gpurig.diagnose.findings import Finding
@@ -248,9 +249,9 @@ def peer_access(ctx: Context) -> list[Finding]:
     no_p2p = [p for p in pcie_pairs if p.p2p_read is False]
     iommu = ctx.facts.system.iommu
     names = {g.name or "" for g in ctx.gpus}
-    geforce = any("geforce" in n.lower() for n in names)
-    consumer = (" GeForce cards (RTX 4090 and later) have PCIe peer access disabled by the driver in any case; "
-                "NCCL then goes through host memory (SHM), which works." if geforce else "")
+    geforce = any(re.search(r"geforce rtx (40|50)\d\d", n.lower()) for n in names)
+    consumer = (" GeForce RTX 40- and 50-series cards have PCIe peer access disabled by the driver in any "
+                "case; NCCL then goes through host memory (SHM), which works." if geforce else "")
     pairs_text = ", ".join(f"{p.gpu_a}-{p.gpu_b}" for p in no_p2p)
     ev = {"system.iommu": iommu, "pcie_pairs": [vars(p) for p in pcie_pairs]}
     if iommu == "on" and pcie_pairs:

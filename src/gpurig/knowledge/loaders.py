@@ -515,7 +515,7 @@ def torch_wheel_for_host(
                 floor = min_driver_for_cuda(cuda)
             except UnknownVersion:
                 continue
-            why = [f"torch {release.torch} {variant} (CUDA {cuda})"]
+            why = [f"torch {release.torch} {variant} with CUDA {cuda}"]
             if driver is not None:
                 if not driver_meets(driver, floor):
                     continue
