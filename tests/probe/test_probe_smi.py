@@ -151,3 +151,8 @@ def test_real_2x_h200_captures():
     assert {g: len(ls) for g, ls in links.items()} == {0: 18, 1: 18}
     assert {nl.speed_gbps for ls in links.values() for nl in ls} == {26.562}
     assert smi.parse_smi_header(read("smi_banner_2x_h200.txt")) == ("580.159.04", "13.0")
+
+
+def test_topo_matrix_old_soc_code_reads_as_sys():
+    text = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tSOC\t0-7\nGPU1\tSOC\t X \t8-15\n"
+    assert [p.link for p in smi.parse_topo_matrix(text).pairs] == ["SYS"]

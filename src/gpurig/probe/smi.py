@@ -175,7 +175,7 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
         links = cells[1:1 + ncols]
         for col, code in enumerate(links):
             if col in gpu_col and _LINK_CODE.match(code):
-                matrix[(row_gpu, gpu_col[col])] = code
+                matrix[(row_gpu, gpu_col[col])] = "SYS" if code == "SOC" else code  # SOC: drivers before 384
         rest = cells[1 + ncols:]
         affinity = rest[0] if rest else None
         out.cpu_affinity[row_gpu] = None if affinity is None or _missing(affinity) else affinity
