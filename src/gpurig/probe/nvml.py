@@ -10,6 +10,7 @@ Each field names the `nvidia-smi` query that shows the same number, for checking
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -351,7 +352,11 @@ def read_nvml(nvml: Any = None, root: str | os.PathLike = "/") -> NvmlResult:
     res = NvmlResult()
     if nvml is None:
         try:
-            import pynvml as nvml  # imported here: loading libnvidia-ml is the expensive part
+            with warnings.catch_warnings():
+                # The old `pynvml` wrapper package warns that it is deprecated in favour of nvidia-ml-py,
+                # which provides the same module; the warning says nothing about this machine.
+                warnings.simplefilter("ignore", FutureWarning)
+                import pynvml as nvml  # imported here, so machines without it pay nothing
         except ImportError:
             res.driver.error = "NVML: nvidia-ml-py (pynvml) is not installed"
             return res
