@@ -277,7 +277,10 @@ def tensorflow_rules(ctx: Context) -> list[Finding]:
     findings = []
     level = driver_level(ctx, cuda) if cuda else None
     if level == "none":
-        floor = kb.min_driver_for_cuda(cuda)
+        try:
+            floor = kb.min_driver_for_cuda(cuda)
+        except kb.UnknownVersion:
+            floor = f"one that supports CUDA {cuda}"
         findings.append(Finding(
             id="tf-cuda-too-new-for-driver", severity="error", area="frameworks",
             title=f"TensorFlow {t.version} needs CUDA {cuda}, newer than driver {ctx.driver_version or '?'} supports",
