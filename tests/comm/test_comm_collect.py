@@ -38,7 +38,7 @@ def _collect(run_dir, facts, env=None, returncode=0):
 
 
 def test_gpu_run_with_p2p_over_nvlink_passes(tmp_path):
-    result = _collect(_run_dir(tmp_path, "h200_nv18_p2p_cumem.log"), two_gpu_facts())
+    result = _collect(_run_dir(tmp_path, "h200_default_p2p_cumem.log"), two_gpu_facts())
     assert result.passed
     checks = {c.name: c for c in result.checks}
     assert checks["transport"].status == "pass" and "P2P/CUMEM" in checks["transport"].detail
@@ -49,7 +49,7 @@ def test_gpu_run_with_p2p_over_nvlink_passes(tmp_path):
 
 
 def test_gpu_run_falling_back_to_shm_on_nvlink_fails_the_transport_check(tmp_path):
-    result = _collect(_run_dir(tmp_path, "pcie_shm.log"), two_gpu_facts(), env={"NCCL_P2P_DISABLE": "1"})
+    result = _collect(_run_dir(tmp_path, "h200_p2p_disabled_shm.log"), two_gpu_facts(), env={"NCCL_P2P_DISABLE": "1"})
     assert not result.passed
     transport = next(c for c in result.checks if c.name == "transport")
     assert transport.status == "fail" and not transport.passed
@@ -58,7 +58,7 @@ def test_gpu_run_falling_back_to_shm_on_nvlink_fails_the_transport_check(tmp_pat
 
 
 def test_a_failing_rank_and_a_crashed_launcher_are_both_reported(tmp_path):
-    result = _collect(_run_dir(tmp_path, "h200_nv18_p2p_cumem.log", ddp_status="fail"), two_gpu_facts(), returncode=1)
+    result = _collect(_run_dir(tmp_path, "h200_default_p2p_cumem.log", ddp_status="fail"), two_gpu_facts(), returncode=1)
     checks = {c.name: c for c in result.checks}
     assert checks["ddp"].detail == "rank 0: replica differs; rank 1: replica differs"
     assert checks["workers"].status == "fail" and "exited with status 1" in checks["workers"].detail
