@@ -1,0 +1,196 @@
+"""Real TensorFlow runs on two logical CPU devices: accuracy, exact resume, SIGTERM, fit, multi-worker.
+
+Each run is a real `run_tf_training` in its own process (as `gpurig train --framework tf` runs
+it), so the test process itself never imports TensorFlow here. Runs are short; one reference run
+is shared by the resume, fit and multi-worker tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpurig.launch.plan import free_port
+
+pytestmark = [pytest.mark.tf, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+# The shared workload: the seeds' MLP with dropout on digits, long enough to be interrupted.
+REFERENCE = ["framework=tf", "train.steps=90", "train.log_every=5", "model.dropout=0.2",
+             "optim.name=adam", "optim.lr=0.003"]
+
+RUNNER = """
+import json, sys
+from gpurig.errors import BadInput, ProblemFound
+from gpurig.train.config import load_config
+from gpurig.train.tf import run_tf_training
+args = json.loads(sys.argv[1])
+try:
+    s = run_tf_training(load_config(preset_name=args.get("preset"), overrides=args["overrides"]), args["out"],
+                        **args.get("kwargs", {}))
+except (BadInput, ProblemFound) as exc:
+    print("gpurig: error:", exc, file=sys.stderr)
+    sys.exit(exc.exit_code)
+print("SUMMARY " + json.dumps(s))
+"""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _argv(out: Path, overrides: list[str], preset: str | None = None, **kwargs) -> list[str]:
+    return [sys.executable, "-c", RUNNER, json.dumps({"out": str(out), "overrides": overrides, "preset": preset,
+                                                      "kwargs": kwargs})]
+
+
+def train(out: Path, overrides: list[str], preset: str | None = None, timeout: float = 240, **kwargs):
+    proc = subprocess.run(_argv(out, overrides, preset, **kwargs), capture_output=True, text=True,
+                          timeout=timeout, env=_env())
+    summary = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("SUMMARY "):
+            summary = json.loads(line[len("SUMMARY "):])
+    return proc, summary
+
+
+COMPARE = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+a, b = sys.argv[1], sys.argv[2]
+ra, rb = tf.train.load_checkpoint(a), tf.train.load_checkpoint(b)
+names = [n for n, _ in tf.train.list_variables(a) if not n.startswith(("_CHECKPOINTABLE", "save_counter"))]
+out = {}
+for n in names:
+    x, y = ra.get_tensor(n), rb.get_tensor(n)
+    diff = float(np.max(np.abs(x.astype(np.float64) - y))) if x.size else 0.0
+    scale = float(np.max(np.abs(x))) if x.size else 0.0
+    out[n] = [diff, scale]
+print(json.dumps({"tensors": out, "names_b": sorted(n for n, _ in tf.train.list_variables(b)
+                                                    if not n.startswith(("_CHECKPOINTABLE", "save_counter")))}))
+"""
+
+
+def compare_checkpoints(a: str, b: str) -> dict:
+    """{tensor name: (max |a - b|, max |a|)} for every saved tensor but the save counter.
+
+    Run in a child process: importing TensorFlow here would change this process's environment.
+    """
+    proc = subprocess.run([sys.executable, "-c", COMPARE, a, b], capture_output=True, text=True, timeout=120,
+                          env=_env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(data["tensors"]) == data["names_b"]
+    return {k: tuple(v) for k, v in data["tensors"].items()}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tf-reference")
+    proc, summary = train(out, REFERENCE)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, summary
+
+
+def test_digits_demo_reaches_95_percent_with_the_shared_summary(tmp_path):
+    proc, s = train(tmp_path, ["framework=tf", "train.epochs=8"], preset="demo")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert s["accuracy"] >= 0.95
+    assert s["world_size"] == 2 and s["strategy"] == "mirrored" and s["device"] == "cpu"
+    for key in ("samples_per_s", "samples_per_s_per_device", "step_time", "per_rank", "peak_memory_bytes",
+                "memory_total_bytes", "batch_size_per_device", "final_loss", "accuracy", "choices", "verdicts"):
+        assert key in s, key
+    assert s["step_time"]["mean_s"] > 0 and 0 <= s["step_time"]["data_wait_fraction"] < 1
+    assert {c["name"] for c in s["choices"]} >= {"device", "replicas", "precision", "memory_growth",
+                                                   "cross_device_ops", "global_batch", "loop"}
+    assert json.loads((tmp_path / "summary.json").read_text())["accuracy"] == s["accuracy"]
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert (tmp_path / "checkpoints" / "checkpoint").is_file()
+
+
+def test_sigterm_saves_and_resume_is_exact(reference, tmp_path):
+    ref_dir, ref = reference
+    # Interrupt a run of the same config with SIGTERM to gpurig (as Slurm or Kubernetes would).
+    proc = subprocess.Popen(_argv(tmp_path, REFERENCE), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env())
+    log = tmp_path / "tf-worker0.log"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        if log.is_file() and "step 20/90" in log.read_text():
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-3000:]
+    stopped = json.loads(stdout.split("SUMMARY ", 1)[1])
+    assert stopped["stopped"] is True and stopped["stop_reason"] == "SIGTERM"
+    assert 20 <= stopped["steps"] < 90
+    assert stopped["checkpoints"][-1].endswith(f"ckpt-{stopped['steps']}")
+
+    proc2, resumed = train(tmp_path, REFERENCE, resume=True)
+    assert proc2.returncode == 0, proc2.stderr[-3000:]
+    assert resumed["resumed_from"].endswith(f"ckpt-{stopped['steps']}") and resumed["steps"] == 90
+    diffs = compare_checkpoints(ref["checkpoints"][-1], resumed["checkpoints"][-1])
+    # Bitwise: weights, optimizer moments, step counters and the dropout RNG state.
+    different = {k: d for k, (d, _) in diffs.items() if d != 0.0}
+    assert not different, list(different.items())[:5]
+    assert any("seed_generator" in k or k.startswith("rng/") for k in diffs)
+
+
+def test_fit_loop_trains_like_the_custom_loop(reference, tmp_path):
+    _, ref = reference
+    proc, fit = train(tmp_path, [*REFERENCE, "tf.loop=fit"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [e["step"] for e in fit["evals"]] == [e["step"] for e in ref["evals"]]
+    # Same samples per replica, same loss scaling over the global batch: the same test accuracy.
+    for e_fit, e_ref in zip(fit["evals"], ref["evals"], strict=True):
+        assert e_fit["accuracy"] == pytest.approx(e_ref["accuracy"], abs=0.006)
+    assert {c["name"]: c["value"] for c in fit["choices"]}["loop"] == "fit"
+
+
+def test_multi_worker_on_localhost_agrees_with_one_worker(reference, tmp_path):
+    _, ref = reference
+    hosts = f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen(_argv(tmp_path, REFERENCE, nnodes=2, node_rank=r, worker_hosts=hosts),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+             for r in (0, 1)]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=240))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (_out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    chief = json.loads(outs[0][0].split("SUMMARY ", 1)[1])
+    assert chief["strategy"] == "multi_worker_mirrored" and chief["workers"] == 2 and chief["world_size"] == 2
+    assert [r["rank"] for r in chief["per_rank"]] == [0, 1]
+    assert (tmp_path / "worker-1.json").is_file()
+    assert chief["steps"] == 90
+    # 2 workers x 1 replica and 1 worker x 2 replicas see the same samples per step.
+    diffs = compare_checkpoints(ref["checkpoints"][-1], chief["checkpoints"][-1])
+    worst = {k: d / max(scale, 1e-12) for k, (d, scale) in diffs.items()}
+    assert max(worst.values()) <= 1e-4, sorted(worst.items(), key=lambda kv: -kv[1])[:3]
+    assert chief["final_loss"] == pytest.approx(ref["final_loss"], rel=1e-4)
+
+
+def test_a_bad_config_found_in_the_worker_exits_2(tmp_path):
+    # The global batch (2 x 1000) is larger than digits' training split: found after loading the data.
+    proc, summary = train(tmp_path, ["framework=tf", "data.batch_size=1000"])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert summary is None
+    assert "data.batch_size" in proc.stderr and "1438 training samples" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,43 @@
+"""`run_tf_verify`: MirroredStrategy on two logical CPU devices keeps its replicas identical and
+equal to one device on the whole batch; a replica knocked out of sync is caught."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpurig.comm.tf_verify import plan_tf_verify, run_tf_verify
+from gpurig.errors import BadInput
+
+pytestmark = pytest.mark.tf
+
+
+@pytest.mark.slow
+def test_replicas_identical_and_equal_to_one_device(tmp_path):
+    result = run_tf_verify(device="cpu", out_dir=tmp_path, steps=10)
+    checks = {c["name"]: c for c in result["checks"]}
+    assert result["passed"], result["checks"]
+    assert checks["tf_replicas_identical"]["status"] == "pass"
+    assert checks["tf_matches_single_device"]["status"] == "pass"
+    assert result["nproc"] == 2 and result["backend"] == "MirroredStrategy/reduce_to_one"
+    assert (tmp_path / "tf_verify.json").is_file() and (tmp_path / "tf-verify.log").is_file()
+
+
+@pytest.mark.slow
+def test_a_desynchronised_replica_fails_both_checks(tmp_path):
+    result = run_tf_verify(device="cpu", out_dir=tmp_path, steps=3, inject="desync")
+    checks = {c["name"]: c for c in result["checks"]}
+    assert not result["passed"]
+    assert checks["tf_replicas_identical"]["status"] == "fail"
+    assert "replica 1 vs 0" in checks["tf_replicas_identical"]["detail"]
+    assert checks["tf_matches_single_device"]["status"] == "fail"
+
+
+def test_bad_arguments_are_refused_before_tensorflow_starts():
+    with pytest.raises(BadInput, match="--steps"):
+        plan_tf_verify(device="cpu", steps=0)
+    with pytest.raises(BadInput, match="--inject"):
+        plan_tf_verify(device="cpu", inject="meteor")
+    with pytest.raises(BadInput, match="at least 2"):
+        plan_tf_verify(device="cpu", replicas=1)
+    with pytest.raises(BadInput, match="tf.cross_device_ops=nccl"):
+        plan_tf_verify(device="cpu", cross_device_ops="nccl")
