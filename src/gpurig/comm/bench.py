@@ -129,7 +129,7 @@ def summarise(run_dir: Path, choice: Any, run: Any, config: dict[str, Any], fact
     for i, p in enumerate(base):
         times = [pts[i]["seconds"] for pts in per_rank_points.values() if i < len(pts)]
         seconds = sum(times) / len(times)
-        busbw = busbw_gbps(p["op"], p["bytes"], seconds, n) if n > 1 else None
+        busbw = busbw_gbps(p["op"], p["bytes"], seconds, n)  # 0 on one rank, as in nccl-tests
         point = {
             "op": p["op"], "bytes": p["bytes"], "size": human_bytes(p["bytes"]), "dtype": p["dtype"],
             "time_us": seconds * 1e6, "algbw_gbps": algbw_gbps(p["bytes"], seconds), "busbw_gbps": busbw,

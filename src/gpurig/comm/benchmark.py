@@ -118,6 +118,7 @@ def measure(ctx, op: str, size_bytes: int, dtype_name: str, iters: int, warmup: 
     if ctx.is_cuda:
         use_graph = graph == "on" or (graph == "auto" and nbytes <= GRAPH_AUTO_MAX_BYTES)
         launch = None
+        g = None
         if use_graph:
             try:
                 g = ctx.collective("bench", "graph_capture", label, lambda: _capture(call, iters))
@@ -133,6 +134,11 @@ def measure(ctx, op: str, size_bytes: int, dtype_name: str, iters: int, warmup: 
                 for _ in range(iters):
                     call()
         samples = _time_cuda(launch, iters, repeats, ctx, label)
+        if g is not None:
+            # Free the captured graph now: a graph still holding NCCL work can make the process
+            # group's teardown hang (pytorch issue 115388).
+            launch = None
+            g.reset()
     else:
         samples = _time_cpu(call, iters, repeats, ctx, label)
     point["samples_s"] = samples

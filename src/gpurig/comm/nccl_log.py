@@ -89,8 +89,8 @@ def parse_nccl_log(text: str) -> TransportReport:
             report.channel_lines += 1
             src, dst = int(m["src"]), int(m["dst"])
             kind = classify(m["via"])
-            # The same connection can be logged twice (send and receive side, or by both ranks).
-            key = (src, dst, m["ch"], m["conn"], kind, m["dir"])
+            # One connection can be logged twice (its send and its receive side, across nodes).
+            key = (src, dst, m["ch"], m["conn"], kind)
             key_pair = f"{src}->{dst}"
             if key_pair not in report.pairs:
                 report.pairs[key_pair] = PairTransport(src, dst, m["srcdev"], m["dstdev"])

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -194,6 +195,14 @@ def _run_bench(ctx: Context, config: dict[str, Any]) -> int:
     return 0
 
 
+TEARDOWN_SECONDS = 30.0
+
+
+def _leave_after_teardown_hang(rank: int) -> None:
+    print(f"gpurig: rank {rank}: process group teardown still running after {TEARDOWN_SECONDS:g} s; leaving", file=sys.stderr, flush=True)
+    os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpurig.comm.worker", description=__doc__)
     parser.add_argument("mode", choices=("verify", "bench"))
@@ -218,7 +227,13 @@ def main(argv: list[str] | None = None) -> int:
         ctx.collective("teardown", "barrier", "end of run", lambda: dist.barrier(group=ctx.cpu_group))
     finally:
         ctx.progress.close()
+    # Every result is written by now. Should NCCL's teardown hang (it can after CUDA graph capture,
+    # pytorch issue 115388), leave anyway rather than hold the run until the parent's time limit.
+    guard = threading.Timer(TEARDOWN_SECONDS, _leave_after_teardown_hang, args=(ctx.rank,))
+    guard.daemon = True
+    guard.start()
     dist.destroy_process_group()
+    guard.cancel()
     return rc
 
 
