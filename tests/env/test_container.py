@@ -96,6 +96,8 @@ def test_cpu_host_gets_no_gpus_flag():
     (ContainerOptions(workers=-1), "--workers"),
     (ContainerOptions(sample_mb=0), "--sample-mb"),
     (ContainerOptions(image="my image"), "--image"),
+    (ContainerOptions(name="my box"), "--name"),
+    (ContainerOptions(data="/a:b"), "--data"),
 ])
 def test_bad_options_name_the_flag(opts, flag):
     with pytest.raises(BadInput, match=flag):
@@ -129,3 +131,18 @@ def test_compose_all_gpus_and_private_ipc():
 def test_compose_on_a_cpu_host_reserves_no_gpu():
     service = compose(ContainerOptions(), host=CPU)["services"]["gpurig"]
     assert "deploy" not in service
+
+
+@pytest.mark.parametrize("data, expected", [
+    ("/srv/my data", "/srv/my data:/data:ro"),
+    ("~/my data", "HOME/my data:/data:ro"),
+    ("./data", "CWD/data:/data:ro"),
+])
+def test_data_paths_become_absolute_bind_mounts(tmp_path, data, expected):
+    # bash expands the line exactly as a user's shell would; `printf` shows the words it produced.
+    argv_line = docker_run_recipe(H200, ContainerOptions(data=data)).text.split("docker run \\\n", 1)[1]
+    mount = next(ln.strip().rstrip(" \\") for ln in argv_line.splitlines() if ":/data:ro" in ln)
+    out = subprocess.run(["bash", "-c", f"printf '%s\\n' {mount}"], capture_output=True, text=True, check=True,
+                         cwd=tmp_path, env={"HOME": "/home/u", "PATH": "/usr/bin:/bin"}).stdout.splitlines()
+    want = expected.replace("HOME", "/home/u").replace("CWD", str(tmp_path))
+    assert out[-1] == want

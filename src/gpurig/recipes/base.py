@@ -8,6 +8,7 @@ function is pure: facts and options in, `Recipe` out; the command layer reads an
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,7 @@ class HostSummary:
     ram_total_gib: float | None
     in_container: str | None
     gpus_without_driver: int = 0  # NVIDIA GPUs on the PCI bus that no driver answers for
+    gpus_per_model: dict[str, int] = field(default_factory=dict)  # {"NVIDIA H200": 2}
 
     @classmethod
     def from_facts(cls, facts: RigFacts) -> HostSummary:
@@ -66,6 +68,7 @@ class HostSummary:
             cpu_count=facts.system.cpu_count,
             ram_total_gib=facts.system.ram_total_gib,
             in_container=facts.system.container,
+            gpus_per_model=dict(Counter(g.name or "NVIDIA GPU" for g in facts.gpus)),
             gpus_without_driver=(sum(1 for d in facts.pci_devices or [] if d.kind == "gpu")
                                  if not facts.gpus else 0),
         )
@@ -80,10 +83,11 @@ class HostSummary:
             if self.gpus_without_driver:
                 return f"{self.gpus_without_driver} NVIDIA GPU(s) on the PCI bus, but no driver answers"
             return "no NVIDIA GPU (CPU only)"
-        names = ", ".join(self.gpu_names) or "NVIDIA GPU"
+        per_model = self.gpus_per_model or {", ".join(self.gpu_names) or "NVIDIA GPU": self.gpu_count}
+        gpus = " + ".join(f"{n} x {name}" for name, n in per_model.items())
         caps = "/".join(self.compute_capabilities) or "?"
         driver = self.driver_version or "unknown"
-        return f"{self.gpu_count} x {names} (compute capability {caps}), driver {driver}"
+        return f"{gpus} (compute capability {caps}), driver {driver}"
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -7,6 +7,7 @@ zombie worker processes without an init, and Jupyter or SSH published on every i
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -78,6 +79,10 @@ def _plan(host: HostSummary, opts: ContainerOptions) -> _Plan:
         raise BadInput(f"--sample-mb must be more than 0, got {opts.sample_mb}")
     if not opts.image.strip() or any(c.isspace() for c in opts.image):
         raise BadInput(f"--image must be an image name without spaces, got {opts.image!r}")
+    if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*", opts.name):
+        raise BadInput(f"--name must be letters, digits, '_', '.' or '-' (a container name), got {opts.name!r}")
+    if opts.data is not None and (":" in opts.data or not opts.data.strip()):
+        raise BadInput(f"--data must be a folder path without ':' (docker -v splits on it), got {opts.data!r}")
     indices = parse_gpu_selection(opts.gpus, host)
     reasons: list[str] = []
     warnings: list[str] = []
@@ -133,6 +138,17 @@ def _gpus_flag(indices: list[int] | None) -> str:
     return "'\"device=" + ",".join(str(i) for i in indices) + "\"'"
 
 
+def _host_path(path: str) -> str:
+    """A bind-mount source for the shell: docker -v takes a relative path for a volume name, so anchor it."""
+    if path == "~":
+        return path
+    if path.startswith("~/"):
+        return "~/" + shlex.quote(path[2:])  # the slash stays unquoted, or bash would not expand the ~
+    if path.startswith("/"):
+        return shlex.quote(path)
+    return '"$PWD"/' + shlex.quote(path.removeprefix("./"))
+
+
 def docker_run_recipe(host: HostSummary, opts: ContainerOptions) -> Recipe:
     """The `docker run` line, with one comment per flag saying why it is there."""
     plan = _plan(host, opts)
@@ -160,7 +176,7 @@ def docker_run_recipe(host: HostSummary, opts: ContainerOptions) -> Recipe:
     flags.append((f'-v "$PWD":{WORKDIR}', "your project, edited on the host and seen live in the container"))
     flags.append((f"-w {WORKDIR}", "start in the project directory"))
     if opts.data:
-        flags.append((f"-v {shlex.quote(opts.data)}:/data:ro", "the datasets, read-only so a bug cannot delete them"))
+        flags.append((f"-v {_host_path(opts.data)}:/data:ro", "the datasets, read-only so a bug cannot delete them"))
     for bind, port, service in plan.ports:
         flags.append((f"-p {bind}:{port}:{port}", f"{service} on port {port} of the host, "
                       + ("on every interface (--public)" if bind == "0.0.0.0" else "on 127.0.0.1 only")))
