@@ -439,6 +439,9 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
             diag.next_steps = list(NEXT_STEPS)
         return diag
 
+    if interrupted:  # the workers' own last words are the signal we sent them
+        return finish(RunDiagnosis(status="interrupted", exit_code=130, summary="interrupted (Ctrl-C or SIGTERM): every worker was stopped"), None)
+
     primary = [r for r, role in roles.items() if role == "primary"]
     timeouts = [r for r, role in roles.items() if role == "timeout"]
 
@@ -501,9 +504,6 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
         waited_at = user_frame(record.ranks[waiting].text) if waiting in record.ranks else None
         diag.where = f"rank {waiting} waited at {waited_at}" if waited_at else None
         return finish(diag, root)
-
-    if interrupted:
-        return finish(RunDiagnosis(status="interrupted", exit_code=130, summary="interrupted (Ctrl-C): every worker was stopped"), None)
 
     if failures:
         root_entry = next((f for f in record.failures if f.root_cause), record.failures[0])

@@ -1,0 +1,189 @@
+"""`gpurig launch --dry-run`: plans for one node, several nodes and Slurm, as pure data."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from gpurig.errors import BadInput
+from gpurig.launch.plan import DeviceChoice, LaunchOptions, plan_launch
+from gpurig.launch.slurm import expand_nodelist, slurm_from_env
+
+CPU2 = DeviceChoice(device="cpu", nproc=2, reason="test")
+GPU8 = DeviceChoice(device="cuda", nproc=8, reason="test")
+
+
+def _plan(environ=None, choice=CPU2, **kw):
+    options = LaunchOptions(script="train.py", script_args=["--epochs", "3"], run_dir="runs/r1", **kw)
+    return plan_launch(options, environ=environ or {}, cpu_count=16, device_choice=choice, port=45678, python="python")
+
+
+def _flag(argv, name):
+    hits = [a.split("=", 1)[1] for a in argv if a.startswith(name + "=")]
+    return hits[0] if hits else None
+
+
+def test_single_node_cpu_plan_has_free_port_logs_and_defaults():
+    plan, desc = _plan()
+    argv = plan.argv
+    assert argv[:3] == ["python", "-m", "torch.distributed.run"]
+    assert _flag(argv, "--nnodes") == "1"
+    assert _flag(argv, "--nproc-per-node") == "2"
+    assert _flag(argv, "--rdzv-endpoint") == "127.0.0.1:45678"
+    assert _flag(argv, "--log-dir") == os.path.join("runs/r1", "logs")
+    assert _flag(argv, "--tee") == "3" and _flag(argv, "--redirects") == "3"
+    assert "--node-rank" not in " ".join(argv)
+    # The script and its arguments come last, untouched.
+    assert argv[-3:] == ["train.py", "--epochs", "3"]
+    assert plan.env["OMP_NUM_THREADS"] == "8"  # 16 cores / 2 processes
+    assert plan.env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert plan.env["GPURIG_COLLECTIVE_TIMEOUT"] == "600"
+    assert plan.env["PYTHONPATH"].split(os.pathsep)[0].endswith(os.path.join("launch", "inject"))
+    # The flight recorder is NCCL's: not set on a gloo run.
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in plan.env
+    assert desc["backend"] == "gloo" and desc["slurm"] is None
+    assert json.loads(json.dumps(desc)) == desc  # --dry-run --json prints exactly this
+
+
+def test_gpu_plan_turns_on_the_flight_recorder_into_the_run_directory():
+    plan, _ = _plan(choice=GPU8)
+    assert plan.env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    assert plan.env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert plan.env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == os.path.join("runs/r1", "nccl_trace_rank_")
+    assert plan.env["OMP_NUM_THREADS"] == "2"  # 16 cores / 8 processes
+    assert _flag(plan.argv, "--nproc-per-node") == "8"
+
+
+def test_users_own_settings_win_and_env_overrides_apply():
+    plan, desc = _plan(environ={"OMP_NUM_THREADS": "3"}, env_overrides={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3", "FOO": "x=y"})
+    assert "OMP_NUM_THREADS" not in plan.env  # inherited as the user set it
+    kept = next(d for d in desc["defaults"] if d["name"] == "OMP_NUM_THREADS")
+    assert kept == {"name": "OMP_NUM_THREADS", "value": "3", "source": "yours", "why": "kept from your environment"}
+    assert plan.env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
+    assert plan.env["FOO"] == "x=y"
+
+
+def test_timeout_none_leaves_torch_default():
+    plan, desc = _plan(collective_timeout_s=None)
+    assert "GPURIG_COLLECTIVE_TIMEOUT" not in plan.env
+    assert any("torch's default" in n for n in desc["notes"])
+
+
+def test_multi_node_plan():
+    plan, desc = _plan(nnodes="2", node_rank=1, rdzv_endpoint="10.0.0.1:29400")
+    argv = plan.argv
+    assert _flag(argv, "--nnodes") == "2"
+    assert _flag(argv, "--node-rank") == "1"
+    assert _flag(argv, "--rdzv-endpoint") == "10.0.0.1:29400"
+    assert _flag(argv, "--rdzv-id") == "gpurig"
+    assert desc["node_rank"] == 1
+
+
+def test_multi_node_endpoint_without_port_gets_29500_and_elastic_range():
+    plan, _ = _plan(nnodes="1:4", rdzv_endpoint="head-node")
+    assert _flag(plan.argv, "--rdzv-endpoint") == "head-node:29500"
+    assert _flag(plan.argv, "--nnodes") == "1:4"
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"nnodes": "2"}, "needs --rdzv-endpoint"),
+        ({"nnodes": "2", "node_rank": 2, "rdzv_endpoint": "h:1"}, "--node-rank 2 is not below --nnodes 2"),
+        ({"nnodes": "two"}, "--nnodes must be"),
+        ({"nnodes": "4:2"}, "--nnodes must be"),
+        ({"nnodes": "2", "rdzv_endpoint": "h:port"}, "'port' is not a port number"),
+        ({"max_restarts": -1}, "--max-restarts"),
+        ({"collective_timeout_s": -5.0}, "--timeout"),
+        ({"env_overrides": {"NCCL_NVLS_ENABLE": "1"}}, "never switches on NVLink multicast"),
+    ],
+)
+def test_bad_plans_name_the_flag(kw, message):
+    with pytest.raises(BadInput, match=message):
+        _plan(**kw)
+
+
+SLURM = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_NNODES": "4",
+    "SLURM_NODEID": "2",
+    "SLURM_JOB_NODELIST": "gpu[01-03,07]",
+}
+
+
+def test_slurm_environment_sets_nodes_rank_and_first_host():
+    plan, desc = _plan(environ=SLURM)
+    argv = plan.argv
+    assert _flag(argv, "--nnodes") == "4"
+    assert _flag(argv, "--node-rank") == "2"
+    # The same port on every node, derived from the job id: 29500 + 4242 % 2000.
+    assert _flag(argv, "--rdzv-endpoint") == "gpu01:29742"
+    assert _flag(argv, "--rdzv-id") == "slurm-4242"
+    assert desc["slurm"]["hosts"] == ["gpu01", "gpu02", "gpu03", "gpu07"]
+
+
+def test_flags_override_slurm_and_no_slurm_ignores_it():
+    plan, _ = _plan(environ=SLURM, rdzv_endpoint="10.1.1.1:1234")
+    assert _flag(plan.argv, "--rdzv-endpoint") == "10.1.1.1:1234"
+    plan, desc = _plan(environ=SLURM, use_slurm=False)
+    assert _flag(plan.argv, "--nnodes") == "1" and desc["slurm"] is None
+
+
+def test_slurm_several_tasks_per_node_is_pointed_out():
+    _, desc = _plan(environ={**SLURM, "SLURM_NTASKS_PER_NODE": "8"})
+    assert any("--ntasks-per-node=1" in n for n in desc["notes"])
+
+
+@pytest.mark.parametrize(
+    "nodelist, hosts",
+    [
+        ("node1", ["node1"]),
+        ("gpu[01-04,07]", ["gpu01", "gpu02", "gpu03", "gpu04", "gpu07"]),
+        ("a[1-2],b5,c[08-10]", ["a1", "a2", "b5", "c08", "c09", "c10"]),
+        ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
+        ("gpu-node-[3]", ["gpu-node-3"]),
+    ],
+)
+def test_expand_nodelist(nodelist, hosts):
+    assert expand_nodelist(nodelist) == hosts
+
+
+@pytest.mark.parametrize("nodelist", ["", "gpu[01-", "gpu[4-2]", "gpu[a-b]", "gpu]1["])
+def test_expand_nodelist_rejects_garbage(nodelist):
+    with pytest.raises(ValueError):
+        expand_nodelist(nodelist)
+
+
+def test_bad_slurm_variables_are_bad_input():
+    with pytest.raises(BadInput, match="SLURM_JOB_NODELIST"):
+        slurm_from_env({"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "gpu[1-"})
+    with pytest.raises(BadInput, match="SLURM_NODEID=5"):
+        slurm_from_env({"SLURM_JOB_ID": "1", "SLURM_NNODES": "2", "SLURM_NODEID": "5", "SLURM_JOB_NODELIST": "a,b"})
+    assert slurm_from_env({}) is None
+
+
+def test_dry_run_cli_json_under_slurm(run_cli, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    env = {**SLURM, "CUDA_VISIBLE_DEVICES": ""}
+    out = run_cli("launch", "--dry-run", "--json", "--device", "cpu", str(script), "--lr", "0.1", env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    plan = doc["plan"]
+    assert plan["nnodes"] == "4" and plan["node_rank"] == 2
+    assert plan["rdzv_endpoint"] == "gpu01:29742"
+    assert plan["argv"][-3:] == [str(script), "--lr", "0.1"]
+    assert not (tmp_path / "gpurig-runs").exists()  # a dry run writes nothing
+
+
+def test_cli_bad_input_exits_2(run_cli, tmp_path):
+    out = run_cli("launch", "--dry-run", str(tmp_path / "missing.py"), cwd=tmp_path)
+    assert out.returncode == 2 and "missing.py: no such file" in out.stderr
+    script = tmp_path / "t.py"
+    script.write_text("")
+    out = run_cli("launch", "--dry-run", "--env", "NOEQUALS", str(script), cwd=tmp_path)
+    assert out.returncode == 2 and "--env 'NOEQUALS'" in out.stderr
+    out = run_cli("launch", "--dry-run", "--nproc-per-node", "zero", str(script), cwd=tmp_path)
+    assert out.returncode == 2 and "--nproc-per-node" in out.stderr
