@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from comm_facts import two_gpu_facts
 
@@ -136,3 +138,40 @@ def test_link_capability_from_nvlink_facts_and_pcie():
     assert pcie.gbps is None or 25 < pcie.gbps < 40  # from the link-speed table when it is installed
     unknown = link_capability(None, 0, 1)
     assert unknown.gbps is None and unknown.kind is None
+
+
+def test_a_stalled_copy_of_one_rank_is_named_before_the_ranks_waiting_for_it():
+    progress = {0: [_entry(1, "barrier", check="p2p")], 1: [_entry(1, "barrier", check="p2p")]}
+    hangs = [
+        {"seq": 1, "check": "p2p", "op": "barrier", "what": "after copies from GPU 0", "waited_s": 61.0, "rank": 1},
+        {"seq": None, "check": "p2p", "op": "peer_copy", "what": "GPU 0 → GPU 1, 1,048,576 bytes", "waited_s": 60.2,
+         "rank": 0, "local": True},
+    ]
+    hang = diagnose_hang(progress, hangs, 2)
+    assert hang["op"] == "peer_copy" and hang["stalled_rank"] == 0
+    assert hang["message"] == ("peer_copy (GPU 0 → GPU 1, 1,048,576 bytes) on rank 0 in check 'p2p' did not finish "
+                               "within 60.2 s; the other ranks waited for it")
+
+
+def test_the_watchdog_records_a_stalled_local_step_and_ends_the_process(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import json, time
+        from gpurig.comm.progress import Progress
+        def on_hang(record):
+            open({str(tmp_path / 'hang.json')!r}, 'w').write(json.dumps(record))
+        p = Progress({str(tmp_path)!r}, rank=3, timeout=0.5, on_hang=on_hang, poll=0.05)
+        with p.op("collectives", "all_reduce_sum", "float32 × 3"):
+            pass
+        with p.local("p2p", "peer_copy", "GPU 3 → GPU 0"):
+            time.sleep(30)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 124, proc.stderr
+    record = json.loads((tmp_path / "hang.json").read_text())
+    assert record["op"] == "peer_copy" and record["local"] is True and record["waited_s"] >= 0.5
+    lines = (tmp_path / "progress-rank3.jsonl").read_text().splitlines()
+    assert [json.loads(x)["op"] for x in lines] == ["all_reduce_sum"]  # local steps take no number

@@ -208,10 +208,12 @@ def check_p2p(ctx) -> dict[str, Any]:
                     g.manual_seed(_case_seed("p2p", src, dst, size))
                     data = torch.randint(0, 256, (size,), generator=g, device=ctx.device, dtype=torch.uint8)
                     torch.cuda.synchronize(ctx.device)
-                    t0 = time.perf_counter()
-                    copy = data.to(dst_dev)
-                    torch.cuda.synchronize(dst_dev)
-                    seconds = time.perf_counter() - t0
+                    # A peer copy can hang outright on a broken P2P path: watch it like a collective.
+                    with ctx.progress.local("p2p", "peer_copy", f"GPU {src} → GPU {dst}, {size:,} bytes"):
+                        t0 = time.perf_counter()
+                        copy = data.to(dst_dev)
+                        torch.cuda.synchronize(dst_dev)
+                        seconds = time.perf_counter() - t0
                     fault = find(ctx.faults, "p2p-corrupt", rank)
                     if fault is not None:
                         fault.fired = True

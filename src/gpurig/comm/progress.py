@@ -71,6 +71,22 @@ class Progress:
             with self._lock:
                 self._current = None
 
+    @contextmanager
+    def local(self, check: str, op: str, what: str = "") -> Iterator[None]:
+        """Watch work that only this rank does (a copy between two GPUs in this process).
+
+        It takes no sequence number, so the ranks' numbering of collectives stays aligned.
+        """
+        entry = {"seq": None, "check": check, "op": op, "what": what, "rank": self.rank, "local": True}
+        with self._lock:
+            self._current = entry
+            self._started = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._current = None
+
     def _watch(self) -> None:
         while True:
             time.sleep(self._poll)
@@ -123,8 +139,18 @@ def diagnose_hang(
     `hangs` are the records of ranks whose watchdog fired. Without any (the whole run was stopped
     from outside), the furthest collective any rank entered is taken as the one that hung.
     """
+    local = [h for h in hangs if h.get("local")]
+    if local:
+        # Work of one rank alone stalled (a GPU copy); the other ranks only waited for it.
+        h = local[0]
+        waited = h.get("waited_s", timeout)
+        what = f" ({h['what']})" if h.get("what") else ""
+        message = (f"{h.get('op')}{what} on rank {h.get('rank')} in check '{h.get('check')}' did not finish within "
+                   f"{waited:g} s; the other ranks waited for it")
+        return {"check": h.get("check"), "op": h.get("op"), "seq": None, "what": h.get("what", ""), "waited_s": waited,
+                "arrived": [], "missing": [], "stalled_rank": h.get("rank"), "last_seen": {}, "message": message}
     if hangs:
-        stuck = min(hangs, key=lambda h: h.get("seq", 0))
+        stuck = min(hangs, key=lambda h: h.get("seq") or 0)
     else:
         entered = [e for entries in progress.values() for e in entries]
         if not entered:
