@@ -136,10 +136,15 @@ def driver_summary(ctx: Context) -> list[Finding]:
     if not ctx.gpus or ctx.driver_version is None:
         return []
     driver = ctx.driver_version
-    cuda = ctx.driver_cuda or kb.max_cuda_for_driver(driver)
+    cuda = ctx.driver_cuda
+    supports = f" (supports CUDA up to {cuda})" if cuda else ""
+    if cuda is None and (from_table := kb.max_cuda_for_driver(driver)):
+        newest = kb.cuda_releases()[-1].cuda
+        # From the table: a driver newer than its newest row may support more than the table knows.
+        supports = f" (supports CUDA {from_table} or later)" if from_table == newest else f" (supports CUDA up to {from_table})"
     findings = [Finding(
         id="driver-ok", severity="ok", area="driver",
-        title=f"NVIDIA driver {driver} loaded" + (f" (supports CUDA up to {cuda})" if cuda else ""),
+        title=f"NVIDIA driver {driver} loaded" + supports,
         detail=f"Read through {ctx.facts.driver.source or 'the driver'}; {len(ctx.gpus)} GPU(s) answer.",
         fix="Nothing to do",
         evidence={"driver.driver_version": driver, "driver.cuda_driver_version": ctx.driver_cuda,
