@@ -144,6 +144,8 @@ def test_torchrun_entry(command, entry):
     (ClusterOptions(nodes=2, gpus_per_node=1, command=["t.py"], job_name="My Job"), "--job-name"),
     (ClusterOptions(nodes=2, gpus_per_node=1, command=["t.py"], port=80), "--port"),
     (ClusterOptions(nodes=2, gpus_per_node=1, command=["t.py"], time="soon"), "--time"),
+    (ClusterOptions(nodes=2, gpus_per_node=1, command=["t.py"], partition="gpu\nrm -rf"), "--partition"),
+    (ClusterOptions(nodes=2, gpus_per_node=1, command=["t.py"], max_restarts=-1), "--max-restarts"),
 ])
 def test_bad_options_name_the_flag(opts, match):
     with pytest.raises(BadInput, match=match):

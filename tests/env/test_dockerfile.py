@@ -206,3 +206,12 @@ def test_recorded_rig_image_fits_its_driver(name, framework):
     max_cuda = host_max_cuda(host)
     if cuda and max_cuda:
         assert L.version_key(cuda) <= L.version_key(max_cuda)
+
+
+def test_unknown_driver_is_said_not_hidden():
+    from env_rigs import make_facts
+
+    host = HostSummary.from_facts(make_facts([("NVIDIA H100 80GB HBM3", "9.0")], None))
+    recipe = dockerfile_recipe(host, DockerfileOptions())
+    assert recipe.fits
+    assert any("driver is unknown" in r for r in recipe.reasons)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpurig.errors import BadInput
 from gpurig.recipes.base import DEFAULT_IMAGE, USER_UID, HostSummary, Recipe, gib_ceil, require_positive
@@ -42,7 +42,6 @@ class ClusterOptions:
     workers: int = 4  # DataLoader workers per process, to size /dev/shm on Kubernetes
     batch: int = 256
     sample_mb: float = 0.6
-    extra_sbatch: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -69,6 +68,8 @@ def _check(host: HostSummary, opts: ClusterOptions) -> _Job:
         raise BadInput(f"--port must be between 1024 and 65535, got {opts.port}")
     if opts.max_restarts < 0:
         raise BadInput(f"--max-restarts must be 0 or more, got {opts.max_restarts}")
+    if opts.partition is not None and not re.fullmatch(r"[\w.,-]+", opts.partition):
+        raise BadInput(f"--partition must be a partition name (letters, digits, '_', '-', '.', ','), got {opts.partition!r}")
     if opts.time is not None and not re.fullmatch(r"(\d+-)?\d{1,2}(:\d{2}){0,2}", opts.time):
         raise BadInput(f"--time must look like HH:MM:SS or D-HH:MM:SS, got {opts.time!r}")
     reasons: list[str] = []
