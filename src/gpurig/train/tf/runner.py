@@ -36,7 +36,10 @@ TF_FIXES = {
     "input-bound": "tf.data already maps in parallel and prefetches (AUTOTUNE): raise data.batch_size, keep file "
                    "datasets on local disk, lower data.image_size, or use a dataset held in memory",
 }
-SHUTDOWN_GRACE_S = 60.0  # a SIGTERMed worker finishes its step and writes a checkpoint in this time
+SHUTDOWN_GRACE_S = 60.0
+# TensorFlow's C++ start-up lines that TF_CPP_MIN_LOG_LEVEL does not silence (absl logging).
+TF_NOISE = ("I0000 ", "W0000 ", "WARNING: All log messages before absl::InitializeLog()",
+            "To enable the following instructions:")  # a SIGTERMed worker finishes its step and writes a checkpoint in this time
 
 
 def check_tf_config(cfg) -> None:
@@ -222,6 +225,7 @@ def verdicts_for(summary: dict[str, Any]) -> list[dict[str, Any]]:
     for v in out:  # the shared verdicts speak of DataLoaders; say what helps a tf.data pipeline instead
         if v.get("id") in TF_FIXES:
             v["fix"] = TF_FIXES[v["id"]]
+            v["title"] = v["title"].split(";")[0]
     return out
 
 
@@ -241,7 +245,7 @@ def run_tf_training(
     master_addr: str | None = None,
     master_port: int | None = None,
     worker_hosts: str | list[str] | None = None,
-    resume: bool = False,
+    resume: bool | str = False,
     facts=None,
     echo: Callable[[str], None] | None = None,
     timeout: float | None = None,
@@ -249,11 +253,31 @@ def run_tf_training(
     """Train `config` (a `TrainConfig` with framework tf) in a TensorFlow worker; return the summary.
 
     Writes `out_dir/summary.json` (worker 0), `tensorboard/`, `checkpoints/`, `tf-worker<i>.log`.
+    `resume`: False, True / "auto" (the newest checkpoint in out_dir/checkpoints) or a checkpoint
+    prefix such as "runs/r1/checkpoints/ckpt-440".
+    `echo` receives the choices, then the worker's lines (TensorFlow's start-up chatter left out;
+    the log file keeps everything).
     Raises BadInput (exit 2) for a config or data problem found here or in the worker, and
     ProblemFound (exit 1) when training fails.
     """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {out}: exists and is not a directory")
+    resume_path = None
+    if isinstance(resume, str):
+        if resume in ("auto", "none", ""):
+            resume = resume == "auto"
+        else:
+            # A checkpoint is a prefix ("ckpt-440") of an .index and data files.
+            if not Path(resume + ".index").is_file():
+                raise BadInput(f"--resume {resume}: not a TensorFlow checkpoint (no {resume}.index)")
+            resume_path, resume = str(Path(resume).resolve()), True
+    if not resume and (out / "checkpoints" / "checkpoint").is_file():
+        raise BadInput(f"--out {out}: already holds checkpoints of a run; continue it with --resume auto "
+                       "or choose another --out")
     job = plan_tf_job(config, out_dir, device, nnodes, node_rank, master_addr, master_port, worker_hosts,
                       resume, facts)
+    job["resume_path"] = resume_path
     out = Path(job["out_dir"])
     out.mkdir(parents=True, exist_ok=True)
     index = job["cluster"]["index"]
@@ -268,8 +292,17 @@ def run_tf_training(
     result_path = out / ("tf_result.json" if index == 0 else f"worker-{index}.json")
     result_path.unlink(missing_ok=True)
     plan = worker_plan(job, job_path)
+    if echo is not None:
+        # Say every decision before the worker starts, so a user on a GPU machine can check each one.
+        echo(f"gpurig train --framework tf: worker {index} of {job['cluster']['workers']}, run directory {out}")
+        for c in job["choices"]:
+            echo(f"  {c['name']} = {c['value']}  ({c['reason']})")
+    def show(line: str) -> None:
+        if echo is not None and not line.startswith(TF_NOISE):
+            echo(line)
+
     with _sigterm_as_interrupt():
-        run = run_plan(plan, timeout=timeout, echo=echo, log_name=f"tf-worker{index}.log", grace=SHUTDOWN_GRACE_S)
+        run = run_plan(plan, timeout=timeout, echo=show, log_name=f"tf-worker{index}.log", grace=SHUTDOWN_GRACE_S)
     if run.returncode == 2:
         raise BadInput(_worker_error(run.output_tail) or f"the TensorFlow worker rejected the run (see {run.log_path})")
     if not result_path.is_file() or run.returncode != 0:

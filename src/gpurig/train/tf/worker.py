@@ -225,9 +225,14 @@ def train(job: dict[str, Any]) -> int:
         if cfg.checkpoint.enabled else None
 
     resumed_from = None
-    if manager and job.get("resume") and manager.latest_checkpoint:
-        ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        resumed_from = manager.latest_checkpoint
+    wanted = job.get("resume_path") or (manager.latest_checkpoint if manager else None)
+    if job.get("resume") and wanted:
+        try:
+            ckpt.restore(wanted).assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.NotFoundError) as exc:
+            raise BadInput(f"--resume: checkpoint {wanted} does not fit this model and optimizer "
+                           f"({str(exc).splitlines()[0][:200]})") from None
+        resumed_from = wanted
     start_step = int(optimizer.iterations.numpy())
     start_epoch = int(epoch_var.numpy())
     skip = int(step_in_epoch_var.numpy())
@@ -463,6 +468,9 @@ def train(job: dict[str, Any]) -> int:
         return failed
 
     train_seconds = time.monotonic() - t_start
+    if accuracy is None and eval_ds is not None and not stopped:
+        accuracy = evaluate()  # a resumed run that had nothing left to train still reports its accuracy
+        evals.append({"epoch": epoch, "step": step, "accuracy": accuracy})
 
     if stopped:
         save(f"stopped by {stopped}")
@@ -519,6 +527,8 @@ def train(job: dict[str, Any]) -> int:
         "unit": "samples",
         "samples_per_s": rate,
         "samples_per_s_per_device": rate / replicas if rate else None,
+        "units_per_s": rate,
+        "units_per_s_per_device": rate / replicas if rate else None,
         "step_time": {
             "mean_s": mean_all,
             "data_wait_fraction": wait_all / mean_all if (mean_all and wait_all is not None) else None,
@@ -538,6 +548,7 @@ def train(job: dict[str, Any]) -> int:
         "total_steps": total_steps,
         "final_loss": final_loss,
         "accuracy": accuracy,
+        "eval_samples": len(src.test) if (src.test is not None and evals) else None,
         "evals": evals,
         "seconds": train_seconds,
         "stopped": stopped is not None,
