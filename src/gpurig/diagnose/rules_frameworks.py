@@ -229,12 +229,13 @@ def torch_gpu_use(ctx: Context) -> list[Finding]:
                  "container started without `--gpus all`"),
             evidence={"torch.cuda_available": False, "torch.version": t.version, "gpu_count": len(ctx.gpus)},
         )]
-    if t.cuda_available and t.device_count is not None and visible is not None and t.device_count != len(visible):
+    # Fewer only: a GPU failing to initialise. (More would mean the probe ran with another environment.)
+    if t.cuda_available and t.device_count is not None and visible is not None and t.device_count < len(visible):
         return [Finding(
             id="torch-device-count-mismatch", severity="warn", area="frameworks",
             title=f"PyTorch sees {t.device_count} GPU(s), CUDA_VISIBLE_DEVICES allows {len(visible)}",
-            detail=("torch.cuda.device_count() in a fresh process differs from the GPUs NVML lists after "
-                    "CUDA_VISIBLE_DEVICES; a GPU may be failing to initialise or held in exclusive mode."),
+            detail=("torch.cuda.device_count() in a fresh process is below the GPUs NVML lists after "
+                    "CUDA_VISIBLE_DEVICES: a GPU fails to initialise, or another process holds it in exclusive mode."),
             fix="Compare `nvidia-smi -L` with `python -c 'import torch; print(torch.cuda.device_count())'` and "
                 "read `sudo dmesg | grep -i xid` for GPU errors",
             evidence={"torch.device_count": t.device_count, "visible": visible},
