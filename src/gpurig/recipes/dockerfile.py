@@ -123,7 +123,7 @@ def dockerfile_recipe(host: HostSummary, opts: DockerfileOptions) -> Recipe:
         "",
         f"# Keep the image's {base.pip_package}: a requirements file that names it cannot swap in a build",
         "# for another CUDA (every later pip install reads this constraint).",
-        "RUN python -c \"import importlib.metadata as m; "
+        "RUN python3 -c \"import importlib.metadata as m; "
         f"print('{base.pip_package}==' + m.version('{base.pip_package}'))\" > /etc/pip-constraints.txt",
         "ENV PIP_CONSTRAINT=/etc/pip-constraints.txt",
     ]
@@ -155,7 +155,7 @@ def dockerfile_recipe(host: HostSummary, opts: DockerfileOptions) -> Recipe:
               f"ARG TENSORBOARD_VERSION={TENSORBOARD_VERSION}"]
         tools.append('"tensorboard==${TENSORBOARD_VERSION}"')
     if tools:
-        d += ["# Install the tools above.", "RUN python -m pip install " + " ".join(tools)]
+        d += ["# Install the tools above.", "RUN python3 -m pip install " + " ".join(tools)]
     if opts.requirements:
         req = opts.requirements
         d += [
@@ -163,7 +163,7 @@ def dockerfile_recipe(host: HostSummary, opts: DockerfileOptions) -> Recipe:
             "# The project's own requirements, installed before the code is copied so that editing code does",
             "# not reinstall them.",
             f"COPY {req} /tmp/requirements.txt",
-            "RUN python -m pip install -r /tmp/requirements.txt",
+            "RUN python3 -m pip install -r /tmp/requirements.txt",
         ]
         reasons.append(f"installs the project's {req} (pinned there), with the framework held at the image's build")
     else:

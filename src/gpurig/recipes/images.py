@@ -92,7 +92,7 @@ def torch_image(host: HostSummary, torch_version: str | None = None, python: str
         return BaseImage(
             image=f"{PYTHON_REPO}:{py_mm}-slim",
             framework="torch", framework_version=rel.torch, cuda=None, pip_package="torch",
-            install=f"python -m pip install 'torch=={rel.torch}.*' --index-url {L.PYTORCH_INDEX}cpu",
+            install=f"python3 -m pip install 'torch=={rel.torch}.*' --index-url {L.PYTORCH_INDEX}cpu",
             reasons=[f"no NVIDIA GPU on the host: the official Python {py_mm} image with torch {rel.torch}'s CPU "
                      "wheel (PyTorch publishes GPU images only)"],
         )
