@@ -215,3 +215,18 @@ def test_unknown_driver_is_said_not_hidden():
     recipe = dockerfile_recipe(host, DockerfileOptions())
     assert recipe.fits
     assert any("driver is unknown" in r for r in recipe.reasons)
+
+
+def test_the_pin_line_really_pins_the_installed_framework(tmp_path):
+    # Run the Dockerfile's own RUN line with this environment's python3: it must name torch's version.
+    import importlib.metadata
+    import os
+    import subprocess
+    import sys
+
+    recipe = dockerfile_recipe(HostSummary.from_facts(CRAFTED["h200x2_r580"]), DockerfileOptions())
+    run = next(r for r in instructions(parse(recipe.text), "RUN") if "/etc/pip-constraints.txt" in r)
+    script = run.replace("/etc/pip-constraints.txt", str(tmp_path / "constraints.txt"))
+    env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + "/usr/bin:/bin"}
+    subprocess.run(["bash", "-c", script], check=True, env=env, timeout=60)
+    assert (tmp_path / "constraints.txt").read_text().split() == [f"torch=={importlib.metadata.version('torch')}"]

@@ -50,6 +50,11 @@ def _base(host: HostSummary, opts: DockerfileOptions) -> BaseImage:
     return torch_image(host, opts.framework_version, opts.python)
 
 
+def _dists(base: BaseImage) -> tuple[str, ...]:
+    """The distribution names the image's framework may be installed under."""
+    return ("tensorflow", "tensorflow-cpu") if base.framework == "tf" else ("torch",)
+
+
 def _cmd(opts: DockerfileOptions) -> tuple[list[str], str]:
     """The container's start command, and why."""
     steps: list[str] = []
@@ -123,8 +128,8 @@ def dockerfile_recipe(host: HostSummary, opts: DockerfileOptions) -> Recipe:
         "",
         f"# Keep the image's {base.pip_package}: a requirements file that names it cannot swap in a build",
         "# for another CUDA (every later pip install reads this constraint).",
-        "RUN python3 -c \"import importlib.metadata as m; "
-        f"print('{base.pip_package}==' + m.version('{base.pip_package}'))\" > /etc/pip-constraints.txt",
+        "RUN python3 -c \"import importlib.metadata as m; print('\\n'.join(d.metadata['Name'] + '==' + d.version "
+        f"for d in m.distributions() if d.metadata['Name'].lower() in {_dists(base)!r}))\" > /etc/pip-constraints.txt",
         "ENV PIP_CONSTRAINT=/etc/pip-constraints.txt",
     ]
     if opts.ssh:
