@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from tests.conftest import cuda_gpu_count
 
 SCRIPTS = Path(__file__).parent / "scripts"

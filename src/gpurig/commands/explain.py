@@ -60,6 +60,8 @@ def render_explanation(console, data: dict) -> None:
         console.print(f"note: {note}", markup=False)
     matches = data["matches"]
     if not matches:
+        if data.get("facts") is not None:
+            console.print("The pasted report shows nothing the doctor's rules flag.")
         console.print("[yellow]No known error matched.[/yellow] Next steps:")
         for step in data.get("next_steps", []):
             console.print(f"  • {step}", markup=False)

@@ -154,17 +154,18 @@ def rank_matches(matches: list[Match]) -> list[Match]:
     return sorted(matches, key=lambda m: (-(m.confidence - _ROLE_PENALTY.get(m.role, 0.0)), m.line or 0))
 
 
+# A specific entry -> the generic one it makes redundant when both match.
+HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": "nccl-system-error"}
+
+
 def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = None) -> list[Match]:
     catalogue = catalogue if catalogue is not None else load_catalogue()
     found = [m for e in catalogue if (m := match_entry(e, text)) is not None]
     # A specific explanation hides a generic one read from the same line (the first collective
     # timing out is a more useful reading than "a collective timed out").
     ids = {m.id for m in found}
-    if "hang-after-nccl-init" in ids:
-        found = [m for m in found if m.id != "nccl-watchdog-timeout"]
-    if "nccl-shared-memory" in ids:
-        found = [m for m in found if m.id != "nccl-system-error"]
-    return rank_matches(found)
+    hidden = {HIDES[i] for i in ids if i in HIDES}
+    return rank_matches([m for m in found if m.id not in hidden])
 
 
 # --- pasted reports ---------------------------------------------------------------------------
@@ -229,11 +230,40 @@ class Explanation:
         return data
 
 
+_ROOT_BLOCK = re.compile(r"Root Cause \(first observed failure\):\s*\n(.*?)(?:\n=====|\Z)", re.S)
+
+
+def _torchrun_root_cause(text: str) -> tuple[list[Match], list[str]]:
+    """In pasted torchrun output, the root-cause entry of the ChildFailedError table comes first."""
+    from gpurig.launch.collect import parse_failure_table
+
+    block = _ROOT_BLOCK.search(text)
+    if not block:
+        return [], []
+    failures = [f for f in parse_failure_table(text) if f.root_cause]
+    notes = []
+    if failures:
+        f = failures[0]
+        sig = f" ({f.signal})" if f.signal else ""
+        notes.append(f"torchrun's root cause: rank {f.rank} on {f.host}, exit code {f.exitcode}{sig}")
+    matches = [m for m in match_catalogue(block.group(1)) if m.role != "secondary"]
+    if not matches:
+        found = _EXCEPTION_LINE.findall(block.group(1))
+        if found:
+            rank = failures[0].rank if failures else "?"
+            matches = [_generic_exception(str(rank), found[-1].strip())]
+    for m in matches:
+        m.confidence = min(1.0, m.confidence + 0.05)  # torchrun itself says this one came first
+    return matches, notes
+
+
 def explain_text(text: str) -> Explanation:
     """Everything `gpurig explain` says about one log or pasted report."""
-    matches = match_catalogue(text)
-    pasted, notes, facts = explain_pasted_report(text)
-    result = Explanation(matches=rank_matches(pasted + matches), notes=notes, facts=facts)
+    root_matches, notes = _torchrun_root_cause(text)
+    seen = {m.id for m in root_matches}
+    matches = root_matches + [m for m in match_catalogue(text) if m.id not in seen]
+    pasted, pasted_notes, facts = explain_pasted_report(text)
+    result = Explanation(matches=rank_matches(pasted + matches), notes=notes + pasted_notes, facts=facts)
     if not result.matches:
         result.next_steps = list(NEXT_STEPS)
     return result
@@ -317,7 +347,7 @@ def _exit_text(exitcode: int, pid: int | None = None) -> str:
     return text
 
 
-_EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b.*)$", re.M)
+_EXCEPTION_LINE = re.compile(r"^\s*(?:\[\w+\]:\s*)*((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b.*)$", re.M)
 
 
 def _uncaught_exception(rank: int, log, text: str) -> Match | None:
@@ -328,6 +358,10 @@ def _uncaught_exception(rank: int, log, text: str) -> Match | None:
         message = found[-1].strip() if found else None
     if not message or message.startswith(("KeyboardInterrupt", "SystemExit")):
         return None
+    return _generic_exception(str(rank), message)
+
+
+def _generic_exception(rank: str, message: str) -> Match:
     return Match(
         id="uncaught-exception",
         title=f"The script raised {message.split(':', 1)[0]} in rank {rank}",
@@ -403,8 +437,12 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
         matches = log_matches
         if rank in failures:
             exit_matches = match_catalogue(_exit_text(failures[rank].exitcode, failures[rank].pid))
+            exit_role = _role(exit_matches)
             if role in (None, "secondary"):
-                role = _role(exit_matches) if role is None or _role(exit_matches) != "secondary" else role
+                # A death by signal (SIGKILL, SIGSEGV, ...) is this rank's own fault; SIGTERM from
+                # torchrun is not.
+                if exit_role == "primary" or (role is None and exit_role is not None):
+                    role = exit_role
                 matches = rank_matches(exit_matches + log_matches)
             else:
                 matches = rank_matches(log_matches + [m for m in exit_matches if m.role != "secondary"])

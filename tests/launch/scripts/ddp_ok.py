@@ -15,7 +15,7 @@ device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
 torch.manual_seed(rank)
 model = DDP(torch.nn.Linear(16, 4).to(device), device_ids=[local_rank] if use_cuda else None)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(3):
+for _step in range(3):
     loss = model(torch.randn(8, 16, device=device)).square().mean()
     opt.zero_grad()
     loss.backward()

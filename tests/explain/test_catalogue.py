@@ -1,0 +1,127 @@
+"""The error catalogue: every entry matches the real messages it lists and none of its near misses,
+and every row of the reference table of errors users meet is covered."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpurig.diagnose.explain import (
+    HIDES,
+    CatalogueError,
+    explain_text,
+    load_catalogue,
+    match_catalogue,
+    match_entry,
+    parse_catalogue,
+)
+
+CATALOGUE = load_catalogue()
+EXAMPLES = [(e.id, i, ex) for e in CATALOGUE for i, ex in enumerate(e.examples)]
+NEAR_MISSES = [(e.id, i, nm) for e in CATALOGUE for i, nm in enumerate(e.near_misses)]
+BY_ID = {e.id: e for e in CATALOGUE}
+
+
+def test_every_entry_is_complete_and_sourced():
+    assert len(CATALOGUE) >= 30
+    for e in CATALOGUE:
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", e.id), e.id
+        assert e.examples, f"{e.id} has no example message"
+        assert e.near_misses, f"{e.id} has no near miss"
+        assert e.source.strip(), f"{e.id} has no source"
+        assert e.cause and e.fix and e.title
+        assert 0 < e.confidence <= 1
+
+
+@pytest.mark.parametrize("entry_id, index, example", EXAMPLES, ids=[f"{e}-{i}" for e, i, _ in EXAMPLES])
+def test_example_matches_its_entry(entry_id, index, example):
+    match = match_entry(BY_ID[entry_id], example)
+    assert match is not None, f"{entry_id} does not match its example {index}"
+    assert match.evidence  # the line it was read from
+    # ... and the whole explainer puts it among its answers (or a more specific entry that hides it).
+    ids = [m.id for m in match_catalogue(example)]
+    assert entry_id in ids or any(HIDES.get(i) == entry_id for i in ids)
+
+
+@pytest.mark.parametrize("entry_id, index, near_miss", NEAR_MISSES, ids=[f"{e}-{i}" for e, i, _ in NEAR_MISSES])
+def test_near_miss_does_not_match(entry_id, index, near_miss):
+    assert match_entry(BY_ID[entry_id], near_miss) is None
+
+
+# The reference table (errors users meet on multi-GPU machines): each row's message as users see
+# it, and the entry that must explain it.
+REFERENCE_ROWS = [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of 23.55 GiB", "cuda-out-of-memory"),
+    ("ResourceExhaustedError: OOM when allocating tensor with shape[64,3,224,224]", "tf-resource-exhausted-oom"),
+    ("Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR", "tf-cudnn-handle"),
+    ("RuntimeError: Physical devices cannot be modified after being initialized", "tf-devices-already-initialized"),
+    ("Could not load dynamic library 'libcudnn.so.8'; dlerror: libcudnn.so.8: cannot open shared object file", "cuda-library-not-found"),
+    ("ImportError: libcudart.so.11.0: cannot open shared object file: No such file or directory", "cuda-library-not-found"),
+    ("The NVIDIA driver on your system is too old (found version 11040)", "driver-too-old"),
+    ("CUDA driver version is insufficient for CUDA runtime version", "driver-too-old"),
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "no-kernel-image"),
+    ("NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.", "no-kernel-image"),
+    ("CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected", "no-cuda-device"),
+    ("torch.cuda.is_available() returns False", "no-cuda-device"),
+    ("RuntimeError: CUDA error: invalid device ordinal", "invalid-device-ordinal"),
+    ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable", "device-busy"),
+    ("RuntimeError: CUDA error: system not yet initialized", "fabric-manager-not-running"),
+    ("Failed to initialize NVML: Driver/library version mismatch", "nvml-driver-mismatch"),
+    ("nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: cannot open shared object file", "container-toolkit-missing"),
+    ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].', "container-toolkit-missing"),
+    ("RuntimeError: DataLoader worker (pid 1234) is killed by signal: Bus error.", "shared-memory-bus-error"),
+    ("Bus error (core dumped)", "shared-memory-bus-error"),
+    ("RuntimeError: DataLoader worker (pid 1234) is killed by signal: Killed.", "host-out-of-memory-killed"),
+    ("ChildFailedError\n  exitcode  : -9 (pid: 4321)", "host-out-of-memory-killed"),
+    ("NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details)", "nccl-system-error"),
+    ("ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.", "nccl-system-error"),
+    ("failed to open CUDA IPC handle : 217 peer access is not supported between these two devices", "p2p-not-supported"),
+    ("NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE\n[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600042 milliseconds before timing out.", "hang-after-nccl-init"),
+    ("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=57, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.", "nccl-watchdog-timeout"),
+    ("The server socket has failed to listen on any local network address. The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).", "rendezvous-port-in-use"),
+    ("RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one.", "ddp-unused-parameters"),
+    ("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1a000", "duplicate-gpu"),
+    ("NCCL WARN Bootstrap : no socket interface found", "nccl-socket-interface"),
+    ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "ecc-uncorrectable"),
+    ("NVRM: Xid (PCI:0000:b1:00): 79, pid=1911, GPU has fallen off the bus.", "gpu-fell-off-bus"),
+    ("INFO:tensorflow:Using MirroredStrategy with devices ('/job:localhost/replica:0/task:0/device:GPU:0', '/job:localhost/replica:0/task:0/device:GPU:1')\nthe first epoch stalls, no progress", "tf-mirrored-strategy-stall"),
+    ("  exitcode  : -6 (pid: 77)", "worker-aborted"),
+    ("  exitcode  : -11 (pid: 77)", "worker-segfault"),
+    ("  exitcode  : -7 (pid: 77)", "shared-memory-bus-error"),
+]
+
+
+@pytest.mark.parametrize("message, entry_id", REFERENCE_ROWS, ids=[r[1] + "-" + str(i) for i, r in enumerate(REFERENCE_ROWS)])
+def test_reference_row_is_explained_best_first(message, entry_id):
+    matches = explain_text(message).matches
+    assert matches, f"nothing matched {message!r}"
+    assert matches[0].id == entry_id, [m.id for m in matches]
+
+
+def test_a_specific_reading_hides_the_generic_one():
+    first_collective = REFERENCE_ROWS[25][0]
+    ids = [m.id for m in match_catalogue(first_collective)]
+    assert "hang-after-nccl-init" in ids and "nccl-watchdog-timeout" not in ids
+
+
+def test_own_fault_comes_before_consequences():
+    log = (
+        "[rank0]: RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:4000\n"
+        "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79 GiB\n"
+    )
+    ids = [m.id for m in explain_text(log).matches]
+    assert ids == ["cuda-out-of-memory", "peer-connection-lost"]
+
+
+def test_catalogue_errors_are_reported_clearly():
+    base = {"id": "x", "title": "t", "cause": "c", "fix": "f", "role": "primary", "confidence": 0.5,
+            "patterns": ["a"], "examples": ["a"], "source": "s"}
+    with pytest.raises(CatalogueError, match="entry x: patterns"):
+        parse_catalogue({"entry": [{**base, "patterns": ["("]}]})
+    with pytest.raises(CatalogueError, match="role 'main'"):
+        parse_catalogue({"entry": [{**base, "role": "main"}]})
+    with pytest.raises(CatalogueError, match="source is missing"):
+        parse_catalogue({"entry": [{k: v for k, v in base.items() if k != "source"}]})
+    with pytest.raises(CatalogueError, match="used twice"):
+        parse_catalogue({"entry": [base, base]})

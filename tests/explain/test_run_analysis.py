@@ -1,0 +1,139 @@
+"""Which rank caused a failed run: recorded run directories and flight recorder dumps, no processes."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from gpurig.diagnose.explain import analyze_traces, exit_code_for, explain_run
+from gpurig.launch.collect import (
+    RankLog,
+    RunRecord,
+    TableFailure,
+    TraceEntry,
+    collect_run,
+    parse_failure_table,
+    read_trace_dump,
+)
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+
+
+def test_failure_table_from_real_torchrun_output():
+    failures = parse_failure_table((LOGS / "torchrun_rank1_raises_gloo.log").read_text())
+    assert [(f.rank, f.exitcode, f.signal, f.root_cause) for f in failures] == [(0, -15, "SIGTERM", False), (1, 1, None, True)]
+    assert failures[1].error_file.endswith("attempt_0/1/error.json")
+
+
+@pytest.mark.parametrize("worker, shell", [(1, 1), (-9, 137), (-6, 134), (-7, 135), (None, 1), (0, 1)])
+def test_exit_code_for(worker, shell):
+    assert exit_code_for(worker) == shell
+
+
+def _record(**kw) -> RunRecord:
+    return RunRecord(run_dir="r", nproc_per_node=2, nnodes=1, world_size=2, **kw)
+
+
+def test_first_error_by_time_wins_over_torchruns_order():
+    # Both ranks raised; torchrun happened to list rank 0 first, but rank 1's error came 2 s earlier.
+    record = _record(
+        failures=[TableFailure(rank=0, local_rank=0, exitcode=1, root_cause=True), TableFailure(rank=1, local_rank=1, exitcode=1)],
+        ranks={
+            0: RankLog(0, 0, text="RuntimeError: CUDA error: invalid device ordinal", error_time=102.0),
+            1: RankLog(1, 1, text="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has", error_time=100.0),
+        },
+    )
+    diag = explain_run(record, returncode=1)
+    assert diag.root_rank == 1 and diag.matches[0].id == "cuda-out-of-memory"
+
+
+def test_consequence_is_not_the_root_cause():
+    # Rank 0 errored first in time, but only with "connection closed by peer": rank 1 (killed) is the cause.
+    record = _record(
+        failures=[TableFailure(rank=0, local_rank=0, exitcode=1, root_cause=True), TableFailure(rank=1, local_rank=1, exitcode=-9, signal="SIGKILL")],
+        ranks={0: RankLog(0, 0, text="RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:1", error_time=1.0), 1: RankLog(1, 1, text="")},
+    )
+    diag = explain_run(record, returncode=1)
+    assert diag.root_rank == 1 and diag.exit_code == 137 and diag.signal == "SIGKILL"
+    assert diag.matches[0].id == "host-out-of-memory-killed"
+    assert diag.ranks == {"0": "secondary", "1": "primary"}
+
+
+def _dump(path: Path, entries: list[tuple[int, str, str]], pg=("0", "default_pg")) -> None:
+    data = {
+        "version": "2.10",
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}},
+        "entries": [
+            {
+                "record_id": i, "pg_id": 0, "process_group": pg, "collective_seq_id": seq, "p2p_seq_id": 0,
+                "op_id": seq, "profiling_name": op, "time_created_ns": 1000 + i, "input_sizes": [[1024]],
+                "output_sizes": [[1024]], "state": state, "is_p2p": False, "retired": state == "completed",
+                "timeout_ms": 20000, "frames": [{"name": "all_reduce", "filename": "train.py", "line": 17}],
+            }
+            for i, (seq, op, state) in enumerate(entries)
+        ],
+    }
+    path.write_bytes(pickle.dumps(data))
+
+
+def test_flight_recorder_names_the_collective_and_the_missing_ranks(tmp_path):
+    done = [(1, "nccl:all_reduce", "completed"), (2, "nccl:broadcast", "completed")]
+    for rank in (0, 2):
+        _dump(tmp_path / f"nccl_trace_rank_{rank}", done + [(3, "nccl:all_reduce", "started")])
+    _dump(tmp_path / "nccl_trace_rank_1", done)  # rank 1 never reached collective 3
+    traces = {r: read_trace_dump(tmp_path / f"nccl_trace_rank_{r}") for r in (0, 1, 2)}
+    merged = analyze_traces(traces, world_size=4)
+    assert merged["collective"] == "all_reduce" and merged["sequence"] == 3
+    assert merged["arrived_ranks"] == [0, 2]
+    assert merged["missing_ranks"] == [1, 3]  # rank 3 left no dump at all
+    assert merged["no_dump_ranks"] == [3]
+
+
+def test_flight_recorder_everyone_stuck_is_not_a_missing_rank():
+    traces = {r: [TraceEntry(pg="0", seq=1, op="nccl:all_reduce", state="started")] for r in (0, 1)}
+    merged = analyze_traces(traces, world_size=2)
+    assert merged["missing_ranks"] == [] and merged["arrived_ranks"] == [0, 1]
+
+
+class Evil:
+    pass
+
+
+def test_dump_with_foreign_objects_is_refused(tmp_path):
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps({"entries": [Evil()]}))
+    with pytest.raises(pickle.UnpicklingError):
+        read_trace_dump(path)
+
+
+def test_hang_read_from_flight_recorder_in_a_run_directory(tmp_path):
+    run = tmp_path / "run"
+    attempt = run / "logs" / "none_abc" / "attempt_0"
+    for rank in (0, 1):
+        (attempt / str(rank)).mkdir(parents=True)
+    (attempt / "0" / "stderr.log").write_text(
+        "[rank0]:[E1129 10:00:21.000 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=20000) ran for 20012 milliseconds before timing out.\n"
+    )
+    (attempt / "1" / "stdout.log").write_text("step 0 done\n")
+    (run / "plan.json").write_text(json.dumps({"nproc_per_node": 2, "nnodes": "1", "node_rank": None}))
+    (run / "launcher.log").write_text((LOGS / "torchrun_gloo_timeout.log").read_text())
+    _dump(run / "nccl_trace_rank_0", [(1, "nccl:all_reduce", "completed"), (2, "nccl:all_reduce", "started")])
+    _dump(run / "nccl_trace_rank_1", [(1, "nccl:all_reduce", "completed")])
+    record = collect_run(run)
+    assert record.world_size == 2 and set(record.ranks) == {0, 1}
+    diag = explain_run(record, returncode=1)
+    assert diag.status == "hang" and diag.hang_source == "flight-recorder"
+    assert diag.collective == "all_reduce" and diag.sequence == 2
+    assert diag.missing_ranks == [1] and diag.root_rank == 1
+    assert diag.matches[0].id == "nccl-watchdog-timeout"
+    assert diag.log_tail == ["step 0 done"]  # the missing rank's last words
+
+
+def test_clean_run_and_interrupted_run():
+    assert explain_run(_record(), returncode=0).status == "ok"
+    diag = explain_run(_record(ranks={0: RankLog(0, 0, text="KeyboardInterrupt")}), returncode=-15, interrupted=True)
+    assert diag.status == "interrupted" and diag.exit_code == 130
