@@ -163,9 +163,14 @@ def read_trace_dump(path: str | Path) -> list[TraceEntry]:
     """The collectives in one flight recorder dump (pickle, or JSON from newer torch)."""
     raw = Path(path).read_bytes()
     try:
-        data = _PlainUnpickler(io.BytesIO(raw)).load()
-    except Exception:
-        data = json.loads(raw.decode("utf-8"))
+        if raw[:1] == b"\x80":  # pickle's protocol marker
+            data = _PlainUnpickler(io.BytesIO(raw)).load()
+        else:
+            data = json.loads(raw.decode("utf-8"))
+    except (pickle.UnpicklingError, EOFError, ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable flight recorder dump ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a flight recorder dump (a {type(data).__name__})")
     entries = []
     for e in data.get("entries", []):
         pg = e.get("process_group")
