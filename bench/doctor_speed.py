@@ -6,6 +6,8 @@
 The fast path (no framework probes) should answer in well under a second; with torch and
 TensorFlow installed the whole collection should stay under 5 s on a 2-core machine. Each run is
 a fresh child process, as a user's `gpurig doctor` is, so imports and NVML start-up are counted.
+Wall times are medians; "CPU time" is the whole process tree's user+system seconds, which shows
+what the work costs when other jobs share the cores (wall time then grows, CPU time does not).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import importlib.util
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,14 +39,19 @@ print(f"{{t1 - t0:.4f}} {{t2 - t1:.4f}} {{len(facts.gpus)}}")
 def one_run(frameworks: bool) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", CHILD.format(frameworks=frameworks)], capture_output=True,
                          text=True, env=env, timeout=300)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds of the whole process tree (the probe children are waited for, so they count):
+    # unlike wall time, this does not grow when other work shares the cores.
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if out.returncode != 0:
         raise SystemExit(f"collect_facts failed:\n{out.stderr}")
     imp, collect, gpus = out.stdout.split()
-    return {"wall_s": wall, "import_s": float(imp), "collect_s": float(collect), "gpus": int(gpus)}
+    return {"wall_s": wall, "cpu_s": cpu, "import_s": float(imp), "collect_s": float(collect), "gpus": int(gpus)}
 
 
 def main() -> int:
@@ -60,6 +68,7 @@ def main() -> int:
             "median_collect_s": round(statistics.median(r["collect_s"] for r in runs), 3),
             "median_process_wall_s": round(statistics.median(r["wall_s"] for r in runs), 3),
             "max_process_wall_s": round(max(r["wall_s"] for r in runs), 3),
+            "median_cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 3),
             "gpus": runs[0]["gpus"],
         }
     results["machine"] = {
@@ -73,11 +82,12 @@ def main() -> int:
         return 0
     m = results["machine"]
     print(f"machine: {m['cpus']} CPUs, load {m['load_avg_1m']}, torch={m['torch']}, tensorflow={m['tensorflow']}")
-    print(f"{'variant':<12}{'runs':>6}{'collect_facts (s)':>20}{'whole process (s)':>20}{'max (s)':>10}")
+    print(f"{'variant':<12}{'runs':>6}{'collect_facts (s)':>20}{'whole process (s)':>20}{'max (s)':>10}"
+          f"{'CPU time (s)':>15}")
     for name in ("fast", "frameworks"):
         r = results[name]
         print(f"{name:<12}{r['runs']:>6}{r['median_collect_s']:>20.3f}{r['median_process_wall_s']:>20.3f}"
-              f"{r['max_process_wall_s']:>10.3f}")
+              f"{r['max_process_wall_s']:>10.3f}{r['median_cpu_s']:>15.3f}")
     return 0
 
 
