@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +188,14 @@ def test_cli_bad_input_exits_2(run_cli, tmp_path):
     assert out.returncode == 2 and "--env 'NOEQUALS'" in out.stderr
     out = run_cli("launch", "--dry-run", "--nproc-per-node", "zero", str(script), cwd=tmp_path)
     assert out.returncode == 2 and "--nproc-per-node" in out.stderr
+
+
+def test_strict_stops_on_lint_findings_before_starting(run_cli, tmp_path):
+    seed = Path(__file__).resolve().parents[1] / "fixtures" / "scripts" / "seed_ddp_template.py"
+    out = run_cli("launch", "--strict", "--no-preflight", "--device", "cpu", "--json", str(seed), cwd=tmp_path)
+    assert out.returncode == 1
+    doc = json.loads(out.stdout)
+    assert doc["result"]["status"] == "not-started"
+    assert [f["id"] for f in doc["lint"]] == ["hard-coded-rendezvous", "download-on-every-rank", "dataloader-starves-gpu"]
+    assert "--strict" in out.stderr
+    assert not list((tmp_path / "gpurig-runs").glob("*/logs"))  # torchrun never ran
