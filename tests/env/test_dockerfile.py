@@ -151,7 +151,7 @@ def test_framework_is_pinned_and_requirements_installed():
     recipe = dockerfile_recipe(HostSummary.from_facts(CRAFTED["h200x2_r580"]), DockerfileOptions())
     parser = parse(recipe.text)
     assert parser.envs["PIP_CONSTRAINT"] == "/etc/pip-constraints.txt"
-    assert any("'torch=='" in r for r in instructions(parser, "RUN"))
+    assert any("pip-constraints.txt" in r and "('torch',)" in r for r in instructions(parser, "RUN"))
     assert "requirements.txt /tmp/requirements.txt" in instructions(parser, "COPY")
     # The user switch comes after every root-only step (apt, useradd, pip installs).
     names = [i["instruction"] for i in parser.structure]
