@@ -103,16 +103,35 @@ class ArrayData:
 
 def load_digits_data(cfg: TrainConfig) -> ArrayData:
     """scikit-learn's 8x8 digits (ships with scikit-learn), split by the seed."""
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    x = torch.from_numpy((d.data / 16.0).astype(np.float32)).reshape(-1, 1, 8, 8)
-    y = torch.from_numpy(d.target.astype(np.int64))
+    table = _digits_table()
+    x = torch.from_numpy((table[:, :-1] / 16.0).astype(np.float32)).reshape(-1, 1, 8, 8)
+    y = torch.from_numpy(table[:, -1].astype(np.int64))
     perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(cfg.seed + 12345))
     n_test = int(round(len(x) * cfg.data.test_fraction))
     test, train = perm[:n_test], perm[n_test:]
     return ArrayData("image", x[train], y[train], x[test] if n_test else None, y[test] if n_test else None,
                      num_classes=10, mean=[0.3], std=[0.4], name="digits")
+
+
+def _digits_table() -> np.ndarray:
+    """The digits as a (1797, 65) array (64 pixels 0..16, then the label).
+
+    Read straight from scikit-learn's data file: importing scikit-learn costs each worker seconds
+    of start-up on a small machine; `load_digits()` is the fallback.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None:
+        raise BadInput("data.dataset: digits needs scikit-learn (pip install scikit-learn)")
+    for loc in spec.submodule_search_locations or []:
+        f = Path(loc) / "datasets" / "data" / "digits.csv.gz"
+        if f.is_file():
+            return np.loadtxt(f, delimiter=",", dtype=np.float64)
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return np.concatenate([d.data, d.target[:, None]], axis=1)
 
 
 def _open_maybe_gz(path: Path) -> bytes:

@@ -77,6 +77,54 @@ class Timers:
     events: list = field(default_factory=list)
 
 
+class BackgroundTB:
+    """A TensorBoard SummaryWriter opened in a background thread (importing tensorboard takes
+    seconds); scalars logged before it is ready are buffered, none are lost."""
+
+    def __init__(self, log_dir: Path) -> None:
+        import threading
+
+        self.writer = None
+        self.error: str | None = None
+        self.pending: list[tuple[str, float, int]] = []
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._open, args=(log_dir,), daemon=True)
+        self.thread.start()
+
+    def _open(self, log_dir: Path) -> None:
+        try:
+            # tensorboard imports TensorFlow when it is installed (seconds of start-up and a TF
+            # runtime in a PyTorch worker); blocking the import makes it use its own stub writer.
+            if "tensorflow" not in sys.modules:
+                sys.modules["tensorflow"] = None  # type: ignore[assignment]
+            from torch.utils.tensorboard import SummaryWriter
+
+            writer = SummaryWriter(log_dir=str(log_dir))
+        except Exception as exc:  # tensorboard is optional; the run goes on without it
+            self.error = f"{type(exc).__name__}: {exc}"
+            return
+        with self.lock:
+            self.writer = writer
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        with self.lock:
+            if self.writer is None:
+                self.pending.append((tag, value, step))
+                return
+            pending, self.pending = self.pending, []
+        for t, v, s in pending:
+            self.writer.add_scalar(t, v, s)
+        self.writer.add_scalar(tag, value, step)
+
+    def close(self) -> None:
+        self.thread.join(timeout=60)
+        if self.writer is not None:
+            for t, v, s in self.pending:
+                self.writer.add_scalar(t, v, s)
+            self.pending = []
+            self.writer.close()
+
+
 class _Stop:
     requested = False
     signal_name = ""
@@ -230,6 +278,8 @@ class Trainer:
     def build(self) -> None:
         cfg, ctx = self.cfg, self.ctx
         dev = ctx.device
+        if ctx.main:
+            self._open_tb()  # first: its import overlaps with loading the data and building the model
         if dev.type == "cuda":
             torch.backends.cudnn.benchmark = True  # fixed input shapes: autotune convolutions once
             torch.set_float32_matmul_precision("high")  # TF32 for any fp32 matmul left
@@ -577,8 +627,6 @@ class Trainer:
         unit = "tokens" if self.kind == "token" else "images"
         per_sample_units = cfg.data.seq_len if self.kind == "token" else 1
         self.step_model.train()
-        if ctx.main:
-            self._open_tb()
         say(ctx, PROGRESS + json.dumps({"event": "start", "total_steps": self.total_steps, "step": step,
                                         "world_size": ctx.world, "global_batch": gbatch,
                                         "steps_per_epoch": self.steps_per_epoch, "params": self.n_params}))
@@ -726,17 +774,9 @@ class Trainer:
         return ev
 
     def _open_tb(self) -> None:
-        try:
-            # tensorboard imports TensorFlow when it is installed (seconds of start-up and a TF
-            # runtime in a PyTorch worker); blocking the import makes it use its own stub writer.
-            if "tensorflow" not in sys.modules:
-                sys.modules["tensorflow"] = None  # type: ignore[assignment]
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
-            self.choose(Choice("tensorboard", str(self.run_dir / "tensorboard"), "scalars: loss, lr, throughput, step-time parts, memory"))
-        except Exception as exc:  # tensorboard is optional; the run goes on without it
-            self.choose(Choice("tensorboard", None, f"not available ({type(exc).__name__})"))
+        self.tb = BackgroundTB(self.run_dir / "tensorboard")
+        self.choose(Choice("tensorboard", str(self.run_dir / "tensorboard"),
+                           "scalars: loss, lr, throughput, step-time parts, memory"))
 
     def _progress(self, step: int, epoch: int, loss: float, window: dict, wall: float, busy: float,
                   gbatch: int, per_sample_units: int, unit: str) -> None:

@@ -1,0 +1,113 @@
+"""TrainConfig: strict loading, typed --set overrides, arithmetic checks, presets (pure logic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpurig.errors import BadInput
+from gpurig.train.config import (
+    PRESETS,
+    TrainConfig,
+    check_data_path,
+    describe_fields,
+    from_dict,
+    load_config,
+    parse_override,
+    preset,
+    to_toml,
+    validate,
+)
+
+
+def test_demo_preset_is_digits_mlp():
+    cfg = preset("demo")
+    assert cfg.data.dataset == "digits" and cfg.model.name == "mlp" and cfg.framework == "torch"
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_loads_and_round_trips_through_toml(name, tmp_path):
+    cfg = preset(name)
+    path = tmp_path / "run.toml"
+    path.write_text(to_toml(cfg))
+    assert load_config(path=path) == cfg
+
+
+def test_file_then_overrides_apply_in_order(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('seed = 7\n[optim]\nname = "sgd"\nlr = 0.5\n[data]\nbatch_size = 128\n')
+    cfg = load_config(path=path, overrides=["optim.lr=0.1", "data.workers=6", "train.precision=fp32",
+                                            "checkpoint.enabled=false", "data.workers=auto"])
+    assert (cfg.seed, cfg.optim.lr, cfg.data.batch_size) == (7, 0.1, 128)
+    assert cfg.train.precision == "fp32" and cfg.checkpoint.enabled is False and cfg.data.workers == "auto"
+
+
+def test_override_types_follow_the_field():
+    assert parse_override("optim.lr=1e-3") == ("optim.lr", 0.001)
+    assert parse_override("data.batch_size=256") == ("data.batch_size", 256)
+    assert parse_override("data.path=123") == ("data.path", "123")  # a string field keeps the text
+    assert parse_override("eval.enabled=off") == ("eval.enabled", False)
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("optim.lrr=0.1", "optim.lrr"),
+        ("nonsense=1", "nonsense"),
+        ("optim.lr=fast", "optim.lr"),
+        ("data.batch_size=1.5", "data.batch_size"),
+        ("train.precision=fp8", "train.precision"),
+        ("data.batch_size=0", "data.batch_size"),
+        ("data.workers=-2", "data.workers"),
+        ("tf.loop=keras", "tf.loop"),
+    ],
+)
+def test_bad_overrides_name_the_key(override, key):
+    with pytest.raises(BadInput, match=key.replace(".", r"\.")):
+        load_config(overrides=[override])
+
+
+def test_bad_file_names_the_key(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('[optim]\nlr = "high"\n')
+    with pytest.raises(BadInput, match=r"optim\.lr: expected number"):
+        load_config(path=path)
+    path.write_text("[train]\nepoch = 3\n")
+    with pytest.raises(BadInput, match=r"train\.epoch: unknown key"):
+        load_config(path=path)
+    path.write_text("[train\n")
+    with pytest.raises(BadInput, match="not valid TOML"):
+        load_config(path=path)
+
+
+def test_global_batch_must_divide_and_sets_accumulation():
+    cfg = load_config(overrides=["data.batch_size=32", "data.global_batch_size=100"])
+    with pytest.raises(BadInput, match=r"data\.global_batch_size: 100 is not divisible by data\.batch_size 32 x 3 processes = 96"):
+        validate(cfg, 3)
+    cfg = load_config(overrides=["data.batch_size=32", "data.global_batch_size=256"])
+    assert validate(cfg, 2).train.grad_accum == 4
+
+
+def test_missing_data_path_names_the_key(tmp_path):
+    with pytest.raises(BadInput, match=r"data\.path: dataset 'mnist' reads files"):
+        check_data_path(load_config(overrides=["data.dataset=mnist"]))
+    with pytest.raises(BadInput, match=r"data\.path: .*does not exist"):
+        check_data_path(load_config(overrides=["data.dataset=cifar10", f"data.path={tmp_path / 'nope'}"]))
+
+
+def test_model_and_data_must_fit():
+    with pytest.raises(BadInput, match=r"model\.name"):
+        from_dict({"model": {"name": "gpt"}, "data": {"dataset": "digits"}})
+
+
+def test_tf_table_is_defined_and_strict():
+    cfg = load_config(overrides=["framework=tf", "tf.loop=fit", "tf.cross_device_ops=hierarchical"])
+    assert (cfg.framework, cfg.tf.loop, cfg.tf.cross_device_ops) == ("tf", "fit", "hierarchical")
+    with pytest.raises(BadInput, match=r"tf\.strategy"):
+        from_dict({"tf": {"strategy": "mirrored"}})
+
+
+def test_every_field_is_documented():
+    rows = describe_fields()
+    assert {r["key"] for r in rows} >= {"model.name", "data.path", "optim.lr", "train.precision", "tf.loop"}
+    assert all(r["doc"] for r in rows), [r["key"] for r in rows if not r["doc"]]
+    assert TrainConfig().to_dict()["train"]["strategy"] == "ddp"

@@ -1,0 +1,111 @@
+"""Real multi-process training on the CPU (torchrun, gloo, 2 ranks, short runs)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from gpurig.train import checkpoint as ckpt
+from gpurig.train.config import load_config
+from gpurig.train.run import run_training
+
+pytestmark = pytest.mark.slow
+
+# The demo's model and data, 60 steps of 2 x 16 samples (44 per epoch), checkpoints every 30 (mid-epoch).
+BASE = ["eval.enabled=false", "train.steps=60", "checkpoint.every_steps=30", "checkpoint.keep=5"]
+
+
+def _params(path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["model"]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    """2 ranks x 16 samples, indices recorded."""
+    out = tmp_path_factory.mktemp("ddp")
+    cfg = load_config(preset_name="demo", overrides=BASE + ["data.batch_size=16"])
+    summary = run_training(cfg, device="cpu", nproc=2, out_dir=out, record_indices=True, timeout=240)
+    return out, summary
+
+
+def test_demo_reaches_95_percent_and_reports(run_cli, tmp_path):
+    proc = run_cli("train", "--preset", "demo", "--device", "cpu", "--nproc", "2", "--out", str(tmp_path / "r"),
+                   "--json", timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads(proc.stdout)
+    assert s["accuracy"] >= 0.95
+    assert s["eval_samples"] == 359  # every held-out sample once, none twice
+    assert s["world_size"] == 2 and s["device"] == "cpu" and s["memory_total_bytes"] is None
+    assert s["samples_per_s"] > 0 and s["samples_per_s_per_device"] == pytest.approx(s["samples_per_s"] / 2)
+    assert {r["rank"] for r in s["per_rank"]} == {0, 1}
+    assert set(s["step_time"]) >= {"mean_s", "data_wait_fraction", "compute_fraction", "comm_exposed_fraction"}
+    assert {c["name"] for c in s["choices"]} >= {"precision", "compile", "strategy", "data_placement"}
+    assert (tmp_path / "r" / "summary.json").is_file() and list((tmp_path / "r" / "tensorboard").iterdir())
+    assert ckpt.list_checkpoints(tmp_path / "r")
+
+
+def test_every_rank_saw_a_disjoint_shard(ddp_run):
+    out, _ = ddp_run
+    rec = json.loads((out / "indices.json").read_text())
+    for epoch in rec["0"]:
+        r0, r1 = set(rec["0"][epoch]), set(rec["1"][epoch])
+        assert len(r0) == len(rec["0"][epoch]) and not (r0 & r1)
+    assert rec["0"]["0"] != rec["0"]["1"]  # a new shuffle in the second epoch
+
+
+def test_ddp_on_two_ranks_equals_one_process_on_the_whole_batch(ddp_run, tmp_path):
+    out, _ = ddp_run
+    cfg = load_config(preset_name="demo", overrides=BASE + ["data.batch_size=32"])
+    run_training(cfg, device="cpu", nproc=1, out_dir=tmp_path, timeout=240)
+    two, one = _params(ckpt.checkpoint_path(out, 60)), _params(ckpt.checkpoint_path(tmp_path, 60))
+    for k in two:
+        torch.testing.assert_close(two[k], one[k], rtol=1e-4, atol=1e-5)
+
+
+def test_stop_and_resume_equals_a_straight_run(ddp_run, tmp_path):
+    out, _ = ddp_run
+    # The run "stopped" at step 30: a run directory holding only the step-30 checkpoint.
+    (tmp_path / "checkpoints").mkdir()
+    shutil.copy(ckpt.checkpoint_path(out, 30), tmp_path / "checkpoints")
+    cfg = load_config(preset_name="demo", overrides=BASE + ["data.batch_size=16"])
+    summary = run_training(cfg, device="cpu", nproc=2, out_dir=tmp_path, resume="auto", timeout=240)
+    assert summary["resumed_from"].endswith("step-000000030.pt") and summary["steps"] == 60
+    straight, resumed = _params(ckpt.checkpoint_path(out, 60)), _params(ckpt.checkpoint_path(tmp_path, 60))
+    for k in straight:
+        torch.testing.assert_close(resumed[k], straight[k], rtol=0, atol=1e-6)
+
+
+def test_cifar_format_directory_trains(tmp_path):
+    import numpy as np
+
+    from gpurig.train.data import write_cifar_batch
+
+    root = tmp_path / "cifar-10-batches-py"
+    root.mkdir()
+    rng = np.random.default_rng(0)
+    for name, n in (("data_batch_1", 64), ("test_batch", 21)):
+        write_cifar_batch(root / name, rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8), rng.integers(0, 10, n).tolist())
+    cfg = load_config(overrides=["data.dataset=cifar10", f"data.path={root}", "model.name=cnn", "model.width=4",
+                                 "data.batch_size=8", "train.epochs=1", "checkpoint.enabled=false"])
+    s = run_training(cfg, device="cpu", nproc=2, out_dir=tmp_path / "run", timeout=240)
+    assert s["eval_samples"] == 21 and s["steps"] == 4
+    assert {c["name"]: c["value"] for c in s["choices"]}["strategy"] == "ddp"
+
+
+@pytest.mark.parametrize(
+    "args, key",
+    [
+        (["--set", "optim.lrr=0.1"], "optim.lrr"),
+        (["--set", "data.batch_size=big"], "data.batch_size"),
+        (["--set", "data.global_batch_size=100", "--nproc", "3"], "data.global_batch_size"),
+        (["--set", "data.dataset=mnist", "--set", "data.path=no/such/dir"], "data.path"),
+    ],
+)
+def test_bad_configs_exit_2_naming_the_key(run_cli, tmp_path, args, key):
+    proc = run_cli("train", "--device", "cpu", "--out", str(tmp_path / "r"), *args, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert key in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "r").exists()  # nothing started, nothing written
