@@ -76,3 +76,24 @@ def test_healthy_nvidia_smi_gives_no_error():
     result = explain_text(_read("pasted_nvidia_smi_h200.txt"))
     assert result.facts is not None
     assert not [m for m in result.matches if m.confidence >= 0.9]
+
+
+def test_real_h200_reports_are_read():
+    facts, kinds = facts_from_pasted(_read("h200_nvidia_smi.txt") + _read("h200_collect_env.txt"))
+    assert kinds == ["nvidia-smi", "collect_env"]
+    assert facts.driver.driver_version == "580.159.04" and facts.driver.cuda_driver_version == "13.0"
+    assert [g.pci_bus_id for g in facts.gpus] == ["00000000:00:06.0", "00000000:00:07.0"]
+    torch = facts.frameworks.torch
+    assert torch.version == "2.11.0+cu130" and torch.cuda_available is True and torch.cudnn_version == "9.14.0"
+    assert facts.system.cpu_count == 32
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["h200_collect_env.txt", "h200_nvidia_smi.txt", "h200_nccl_info_default.txt", "h200_nccl_info_ipc.txt",
+     "h200_nccl_info_net.txt", "h200_nccl_info_p2p_disabled.txt"],
+)
+def test_real_healthy_h200_output_explains_nothing(name):
+    """Captured on a working 2xH200 NVLink machine (NCCL INFO logs of a good all-reduce): no false alarm."""
+    assert [m.id for m in explain_text(_read(name)).matches if m.confidence >= 0.9] == []
+    assert [m.id for m in explain_text(_read(name)).matches if not m.id.startswith("doctor:")] == []
