@@ -345,7 +345,8 @@ def k8s_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
             y += replica("Worker", n - 1, f"the other {n - 1} node(s)")
     else:
         y += replica("Worker", n, f"{n} worker(s), one per node, each driving its {g} GPU(s)")
-    reasons = job.reasons + [
+    # Cores matter to Slurm's --cpus-per-task; a pod's CPU is left to the cluster's defaults.
+    reasons = [r for r in job.reasons if not r.startswith("--cpus-per-task")] + [
         f"{n} pod(s) x {g} GPU(s): world size {n * g}" if kind == "PyTorchJob" else
         f"{n} TensorFlow worker(s) x {g} GPU(s), MultiWorkerMirroredStrategy",
         f"/dev/shm as a memory-backed emptyDir of {shm_gib} GiB: {shm_why}",
