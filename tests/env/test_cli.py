@@ -114,3 +114,24 @@ def test_help_teaches(run_cli):
     result = run_cli("env", "slurm", "--help")
     assert result.returncode == 0
     assert "Example:" in result.stdout and "--rdzv-endpoint" in result.stdout
+
+
+@pytest.mark.gpu
+def test_live_gpu_host_gets_recipes_that_fit_its_driver(run_cli):
+    # On a GPU machine: the facts come from NVML, and the image's CUDA must not pass what nvidia-smi says.
+    import re
+    import subprocess
+
+    banner = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=60).stdout
+    driver_cuda = re.search(r"CUDA Version:\s*(\d+\.\d+)", banner).group(1)
+    pip = run_cli("env", "pip", "--json")
+    assert pip.returncode == 0, pip.stderr
+    doc = json.loads(pip.stdout)
+    assert doc["fits"] and "--index-url https://download.pytorch.org/whl/cu" in doc["recipe"]
+    variant = re.search(r"whl/cu(\d+)(\d)\b", doc["recipe"])
+    assert (int(variant.group(1)), int(variant.group(2))) <= tuple(int(x) for x in driver_cuda.split("."))
+    dockerfile = run_cli("env", "dockerfile", "--json")
+    assert dockerfile.returncode == 0, dockerfile.stderr
+    image = re.search(r"^FROM (\S+)", json.loads(dockerfile.stdout)["recipe"], re.M).group(1)
+    image_cuda = re.search(r"-cuda(\d+)\.(\d+)-", image)
+    assert (int(image_cuda.group(1)), int(image_cuda.group(2))) <= tuple(int(x) for x in driver_cuda.split("."))
