@@ -129,7 +129,8 @@ def test_live_gpu_host_gets_recipes_that_fit_its_driver(run_cli):
     doc = json.loads(pip.stdout)
     assert doc["fits"] and "--index-url https://download.pytorch.org/whl/cu" in doc["recipe"]
     variant = re.search(r"whl/cu(\d+)(\d)\b", doc["recipe"])
-    assert (int(variant.group(1)), int(variant.group(2))) <= tuple(int(x) for x in driver_cuda.split("."))
+    # A wheel may lean on minor-version compatibility (cu128 on a 12.2 driver), never on a newer major.
+    assert int(variant.group(1)) <= int(driver_cuda.split(".")[0])
     dockerfile = run_cli("env", "dockerfile", "--json")
     assert dockerfile.returncode == 0, dockerfile.stderr
     image = re.search(r"^FROM (\S+)", json.loads(dockerfile.stdout)["recipe"], re.M).group(1)
