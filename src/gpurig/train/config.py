@@ -141,6 +141,11 @@ class LoopConfig:
                       "time), on, off.", choices=("auto", "on", "off"))
     strategy: str = _f("ddp", "ddp (replicate the model, all-reduce gradients) or fsdp (shard parameters, "
                        "gradients and optimizer state with fully_shard).", choices=("ddp", "fsdp"))
+    ddp_bucket_mb: int = _f(25, "DDP gradient bucket size in MiB (all-reduce starts as each bucket fills, "
+                            "overlapping the backward pass).", minimum=1)
+    static_graph: str = _f("auto", "DDP static_graph (the same parameters get gradients every step, which lets "
+                           "DDP skip per-step bookkeeping): auto (on for the built-in models), on, off.",
+                           choices=("auto", "on", "off"))
     channels_last: str = _f("auto", "channels_last memory format: auto (conv nets on CUDA), on, off.",
                             choices=("auto", "on", "off"))
     log_every: int = _f(0, "Optimizer steps between progress lines and loss reads (each read is a host-device "

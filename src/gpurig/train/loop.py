@@ -381,9 +381,18 @@ class Trainer:
         elif ctx.world > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
+            # Every built-in model uses all its parameters each step, so the graph is static; DDP's
+            # static_graph does not support no_sync on the first steps, hence off with accumulation.
+            if cfg.train.static_graph == "on" and accum > 1:
+                raise BadInput("train.static_graph: 'on' cannot be combined with train.grad_accum > 1 "
+                               "(accumulation uses no_sync); use auto")
+            static = cfg.train.static_graph == "on" or (cfg.train.static_graph == "auto" and accum == 1)
             self.dist_model = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None,
-                                  gradient_as_bucket_view=True)
+                                  gradient_as_bucket_view=True, static_graph=static,
+                                  bucket_cap_mb=cfg.train.ddp_bucket_mb)
             self.choose(Choice("strategy", "ddp", "DDP, gradient_as_bucket_view (no gradient copy into buckets)"
+                               + (", static_graph" if static else "")
+                               + f", {cfg.train.ddp_bucket_mb} MiB buckets"
                                + (", no_sync for accumulation" if accum > 1 else "")))
         else:
             self.dist_model = model
@@ -400,7 +409,8 @@ class Trainer:
             self.autocast = lambda: torch.autocast(dev.type, dtype=dtype)
         else:
             self.autocast = contextlib.nullcontext
-        every = cfg.train.log_every or max(1, self.total_steps // 20)
+        # About 20 reads per run, at least 10 steps apart: each read drains the GPU queue.
+        every = cfg.train.log_every or min(max(10, self.total_steps // 20), max(1, self.total_steps))
         self.log_every = every
         self.choose(Choice("loss_read_every", every, "the loss is read from the device every this many steps: "
                            "no host synchronisation in between"))
