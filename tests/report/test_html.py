@@ -156,3 +156,17 @@ def test_bench_findings_are_shown_with_their_section(doc):
     page = _parse(render_report(doc))
     assert page.table_rows["bandwidth-findings"] == 2
     assert "scaling-findings" not in page.ids  # bench train reported none
+
+
+def test_a_real_cpu_check_document_renders():
+    # `gpurig check --device cpu --json` on a 2-core machine without a GPU (run paths shortened).
+    real = json.loads((Path(__file__).parent / "fixtures" / "check_cpu_real.json").read_text())
+    html = render_report(real)
+    page = _parse(html)
+    assert "No GPU was found on this machine" in html
+    assert page.table_rows["findings-table"] == 1 + len(real["doctor"]["findings"])
+    assert page.table_rows["checks-table"] == 1 + len(real["verify"]["checks"])
+    assert len([t for t, _ in page.tags if t == "img"]) == 2
+    assert "n/a on CPU (gloo)" in html  # no link capability on the CPU, and the report says why
+    head = real["verdicts"][0]["title"]
+    assert head.split(":")[0] in html[html.index('id="headline"'):][:400]
