@@ -107,7 +107,7 @@ def torchrun_entry(command: list[str]) -> tuple[list[str], str]:
     if first.endswith(".py"):
         return list(command), f"the script {command[0]} runs in each worker"
     if first == "gpurig":
-        return ["-m", "gpurig", *command[1:]], "gpurig runs in each worker as `python -m gpurig`"
+        raise BadInput("the command after `--` is `gpurig` alone: give `gpurig launch SCRIPT ...` or `gpurig train ...`")
     return ["--no-python", *command], f"{command[0]} is not a Python script: torchrun starts it as a program (--no-python)"
 
 
