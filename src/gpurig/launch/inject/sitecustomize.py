@@ -2,9 +2,10 @@
 PYTHONPATH). It changes two things, both only inside torchrun's workers, and then hands over to
 any `sitecustomize` the user already had:
 
-1. A default collective timeout. `init_process_group()` called without `timeout=` gets
-   GPURIG_COLLECTIVE_TIMEOUT seconds (torch itself has no environment variable for this: its
-   defaults are 10 minutes for NCCL and 30 for gloo). A `timeout=` the script passes is kept.
+1. A default collective timeout. `init_process_group()` and `new_group()` called without
+   `timeout=` get GPURIG_COLLECTIVE_TIMEOUT seconds (torch itself has no environment variable for
+   this: its defaults are 10 minutes for NCCL and 30 for gloo). A `timeout=` the script passes
+   is kept.
 2. An error file for every worker. torchrun tells each worker where to write one
    (TORCHELASTIC_ERROR_FILE) but only scripts decorated with `@record` do; an uncaught exception
    here is written in torchrun's format, with its time, so the first failure can be found.
@@ -43,6 +44,10 @@ def _patch_c10d(module, seconds):
 
     init_process_group._gpurig_patched = True
     module.init_process_group = init_process_group
+    # Subgroups (new_group, device meshes) and monitored_barrier ask this private helper for
+    # their default; where this torch has it, they get the same timeout.
+    if callable(getattr(module, "_get_default_timeout", None)):
+        module._get_default_timeout = lambda backend: datetime.timedelta(seconds=seconds)
 
 
 def _install_timeout_hook(seconds):
