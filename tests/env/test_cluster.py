@@ -121,7 +121,7 @@ def test_tf_sbatch_gives_each_node_its_tf_config(tmp_path):
     assert [r["argv"][1:] for r in runs] == [["--set", "tf.loop=fit"]] * 3
     configs = [json.loads(r["TF_CONFIG"]) for r in runs]
     for index, config in enumerate(configs):
-        assert config["cluster"]["worker"] == ["n1:12345", "n2:12345", "n3:12345"]
+        assert config["cluster"]["worker"] == ["n1:29500", "n2:29500", "n3:29500"]
         assert config["task"] == {"type": "worker", "index": index}
 
 

@@ -230,7 +230,7 @@ def register(app: typer.Typer) -> None:
         gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs per machine (default: this host's)."),
         framework: str = typer.Option("torch", "--framework", help="torch (torchrun) or tf (MultiWorkerMirroredStrategy)."),
         job_name: str = typer.Option("gpurig-train", "--job-name", help="The job's name."),
-        port: int = typer.Option(29500, "--port", help="Rendezvous port on the first node (torch)."),
+        port: int = typer.Option(29500, "--port", help="Rendezvous port on the first node (torch), or each TensorFlow worker's port."),
         cpus_per_node: int | None = typer.Option(None, "--cpus-per-node", help="Cores per machine (default: this host's)."),
         time: str | None = typer.Option(None, "--time", metavar="HH:MM:SS", help="Time limit."),
         partition: str | None = typer.Option(None, "--partition", help="The Slurm partition with GPU nodes."),

@@ -18,7 +18,6 @@ from gpurig.recipes.base import DEFAULT_IMAGE, USER_UID, HostSummary, Recipe, gi
 from gpurig.recipes.container import PREFETCH_FACTOR, shm_bytes_needed
 
 FRAMEWORKS = ("torch", "tf")
-TF_PORT = 12345  # the port every TensorFlow worker listens on for the other workers
 PYTORCHJOB_PORT = 23456  # the Kubeflow training operator's default port for the Master
 TFJOB_PORT = 2222  # the Kubeflow training operator's default port for TFJob replicas
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$")
@@ -33,7 +32,7 @@ class ClusterOptions:
     gpus_per_node: int | None = None  # None: as many as this host has
     framework: str = "torch"
     job_name: str = "gpurig-train"
-    port: int = 29500  # the c10d rendezvous port on the first node (PyTorch under Slurm)
+    port: int = 29500  # Slurm: the c10d rendezvous port on the first node, or every TensorFlow worker's port
     cpus_per_node: int | None = None  # None: as many cores as this host has (when known)
     time: str | None = None  # Slurm time limit, "HH:MM:SS" or "D-HH:MM:SS"
     partition: str | None = None
@@ -237,9 +236,9 @@ def slurm_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
         s.append("export OMP_NUM_THREADS=$cpus")
         s += [
             "",
-            f"# Every node's host:{TF_PORT}, in node order: the cluster in TF_CONFIG.",
+            f"# Every node's host:{opts.port}, in node order: the cluster in TF_CONFIG.",
             'workers=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | '
-            f"awk '{{printf \"%s\\\"%s:{TF_PORT}\\\"\", (NR > 1 ? \",\" : \"\"), $1}}')",
+            f"awk '{{printf \"%s\\\"%s:{opts.port}\\\"\", (NR > 1 ? \",\" : \"\"), $1}}')",
             'export TF_WORKERS="[$workers]"',
             "# srun starts one worker per node; each builds its TF_CONFIG with its own index ($SLURM_PROCID,",
             "# which follows the node order above); --kill-on-bad-exit=1 ends every node when one fails.",
@@ -250,7 +249,7 @@ def slurm_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
         ]
         reasons = job.reasons + [
             f"{n} node(s) x {g} GPU(s): one MultiWorkerMirroredStrategy worker per node",
-            f"TF_CONFIG per task: the worker list from the node list (port {TF_PORT}), the index from SLURM_PROCID",
+            f"TF_CONFIG per task: the worker list from the node list (port {opts.port}), the index from SLURM_PROCID",
         ]
     return Recipe(
         kind="slurm",
