@@ -117,6 +117,12 @@ def test_bad_usage_exits_2_naming_the_flag(run_cli, args, flag):
     assert proc.stdout == ""
 
 
+def test_a_malformed_injected_fault_is_bad_input(run_cli):
+    proc = run_cli("verify", "--device", "cpu", env={"GPURIG_VERIFY_INJECT": "perturb:rank=one"})
+    assert proc.returncode == 2
+    assert "GPURIG_VERIFY_INJECT" in proc.stderr and "rank" in proc.stderr
+
+
 def test_help_teaches_defaults_and_examples(run_cli):
     for args in (["verify", "--help"], ["bench", "comm", "--help"]):
         proc = run_cli(*args)

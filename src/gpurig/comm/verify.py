@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpurig.comm.inject import ENV_VAR as INJECT_ENV
+from gpurig.comm.inject import InjectError, parse_faults
 from gpurig.comm.nccl_log import judge_transport, parse_nccl_log, read_nccl_logs
 from gpurig.comm.progress import diagnose_hang, read_progress
 from gpurig.comm.results import CheckResult, VerifyResult
@@ -158,6 +160,10 @@ def run_verify(
         raise BadInput(f"--timeout must be a positive number of seconds, got {timeout:g}")
     if profile not in ("full", "quick"):
         raise BadInput(f"profile must be 'full' or 'quick', got {profile!r}")
+    try:
+        parse_faults(os.environ.get(INJECT_ENV))  # a typo in an injected fault is bad input, not a failed check
+    except InjectError as exc:
+        raise BadInput(str(exc)) from None
     choice = resolve_device(device, nproc)
     run_dir = make_run_dir(out_dir, "verify")
     env = nccl_debug_env(run_dir) if choice.device == "cuda" else {}
