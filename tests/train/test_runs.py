@@ -109,3 +109,54 @@ def test_bad_configs_exit_2_naming_the_key(run_cli, tmp_path, args, key):
     assert proc.returncode == 2, proc.stderr
     assert key in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "r").exists()  # nothing started, nothing written
+
+
+def test_fsdp_follows_the_same_curve_as_ddp(ddp_run, tmp_path):
+    out, ddp_summary = ddp_run
+    cfg = load_config(preset_name="demo", overrides=BASE + ["data.batch_size=16", "train.strategy=fsdp"])
+    summary = run_training(cfg, device="cpu", nproc=2, out_dir=tmp_path, timeout=240)
+    assert summary["strategy"] == "fsdp"
+    assert summary["final_loss"] == pytest.approx(ddp_summary["final_loss"], rel=1e-4)
+    ddp, fsdp = _params(ckpt.checkpoint_path(out, 60)), _params(ckpt.checkpoint_path(tmp_path, 60))
+    for k in ddp:
+        torch.testing.assert_close(fsdp[k], ddp[k], rtol=1e-4, atol=1e-5)
+
+
+def test_sigterm_saves_a_checkpoint_and_leaves_no_process(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+    from tests.conftest import ROOT
+
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpurig", "train", "--preset", "demo", "--device", "cpu", "--out", str(out),
+         "--set", "train.steps=1000000", "--set", "train.log_every=50", "--set", "eval.enabled=false"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines = []
+    try:
+        deadline = time.monotonic() + 180
+        for line in proc.stdout:
+            lines.append(line)
+            if "step 100/" in line or time.monotonic() > deadline:
+                break
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = "".join(lines) + rest
+    assert proc.returncode == 130, text[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped"] and summary["stop_reason"] == "SIGTERM"
+    saved = ckpt.list_checkpoints(out)
+    assert saved and int(saved[-1].name[5:14]) == summary["steps"] >= 100
+    time.sleep(1)
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
+    assert not left, [p.info["cmdline"] for p in left]
