@@ -50,7 +50,8 @@ def test_torch_variants_and_arch_lists():
     assert "sm_70" not in k.torch_arch_list("2.7.1", "cu128")  # 2.7's cu128 lacked Volta
     assert "sm_70" in k.torch_arch_list("2.8", "cu128")
     assert "sm_70" not in k.torch_arch_list("2.11", "cu130")
-    assert k.torch_arch_list("2.11", "cu130")[-1] == "compute_120"
+    assert k.torch_arch_list("2.9", "cu130")[-1] == "compute_120"
+    assert k.torch_arch_list("2.11.0+cu130", "cu130") == ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
     assert k.torch_arch_list("2.11", "cu999") == []
 
 

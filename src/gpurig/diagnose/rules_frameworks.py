@@ -222,12 +222,13 @@ def torch_gpu_use(ctx: Context) -> list[Finding]:
         return [Finding(
             id="torch-cannot-use-gpu", severity="error", area="frameworks",
             title=f"PyTorch {t.version} cannot use the GPUs (torch.cuda.is_available() is False)",
-            detail=(f"{len(ctx.gpus)} GPU(s) answer NVML and the driver supports torch's CUDA {t.cuda_build}, "
-                    "yet CUDA initialisation fails in a fresh process."),
+            detail=(f"{len(ctx.gpus)} GPU(s) answer NVML, yet CUDA initialisation fails in a fresh process"
+                    + (f"; torch said: {t.cuda_warning}" if t.cuda_warning else ".")),
             fix=("Read the real error: `python -c 'import torch; torch.cuda.init()'`. Common causes: a process "
                  "holding the GPU in exclusive mode, /dev/nvidia-uvm missing (`sudo modprobe nvidia-uvm`), or a "
                  "container started without `--gpus all`"),
-            evidence={"torch.cuda_available": False, "torch.version": t.version, "gpu_count": len(ctx.gpus)},
+            evidence={"torch.cuda_available": False, "torch.version": t.version, "gpu_count": len(ctx.gpus),
+                      "torch.cuda_warning": t.cuda_warning},
         )]
     # Fewer only: a GPU failing to initialise. (More would mean the probe ran with another environment.)
     if t.cuda_available and t.device_count is not None and visible is not None and t.device_count < len(visible):

@@ -130,11 +130,11 @@ def _nvlink_ok(ctx: Context, with_links: list[GpuFacts], active: dict[int, int])
         rate = f", {per_link:g} GB/s per link each way"
     elif reported:
         rate = f", {reported:g} GB/s per link as reported"
-    if switch:
-        title = f"{len(with_links)} GPUs on an NVSwitch fabric, {links_each} NVLinks each"
-    elif len(with_links) == 2 and len(pairs) == 1:
+    if len(with_links) == 2 and len(pairs) == 1:
         n = pairs[0].nvlink_count or links_each
-        title = f"2 GPUs joined by {n} NVLinks ({pairs[0].link or f'NV{n}'})"
+        title = f"2 GPUs joined by {n} NVLinks ({pairs[0].link or f'NV{n}'}" + (", through NVSwitch)" if switch else ")")
+    elif switch:
+        title = f"{len(with_links)} GPUs on an NVSwitch fabric, {links_each} NVLinks each"
     else:
         codes = Counter(p.link or f"NV{p.nvlink_count}" for p in pairs)
         title = f"{len(with_links)} GPUs joined by NVLink (" + ", ".join(f"{c} ×{n}" for c, n in codes.items()) + ")"
