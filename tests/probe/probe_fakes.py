@@ -98,8 +98,12 @@ class FakeNvml:
     def nvmlDeviceGetCudaComputeCapability(self, h):
         return self._g(h, "cc")
 
-    def nvmlDeviceGetMemoryInfo(self, h):
-        return SimpleNamespace(total=self._g(h, "mem_total"), used=self._g(h, "mem_used"), free=0)
+    nvmlMemory_v2 = 0x02000028
+
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
+        # Version 1 counts the driver's reserved memory as used; version 2 does not.
+        reserved = 0 if version == self.nvmlMemory_v2 else self.gpus[h].get("mem_reserved", 0)
+        return SimpleNamespace(total=self._g(h, "mem_total"), used=self._g(h, "mem_used") + reserved, free=0)
 
     def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
         return self._g(h, "gen")
@@ -186,12 +190,17 @@ class FakeNvml:
         return kind
 
     def nvmlDeviceGetFieldValues(self, h, ids):
-        speed = self.gpus[h].get("nvlink_mbps")
+        common = self.gpus[h].get("nvlink_mbps")  # old drivers: NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON (90)
+        per_link = self.gpus[h].get("nvlink_get_speed", {})  # current drivers: (164, link)
         out = []
         for fid in ids:
-            ok = speed is not None and fid == 90  # only the "common" speed field answers here
-            out.append(SimpleNamespace(fieldId=fid, nvmlReturn=0 if ok else NOT_SUPPORTED, valueType=1,
-                                       value=SimpleNamespace(uiVal=speed or 0)))
+            if isinstance(fid, tuple):
+                fid, scope = fid
+                value = per_link.get(scope) if fid == 164 else None
+            else:
+                scope, value = 0, common if fid == 90 else None
+            out.append(SimpleNamespace(fieldId=fid, scopeId=scope, nvmlReturn=NOT_SUPPORTED if value is None else 0,
+                                       valueType=1, value=SimpleNamespace(uiVal=value or 0)))
         return out
 
     def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
@@ -210,7 +219,7 @@ def h100(i: int, bus: str, **over):
         mem_total=85520809984, mem_used=4 * 2**20, gen=5, gen_max=5, width=16, width_max=16, ecc=1,
         ecc_errors=(0, 3), remapped=(0, 1, 0, 0), persistence=1, compute_mode=0, mig=0,
         clocks={1: 1980, 2: 2619}, max_clocks={1: 1980}, reasons=0x21, power_mw=69830, limit_mw=700000,
-        temp=31, util=0, cpu_mask=[0x0000FFFF0000FFFF], node_mask=0b1, nvlink_mbps=26562,
+        temp=31, util=0, cpu_mask=[0x0000FFFF0000FFFF], node_mask=0b1, nvlink_mbps=26562, mem_reserved=615 * 2**20,
     )
     gpu.update(over)
     return gpu

@@ -142,3 +142,26 @@ def test_switch_links_recognised_by_bus_when_nvml_does_not_name_the_far_end():
     links = {(g, link): (True, "00000000:05:00.0", None) for g in range(2) for link in range(12)}
     (pair,) = nvml_reader.read_nvml(FakeNvml([h100(i, b) for i, b in enumerate(buses)], links=links)).pairs
     assert (pair.link, pair.nvlink_count) == ("NV12", 12)
+
+
+def test_per_link_speeds_from_the_scoped_field_as_current_drivers_give_them():
+    fake = two_gpus_bridged(links_per_gpu=4, inactive=0)
+    fake.gpus[0]["nvlink_get_speed"] = {0: 26562, 1: 26562, 2: 26562, 3: 13281}  # one link trained down
+    fake.gpus[0]["nvlink_mbps"] = None
+    links = nvml_reader.read_nvml(fake).gpus[0].nvlinks
+    assert [nl.speed_gbps for nl in links] == [26.562, 26.562, 26.562, 13.281]
+
+
+def test_a_switch_hidden_from_a_vm_has_no_bus_id_but_still_makes_nv18():
+    # As on a 2xH200 VM: every link active, the far end FFFFFFFF:FF:FF.0 of type "switch".
+    buses = ["00000000:00:06.0", "00000000:00:07.0"]
+    links = {(g, link): (True, "FFFFFFFF:FF:FF.0", 2) for g in range(2) for link in range(18)}
+    res = nvml_reader.read_nvml(FakeNvml([h100(i, b) for i, b in enumerate(buses)], links=links, p2p={(0, 1): 0}))
+    assert {nl.remote_pci_bus_id for nl in res.gpus[0].nvlinks} == {None}
+    (pair,) = res.pairs
+    assert (pair.link, pair.nvlink_count, pair.p2p_read) == ("NV18", 18, True)
+
+
+def test_memory_used_leaves_out_what_the_driver_reserves():
+    g = nvml_reader.read_nvml(FakeNvml([h100(0, "00000000:18:00.0", mem_used=0)])).gpus[0]
+    assert g.memory_used_mib == 0.0  # nvidia-smi shows 0 MiB on an idle GPU; NVML v1 would say 615

@@ -156,3 +156,15 @@ def test_real_2x_h200_captures():
 def test_topo_matrix_old_soc_code_reads_as_sys():
     text = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tSOC\t0-7\nGPU1\tSOC\t X \t8-15\n"
     assert [p.link for p in smi.parse_topo_matrix(text).pairs] == ["SYS"]
+
+
+def test_real_2x_h200_query_gpu():
+    gpus = smi.parse_query_gpu(read("query_gpu_2x_h200.csv"), list(smi.QUERY_FIELDS))
+    assert [(g.index, g.name, g.compute_capability, g.pci_bus_id) for g in gpus] == [
+        (0, "NVIDIA H200", "9.0", "0000:00:06.0"), (1, "NVIDIA H200", "9.0", "0000:00:07.0")]
+    g = gpus[0]
+    assert (g.memory_total_mib, g.memory_used_mib) == (143771.0, 0.0)
+    assert (g.pcie_gen_current, g.pcie_gen_max, g.pcie_width_current, g.pcie_width_max) == (5, 5, 16, 16)
+    assert g.ecc_enabled is True and g.ecc_volatile_uncorrected == 0 and g.retired_pages is None
+    assert g.persistence_mode is True and g.compute_mode == "Default" and g.mig_enabled is False
+    assert g.throttle_reasons == ["gpu_idle"] and g.power_limit_w == 700.0

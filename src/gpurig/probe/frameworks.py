@@ -102,9 +102,15 @@ def _child_env(environ: Mapping[str, str] | None) -> dict[str, str]:
     return env
 
 
-def _installed(module: str, python: str) -> bool | None:
-    """Whether `module` can be imported by `python`; None when that is another interpreter (ask it)."""
+def _installed(module: str, python: str, env: Mapping[str, str]) -> bool | None:
+    """Whether `module` can be imported by the child; None when only the child can tell.
+
+    Looking it up here saves a process for a framework that is not installed, but only holds when
+    the child is this interpreter with this PYTHONPATH.
+    """
     if os.path.realpath(python) != os.path.realpath(sys.executable):
+        return None
+    if env.get("PYTHONPATH") != os.environ.get("PYTHONPATH"):
         return None
     return importlib.util.find_spec(module) is not None
 
@@ -213,7 +219,7 @@ def start_framework_probes(timeout: float = 20.0, python: str | None = None,
     chosen.update(scripts or {})
     probes, known = [], {}
     for name, script in chosen.items():
-        installed = _installed(name, python) if not (scripts and name in scripts) else None
+        installed = _installed(name, python, env) if not (scripts and name in scripts) else None
         if installed is False:
             known[name] = False  # not importable here: no child process needed
             continue

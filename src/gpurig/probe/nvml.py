@@ -58,7 +58,10 @@ THROTTLE_REASONS = (
 _COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 _REMOTE_TYPES = {0: "gpu", 1: "cpu", 2: "switch"}  # NVML_NVLINK_DEVICE_TYPE_GPU / IBMNPU / SWITCH
 
-# NVLink speed fields (MB/s per direction): per link for links 0-11, a common value for the rest.
+# NVLink speed fields, MB/s per direction. NVML_FI_DEV_NVLINK_GET_SPEED takes the link as scopeId and
+# answers on current drivers (26562 on H100/H200); older drivers only know the per-link fields for
+# links 0-11 and a common value.
+_NVLINK_GET_SPEED = 164
 _NVLINK_SPEED_FIELDS = [84, 85, 86, 87, 88, 89, 132, 133, 134, 135, 136, 137]
 _NVLINK_SPEED_COMMON = 90
 
@@ -164,7 +167,12 @@ class _Reader:
         cc = q("nvmlDeviceGetCudaComputeCapability", handle)  # compute_cap
         if cc is not None:
             g.compute_capability = f"{cc[0]}.{cc[1]}"
-        mem = q("nvmlDeviceGetMemoryInfo", handle)  # memory.total, memory.used (MiB)
+        # memory.total, memory.used (MiB). Version 2 leaves out what the driver reserves for itself
+        # (about 600 MiB on an idle H200), as nvidia-smi does; version 1 counts it as used.
+        v2 = getattr(self.nvml, "nvmlMemory_v2", None)
+        mem = q("nvmlDeviceGetMemoryInfo", handle, v2) if v2 is not None else None
+        if mem is None:
+            mem = q("nvmlDeviceGetMemoryInfo", handle)
         if mem is not None:
             g.memory_total_mib = round(mem.total / 2**20, 1)
             g.memory_used_mib = round(mem.used / 2**20, 1)
@@ -253,7 +261,9 @@ class _Reader:
             if nl.active:
                 remote = self.q("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
                 if remote is not None:
-                    nl.remote_pci_bus_id = normalize_bus_id(_text(getattr(remote, "busId", None)))
+                    bus = normalize_bus_id(_text(getattr(remote, "busId", None)))
+                    # NVSwitches hidden from a VM are reported as FFFFFFFF:FF:FF.0, i.e. "unknown".
+                    nl.remote_pci_bus_id = None if bus and bus.startswith("ffffffff:") else bus
                 rtype = self.q("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
                 nl.remote_device_type = _REMOTE_TYPES.get(rtype) if rtype is not None else None
             links.append(nl)
@@ -267,22 +277,21 @@ class _Reader:
         """Per-link speed in GB/s per direction, as `nvidia-smi nvlink -s` prints it (26.562 on H100)."""
         if not active:
             return {}
-        ids = [_NVLINK_SPEED_FIELDS[i] for i in active if i < len(_NVLINK_SPEED_FIELDS)] + [_NVLINK_SPEED_COMMON]
-        values = self.q("nvmlDeviceGetFieldValues", handle, ids)
-        if values is None:
-            return {}
-        by_id = {}
-        for v in values:
-            if getattr(v, "nvmlReturn", 1) == 0:
-                by_id[v.fieldId] = _field_number(v)
-        common = by_id.get(_NVLINK_SPEED_COMMON)
-        speeds = {}
-        for link in active:
-            mbps = by_id.get(_NVLINK_SPEED_FIELDS[link]) if link < len(_NVLINK_SPEED_FIELDS) else None
-            mbps = mbps or common
-            if mbps:
-                speeds[link] = round(mbps / 1000.0, 3)
-        return speeds
+        mbps: dict[int, float] = {}
+        values = self.q("nvmlDeviceGetFieldValues", handle, [(_NVLINK_GET_SPEED, link) for link in active])
+        for link, v in zip(active, values or [], strict=False):
+            if getattr(v, "nvmlReturn", 1) == 0 and _field_number(v):
+                mbps[link] = _field_number(v)
+        missing = [link for link in active if link not in mbps]
+        if missing:
+            ids = [_NVLINK_SPEED_FIELDS[i] for i in missing if i < len(_NVLINK_SPEED_FIELDS)] + [_NVLINK_SPEED_COMMON]
+            by_id = {v.fieldId: _field_number(v) for v in self.q("nvmlDeviceGetFieldValues", handle, ids) or []
+                     if getattr(v, "nvmlReturn", 1) == 0}
+            for link in missing:
+                per_link = by_id.get(_NVLINK_SPEED_FIELDS[link]) if link < len(_NVLINK_SPEED_FIELDS) else None
+                if per_link or by_id.get(_NVLINK_SPEED_COMMON):
+                    mbps[link] = per_link or by_id[_NVLINK_SPEED_COMMON]
+        return {link: round(value / 1000.0, 3) for link, value in mbps.items()}
 
     def processes(self, handle: Any) -> list[GpuProcessFacts]:
         found: dict[int, GpuProcessFacts] = {}
