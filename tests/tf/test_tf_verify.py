@@ -3,9 +3,11 @@ equal to one device on the whole batch; a replica knocked out of sync is caught.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from gpurig.comm.tf_verify import plan_tf_verify, run_tf_verify
+from gpurig.comm.tf_verify import as_verify_result, plan_tf_verify, run_tf_verify
 from gpurig.errors import BadInput
 
 pytestmark = pytest.mark.tf
@@ -19,7 +21,11 @@ def test_replicas_identical_and_equal_to_one_device(tmp_path):
     assert checks["tf_replicas_identical"]["status"] == "pass"
     assert checks["tf_matches_single_device"]["status"] == "pass"
     assert result["nproc"] == 2 and result["backend"] == "MirroredStrategy/reduce_to_one"
-    assert (tmp_path / "tf_verify.json").is_file() and (tmp_path / "tf-verify.log").is_file()
+    run_dir = result["run_dir"]
+    assert run_dir.startswith(str(tmp_path))
+    assert (Path(run_dir) / "tf_verify.json").is_file() and (Path(run_dir) / "tf-verify.log").is_file()
+    rendered = as_verify_result(result)
+    assert rendered.passed and [c.name for c in rendered.checks] == ["tf_replicas_identical", "tf_matches_single_device"]
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpurig.comm.results import CheckResult
+from gpurig.comm.results import CheckResult, VerifyResult
 from gpurig.errors import BadInput
 
 INJECTIONS = ("none", "desync")
@@ -82,7 +82,7 @@ def run_tf_verify(
     replicas: int | None = None,
     steps: int = DEFAULT_STEPS,
     out_dir: str | os.PathLike | None = None,
-    timeout: float = 300.0,
+    timeout: float = 300.0,  # the whole TensorFlow process: import, strategy set-up, 2 x K steps
     cross_device_ops: str = "auto",
     inject: str = "none",
     facts: Any = None,
@@ -95,12 +95,9 @@ def run_tf_verify(
 
     tf_preflight(facts, device="cpu" if device == "cpu" else "auto")
     job = plan_tf_verify(device, replicas, steps, cross_device_ops, inject, facts)
-    if out_dir is None:
-        import tempfile
+    from gpurig.comm.verify import make_run_dir
 
-        out_dir = tempfile.mkdtemp(prefix="gpurig-tf-verify-")
-    run_dir = Path(out_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = make_run_dir(out_dir, "tf-verify")  # a fresh folder inside out_dir (or a temporary one)
     job["out_dir"] = str(run_dir.resolve())
     job_path = run_dir / "tf_verify_job.json"
     job_path.write_text(json.dumps(job, indent=2))
@@ -145,6 +142,16 @@ def run_tf_verify(
         "choices": job["choices"],
         "tensorflow_version": data.get("tensorflow_version"),
     }
+
+
+def as_verify_result(result: dict[str, Any]) -> VerifyResult:
+    """The `run_tf_verify` dict as the `VerifyResult` that `gpurig verify` renders."""
+    return VerifyResult(
+        passed=result["passed"], device=result["device"], nproc=result["nproc"], backend=result["backend"],
+        checks=[CheckResult(**c) for c in result["checks"]], transport=result.get("transport") or {},
+        hang=result.get("hang"), run_dir=result.get("run_dir"), seconds=result.get("seconds", 0.0),
+        reason=result.get("reason", ""), findings=result.get("findings") or [],
+    )
 
 
 # ----- child side ------------------------------------------------------------------------------

@@ -260,6 +260,10 @@ def run_tf_training(
     Raises BadInput (exit 2) for a config or data problem found here or in the worker, and
     ProblemFound (exit 1) when training fails.
     """
+    from gpurig.train.tf.preflight import tf_preflight
+
+    # TensorFlow missing, or blind to the GPUs the doctor sees: refuse before writing anything.
+    tf_preflight(facts, device="cpu" if device == "cpu" else "auto")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out}: exists and is not a directory")
