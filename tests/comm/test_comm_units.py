@@ -136,6 +136,10 @@ def test_link_capability_from_nvlink_facts_and_pcie():
     assert pcie.kind == "pcie" and pcie.link == "PHB"
     assert "PCIe Gen4 x16" in pcie.how
     assert pcie.gbps is None or 25 < pcie.gbps < 40  # from the link-speed table when it is installed
+    # As NVML reported it on the real 2×H200 VM: no per-link speed, remote end a "switch" at ffff...
+    h200 = link_capability(two_gpu_facts("NV18", speed=None, remote="ffffffff:ff:ff.0"), 0, 1)
+    assert h200.kind == "nvlink" and h200.gbps == pytest.approx(18 * 25.0)
+    assert "nominal for compute capability 9.0" in h200.how
     unknown = link_capability(None, 0, 1)
     assert unknown.gbps is None and unknown.kind is None
 

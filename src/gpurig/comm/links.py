@@ -41,27 +41,52 @@ def _pcie_gbps(gen: int | None, width: int | None) -> float | None:
         return None
 
 
+def _nvlink_per_link(compute_capability: str | None) -> float | None:
+    if not compute_capability:
+        return None
+    try:
+        from gpurig.knowledge.loaders import nvlink_per_link_gbps
+    except ImportError:
+        return None
+    try:
+        return nvlink_per_link_gbps(compute_capability)
+    except Exception:  # an architecture the table does not know: unknown, not a crash
+        return None
+
+
 def link_capability(facts: Any, a: int, b: int) -> LinkCapability:
+    """GB/s per direction between GPUs `a` and `b`: NVLinks to the peer × per-link speed, else PCIe.
+
+    The per-link speed is what NVML/nvidia-smi reported; when the facts lack it (NVML does not
+    give it on every system), the nominal speed of the GPU's NVLink generation from the knowledge
+    base. The link count is the links whose remote end is the peer, else the topology's NV#.
+    """
     gpus = {g.index: g for g in (getattr(facts, "gpus", None) or [])}
     pair = facts.pair(a, b) if facts is not None and hasattr(facts, "pair") else None
     label = pair.link if pair else None
     ga, gb = gpus.get(a), gpus.get(b)
-    if ga is not None and gb is not None:
-        peer_key = _bus_key(gb.pci_bus_id)
-        active = [lk for lk in ga.nvlinks if lk.active and lk.speed_gbps]
-        to_peer = [lk for lk in active if peer_key is not None and _bus_key(lk.remote_pci_bus_id) == peer_key]
-        if to_peer:
-            total = sum(lk.speed_gbps for lk in to_peer)
-            return LinkCapability("nvlink", total, f"{len(to_peer)} × {to_peer[0].speed_gbps:g} GB/s NVLink", label)
-        count = pair.nvlink_count if pair and pair.nvlink_count else None
-        if count is None and label and (m := re.fullmatch(r"NV(\d+)", label.upper())):
-            count = int(m.group(1))
-        if count and active:
-            speed = sorted(lk.speed_gbps for lk in active)[len(active) // 2]
-            return LinkCapability("nvlink", count * speed, f"{count} × {speed:g} GB/s NVLink ({label})", label)
-        gen = min(filter(None, (ga.pcie_gen_max, gb.pcie_gen_max)), default=None)
-        width = min(filter(None, (ga.pcie_width_max, gb.pcie_width_max)), default=None)
-        if gen and width:
-            gbps = _pcie_gbps(gen, width)
-            return LinkCapability("pcie", gbps, f"PCIe Gen{gen} x{width}" + ("" if gbps else " (speed table not available)"), label)
+    if ga is None or gb is None:
+        return LinkCapability(None, None, "no facts about this link", label)
+    peer_key = _bus_key(gb.pci_bus_id)
+    active = [lk for lk in ga.nvlinks if lk.active]
+    to_peer = [lk for lk in active if peer_key is not None and _bus_key(lk.remote_pci_bus_id) == peer_key]
+    count = len(to_peer) or None
+    if count is None and pair and pair.nvlink_count:
+        count = pair.nvlink_count
+    if count is None and label and (m := re.fullmatch(r"NV(\d+)", label.upper())):
+        count = int(m.group(1))
+    if count:
+        speeds = sorted(lk.speed_gbps for lk in (to_peer or active) if lk.speed_gbps)
+        if speeds:
+            speed = speeds[len(speeds) // 2]
+            return LinkCapability("nvlink", count * speed, f"{count} × {speed:g} GB/s NVLink", label)
+        nominal = _nvlink_per_link(ga.compute_capability)
+        if nominal:
+            return LinkCapability("nvlink", count * nominal, f"{count} × {nominal:g} GB/s NVLink (nominal for compute capability {ga.compute_capability})", label)
+        return LinkCapability("nvlink", None, f"{count} NVLinks (speed unknown)", label)
+    gen = min(filter(None, (ga.pcie_gen_max, gb.pcie_gen_max)), default=None)
+    width = min(filter(None, (ga.pcie_width_max, gb.pcie_width_max)), default=None)
+    if gen and width:
+        gbps = _pcie_gbps(gen, width)
+        return LinkCapability("pcie", gbps, f"PCIe Gen{gen} x{width}" + ("" if gbps else " (speed table not available)"), label)
     return LinkCapability(None, None, "no facts about this link", label)
