@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def workload_config(workload: str, device: str, short: bool, overrides: list[str
     w = WORKLOADS[workload]
     sets = list(w["set"]) + ["checkpoint.enabled=false", "eval.enabled=false"]
     if short:
-        sets.append("train.steps=30" if device == "cuda" else "train.steps=20")
+        sets.append("train.steps=50" if device == "cuda" else "train.steps=40")
     return load_config(preset_name=w["preset"], overrides=sets + list(overrides or []))
 
 
@@ -96,6 +97,12 @@ def run_bench_train(
     counts = counts or counts_up_to(choice.nproc)
     if max(counts) > choice.nproc:
         raise BadInput(f"--nproc: {max(counts)} processes asked for, {choice.nproc} available")
+    env: dict[str, str] = {}
+    if choice.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        # The same threads per process at every count: otherwise 1 process gets all the cores' OpenMP
+        # threads (which spin against each other on a busy machine) and 2 processes get one each, and
+        # "scaling" measures thread contention instead of data parallelism.
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(counts)))
     rows: list[dict[str, Any]] = []
     last_summary: dict[str, Any] | None = None
     one = None
@@ -103,7 +110,7 @@ def run_bench_train(
         if on_event:
             on_event("bench", {"nproc": n, "variant": "gpurig"})
         summary = run_training(copy.deepcopy(cfg), device=choice.device, nproc=n, out_dir=base / f"gpurig-{n}",
-                               timeout=timeout, on_event=on_event)
+                               timeout=timeout, on_event=on_event, env=env)
         last_summary = summary
         per = summary.get("samples_per_s_per_device")
         if n == counts[0]:

@@ -70,6 +70,7 @@ def run_training(
     timeout: float | None = None,
     on_event: EventHandler | None = None,
     record_indices: bool = False,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Train `config` on `nproc` processes of `device`; return the summary (also in <out>/summary.json).
 
@@ -103,7 +104,7 @@ def run_training(
         args.append("--resume-fallback")
     if record_indices:
         args.append("--record-indices")
-    env = {}
+    env = dict(env or {})
     if choice.device == "cuda":
         env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     plan = plan_torchrun(args, choice.nproc, choice.device, run_dir=str(run_dir), env=env)
