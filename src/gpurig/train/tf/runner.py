@@ -147,6 +147,8 @@ def plan_tf_job(
                              f"tf.cross_device_ops={requested} needs GPUs: reduce on one device on the CPU")
         else:
             cdo = dec.cross_device_ops(requested, kind, replicas.value, broken)
+            if cdo.value == "nccl":
+                cdo.reason = f"tf.cross_device_ops=nccl (the default): NCCL all-reduce over {replicas.value} GPUs"
             if cdo.value == "nccl" and replicas.value < 2:
                 cdo = dec.Choice("cross_device_ops", "none", "one replica: nothing to all-reduce")
             elif cdo.value == "nccl" and broken:
