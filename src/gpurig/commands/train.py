@@ -171,10 +171,10 @@ def register(app: typer.Typer) -> None:
         from gpurig.train.run import run_training, saved_config
 
         overrides = list(sets) + ([f"framework={framework}"] if framework else [])
-        if resume and out and not (preset_name or config or overrides) and saved_config(out) is not None:
-            cfg = saved_config(out)  # continue the run with the config it was started with
-        else:
-            cfg = load_config(path=config, preset_name=preset_name, overrides=overrides)
+        saved = saved_config(out) if (resume and out and not (preset_name or config)) else None
+        # A resumed run continues with the config it was started with (plus any --set).
+        cfg = load_config(path=config, preset_name=preset_name, overrides=overrides,
+                          base=saved.to_dict() if saved else None)
         if show_config:
             typer.echo(to_toml(cfg), nl=False)
             return

@@ -163,6 +163,9 @@ class CheckpointConfig:
                           minimum=0)
     keep: int = _f(2, "Checkpoints kept on disk (older ones are deleted after a new one is safely written).",
                    minimum=1)
+    on_error: str = _f("stop", "When a checkpoint cannot be written (disk full, read-only or vanished "
+                       "directory): stop (end the run with the reason; the previous checkpoint stays valid) or warn "
+                       "(say so and keep training).", choices=("stop", "warn"))
 
 
 @dataclass
@@ -219,6 +222,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "optim": {"name": "adamw", "lr": 0.003, "weight_decay": 0.0001},
         "schedule": {"name": "cosine", "warmup_steps": 10},
         "train": {"epochs": 20},
+        "eval": {"every_epochs": 5},
     },
     # The issue's benchmark workload: ResNet-50 on synthetic 224x224 images, batch 256 per GPU.
     "resnet50": {
@@ -420,10 +424,13 @@ def _nest(key: str, value: Any) -> dict[str, Any]:
 
 
 def load_config(path: str | os.PathLike | None = None, preset_name: str | None = None,
-                overrides: list[str] | None = None) -> TrainConfig:
-    """Preset (default "demo" when neither a preset nor a file is given), then the TOML file, then --set."""
-    base: dict[str, Any] = {}
-    if preset_name or not path:
+                overrides: list[str] | None = None, base: dict[str, Any] | None = None) -> TrainConfig:
+    """Preset (default "demo" when neither a preset nor a file is given), then the TOML file, then --set.
+
+    `base` (a config dict, e.g. the one a run was started with) replaces the default preset.
+    """
+    base = copy.deepcopy(base) if base is not None else {}
+    if preset_name or (not path and not base):
         name = preset_name or "demo"
         if name not in PRESETS:
             raise BadInput(f"--preset: unknown preset {name!r}; choose from {', '.join(sorted(PRESETS))}")

@@ -335,7 +335,8 @@ class Trainer:
                     why = "asked for in the config" if on == "off" else f"{arrays.nbytes / 2**30:.1f} GiB is too big for the GPU"
             else:
                 why = "CPU run: batches are indexed from memory, no loader workers needed"
-            self.choose(Choice("data_placement", "device" if hold == dev else "host", why))
+            placement = "memory" if dev.type == "cpu" else ("device" if hold == dev else "host")
+            self.choose(Choice("data_placement", placement, why))
             augment = cfg.data.augment == "on" or (cfg.data.augment == "auto" and ds == "cifar10")
             self.loader = D.ArrayLoader(arrays, cfg, ctx.rank, ctx.world, dev, hold, augment, self.channels_last)
             self.eval_data = arrays if (arrays.x_test is not None and cfg.eval.enabled) else None
