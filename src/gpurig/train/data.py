@@ -563,25 +563,69 @@ class FileLoader:
             for xs, ys in it:
                 yield self._prepare(xs, ys)
             return
-        # Prefetch one batch ahead on a side stream, so the copy and decode overlap the step.
-        main = torch.cuda.current_stream(self.device)
+        yield from _ThreadPrefetch(it, self._prepare, self.device, self.stream)
 
-        def launch() -> tuple[torch.Tensor, torch.Tensor] | None:
+
+class _ThreadPrefetch:
+    """Prepares batches (copy, GPU decode, crop, normalise) in a background thread on a side CUDA
+    stream, a few batches ahead, so the training thread keeps launching kernels meanwhile; the
+    training stream waits on each batch's event (no host synchronisation)."""
+
+    DONE = object()
+
+    def __init__(self, it: Iterator, prepare, device: torch.device, stream: torch.cuda.Stream, depth: int = 3) -> None:
+        import queue
+        import threading
+
+        self.q: queue.Queue = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.it, self.prepare, self.device, self.stream = it, prepare, device, stream
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _put(self, item: Any) -> bool:
+        import queue
+
+        while not self.stop.is_set():
             try:
-                xs, ys = next(it)
-            except StopIteration:
-                return None
-            with torch.cuda.stream(self.stream):
-                return self._prepare(xs, ys)
+                self.q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
 
-        nxt = launch()
-        while nxt is not None:
-            main.wait_stream(self.stream)
-            x, y = nxt
-            x.record_stream(main)
-            y.record_stream(main)
-            nxt = launch()
-            yield x, y
+    def _run(self) -> None:
+        torch.cuda.set_device(self.device)  # the current device is per thread
+        try:
+            for xs, ys in self.it:
+                with torch.cuda.stream(self.stream):
+                    x, y = self.prepare(xs, ys)
+                    ready = torch.cuda.Event()
+                    ready.record(self.stream)
+                if not self._put((x, y, ready)):
+                    return
+        except BaseException as exc:  # handed to the training thread, which raises it
+            self._put(exc)
+            return
+        self._put(self.DONE)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        main = torch.cuda.current_stream(self.device)
+        try:
+            while True:
+                item = self.q.get()
+                if item is self.DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                x, y, ready = item
+                main.wait_event(ready)
+                x.record_stream(main)  # the allocator must not reuse them before the step is done
+                y.record_stream(main)
+                yield x, y
+        finally:
+            self.stop.set()
+            self.thread.join(timeout=10)
 
 
 def file_eval_batches(items: list[tuple[str, int]], cfg: TrainConfig, rank: int, world: int,
