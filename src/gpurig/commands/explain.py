@@ -91,7 +91,18 @@ def register(app: typer.Typer) -> None:
             record = collect_run(run_dir)
             if not record.launcher_tail and not record.ranks:
                 raise BadInput(f"FILE {run_dir}: the run directory holds no logs yet")
-            diagnosis = explain_run(record, returncode=1 if record.failures else 0).to_dict()
+            returncode, timed_out = (1 if record.failures else 0), False
+            saved = Path(run_dir, "result.json")
+            if saved.is_file():  # how the run ended, as `gpurig launch` saw it
+                import json
+
+                try:
+                    ended = json.loads(saved.read_text()).get("result", {})
+                    returncode = int(ended.get("exit_code", returncode))
+                    timed_out = ended.get("status") == "hang" and returncode == 124
+                except (ValueError, TypeError, AttributeError):
+                    pass
+            diagnosis = explain_run(record, returncode=returncode, timed_out=timed_out).to_dict()
             data = {"run_dir": run_dir, "matches": diagnosis["matches"], "run": diagnosis}
             if json_out:
                 emit_json(data)

@@ -543,6 +543,14 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
         diag.where = f"rank {waiting} waited at {waited_at}" if waited_at else None
         return finish(diag, root)
 
+    if timed_out:
+        diag = RunDiagnosis(
+            status="hang",
+            exit_code=124,
+            summary="the run did not finish within --max-time and no rank reported an error; the last lines of each rank show where they were",
+        )
+        return finish(diag, min(record.ranks) if record.ranks else None)
+
     if failures:
         root_entry = next((f for f in record.failures if f.root_cause), record.failures[0])
         root = root_entry.rank
@@ -556,14 +564,6 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
             matches=per_rank.get(root, []),
         )
         return finish(diag, root)
-
-    if timed_out:
-        diag = RunDiagnosis(
-            status="hang",
-            exit_code=124,
-            summary="the run did not finish within --max-time and no rank reported an error; the last lines of each rank show where they were",
-        )
-        return finish(diag, min(record.ranks) if record.ranks else None)
 
     if returncode == 0:
         return finish(RunDiagnosis(status="ok", exit_code=0, summary="every worker finished"), None)

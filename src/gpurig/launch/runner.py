@@ -33,20 +33,99 @@ class RunResult:
     log_path: str | None = None
 
 
-def _kill_group(proc: subprocess.Popen, grace: float) -> None:
+def _proc_stat(pid: int) -> tuple[int, int, int] | None:
+    """(ppid, pgid, start time) of a process from /proc, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    fields = data[data.rfind(")") + 2 :].split()
+    if len(fields) < 20 or fields[0] == "Z":
+        return None
+    return int(fields[1]), int(fields[2]), int(fields[19])
+
+
+class _Descendants:
+    """Every process torchrun starts, remembered while torchrun is alive.
+
+    torchrun puts each worker in a session of its own (its SubprocessHandler uses
+    start_new_session), so killing torchrun's process group does not reach the workers or their
+    DataLoader processes; and once torchrun is gone they are orphans nobody can trace back. So the
+    tree is scanned while it exists, and whatever is still alive at the end is killed by pid and
+    process group (the start time guards against a reused pid).
+    """
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.seen: dict[int, tuple[int, int]] = {}  # pid -> (pgid, start time)
+        self._lock = threading.Lock()
+
+    def scan(self) -> None:
+        if not os.path.isdir("/proc"):
+            return
+        parents: dict[int, list[int]] = {}
+        stats: dict[int, tuple[int, int, int]] = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            st = _proc_stat(int(name))
+            if st is not None:
+                stats[int(name)] = st
+                parents.setdefault(st[0], []).append(int(name))
+        found, stack = {}, list(parents.get(self.root, []))
+        while stack:
+            pid = stack.pop()
+            if pid in found:
+                continue
+            found[pid] = (stats[pid][1], stats[pid][2])
+            stack += parents.get(pid, [])
+        with self._lock:
+            self.seen.update(found)
+
+    def alive(self) -> list[tuple[int, int]]:
+        with self._lock:
+            items = list(self.seen.items())
+        out = []
+        for pid, (pgid, start) in items:
+            st = _proc_stat(pid)
+            if st is not None and st[2] == start:
+                out.append((pid, pgid))
+        return out
+
+    def kill(self, sig: int) -> None:
+        own = os.getpgid(0)
+        for pid, pgid in self.alive():
+            if pgid != own:
+                try:
+                    os.killpg(pgid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _kill_group(proc: subprocess.Popen, grace: float, tree: _Descendants | None = None) -> None:
     """SIGTERM the process group, wait `grace` seconds, then SIGKILL whatever is left."""
     try:
         pgid = os.getpgid(proc.pid)
     except ProcessLookupError:
         return
+    if tree is not None:
+        tree.scan()
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(pgid, sig)
         except ProcessLookupError:
-            return
+            pass
+        if sig == signal.SIGKILL and tree is not None:
+            tree.kill(signal.SIGKILL)  # workers in sessions of their own, DataLoader children
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if proc.poll() is not None and not _group_alive(pgid):
+            if proc.poll() is not None and not _group_alive(pgid) and not (tree and tree.alive()):
                 return
             time.sleep(0.1)
     _reap(proc)
@@ -117,24 +196,37 @@ def run_plan(
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
+    tree = _Descendants(proc.pid)
+    finished = threading.Event()
+
+    def watch() -> None:
+        while not finished.is_set():
+            tree.scan()
+            finished.wait(0.5)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     timed_out = interrupted = False
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_group(proc, grace)
+        _kill_group(proc, grace, tree)
     except KeyboardInterrupt:
         interrupted = True
-        _kill_group(proc, grace)
+        _kill_group(proc, grace, tree)
     finally:
+        finished.set()
+        watcher.join(timeout=5)
         if proc.poll() is None:
-            _kill_group(proc, grace)
+            _kill_group(proc, grace, tree)
         else:
             # torchrun has exited; make sure no orphaned worker or DataLoader child survives it.
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+            tree.kill(signal.SIGKILL)
         reader.join(timeout=5)
         if log_file:
             log_file.close()

@@ -1,0 +1,88 @@
+"""The runner leaves nothing behind: a scheduler's SIGTERM ends every worker and DataLoader
+process, and processes in sessions of their own (torchrun starts each worker so) are found and
+killed even when their parent is already gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from gpurig.launch.plan import DeviceChoice, LaunchOptions, plan_launch
+from gpurig.launch.runner import _Descendants, run_launch
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "\nState:\tZ" not in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def test_sigterm_with_no_grace_still_ends_workers_and_dataloader_children(tmp_path, monkeypatch):
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    monkeypatch.chdir(tmp_path)  # gpurig-runs/last-launch goes here
+    options = LaunchOptions(script=str(SCRIPTS / "dataloader_sleep.py"), run_dir=str(tmp_path / "run"),
+                            env_overrides={"PID_DIR": str(pid_dir)})
+    plan, desc = plan_launch(options, device_choice=DeviceChoice("cpu", 2, "test"))
+
+    def preempt_when_started() -> None:
+        # Once 2 ranks and their 4 DataLoader workers are up, do what a scheduler does: SIGTERM.
+        deadline = time.monotonic() + 150
+        while len(list(pid_dir.glob("*.pid"))) < 6 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=preempt_when_started, daemon=True).start()
+    # grace=0: torchrun gets no time to stop its own workers; the runner must find and kill them.
+    result, _record = run_launch(plan, desc, max_time=180, echo=lambda line: None, grace=0.0)
+    assert result.interrupted and not result.timed_out
+    pids = [int(p.read_text()) for p in pid_dir.glob("*.pid")]
+    assert len(pids) == 6
+    end = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert not [p for p in pids if _alive(p)]
+
+
+def test_descendants_in_their_own_session_are_killed_after_the_parent_died(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    grandchild_py = tmp_path / "grandchild.py"
+    grandchild_py.write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(300)\n")
+    # A parent that starts a child in a new session (as torchrun does) and then waits.
+    parent_py = tmp_path / "parent.py"
+    parent_py.write_text(
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, {str(grandchild_py)!r}], start_new_session=True)\n"
+        "time.sleep(300)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(parent_py)], start_new_session=True)
+    try:
+        tree = _Descendants(parent.pid)
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        grandchild = int(pid_file.read_text())
+        tree.scan()
+        assert grandchild in dict(tree.alive())
+        parent.kill()  # the parent dies first, as torchrun does when it is SIGKILLed
+        parent.wait()
+        assert _alive(grandchild)  # an orphan now, in a session of its own
+        tree.kill(signal.SIGKILL)
+        end = time.monotonic() + 10
+        while _alive(grandchild) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not _alive(grandchild)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
