@@ -166,7 +166,7 @@ def flops_per_sample(model: nn.Module, cfg: TrainConfig, in_shape: tuple[int, ..
         from torch.utils.flop_counter import FlopCounterMode
 
         probe = build_model(cfg, in_shape, _out_features(model))
-        probe = probe.to("meta")
+        probe = probe.to("meta").eval()  # eval: BatchNorm accepts a 1x1 feature map of one sample
         x = torch.empty((1, *in_shape), device="meta")
         with FlopCounterMode(display=False) as fc:
             probe(x)
