@@ -137,3 +137,30 @@ def test_clean_run_and_interrupted_run():
     assert explain_run(_record(), returncode=0).status == "ok"
     diag = explain_run(_record(ranks={0: RankLog(0, 0, text="KeyboardInterrupt")}), returncode=-15, interrupted=True)
     assert diag.status == "interrupted" and diag.exit_code == 130
+
+
+def test_real_flight_recorder_dump_from_this_torch(tmp_path):
+    """A dump made by the installed torch (its gloo flight recorder) reads back as its collectives."""
+    code = (
+        "import sys, torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo', rank=0, world_size=1, store=dist.HashStore())\n"
+        "t = torch.ones(4)\n"
+        "dist.all_reduce(t); dist.broadcast(t, 0)\n"
+        "dump = getattr(torch._C._distributed_c10d, '_dump_fr_trace', None)\n"
+        "if dump is None: sys.exit(3)\n"
+        "open(sys.argv[1], 'wb').write(dump())\n"
+        "dist.destroy_process_group()\n"
+    )
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPURIG_")}
+    env["TORCH_FR_BUFFER_SIZE"] = "100"
+    path = tmp_path / "nccl_trace_rank_0"
+    out = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True, timeout=120)
+    if out.returncode == 3:
+        pytest.skip("this torch has no gloo flight recorder")
+    assert out.returncode == 0, out.stderr
+    entries = read_trace_dump(path)
+    assert [(e.pg, e.seq, e.op.split(":")[-1]) for e in entries] == [("0", 1, "all_reduce"), ("0", 2, "broadcast")]
