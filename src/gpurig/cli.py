@@ -11,6 +11,7 @@ import pkgutil
 import sys
 
 import typer
+from typer.core import TyperGroup
 
 from gpurig import __version__
 from gpurig.errors import BadInput, ProblemFound
@@ -21,7 +22,19 @@ Start with [bold]gpurig check[/bold]: it runs every step below and writes a repo
 On a machine without a GPU every command still runs, on the CPU with two gloo processes.
 """
 
+# The order a user meets the commands in: the main job first, then each step of it, then the rest.
+ORDER = ("check", "doctor", "verify", "bench", "train", "launch", "explain", "lint", "monitor", "env")
+
+
+class _JourneyOrder(TyperGroup):
+    def list_commands(self, ctx):  # noqa: ANN001 - click's signature
+        names = super().list_commands(ctx)
+        rank = {n: i for i, n in enumerate(ORDER)}
+        return sorted(names, key=lambda n: (rank.get(n, len(ORDER)), n))
+
+
 app = typer.Typer(
+    cls=_JourneyOrder,
     help=HELP,
     no_args_is_help=True,
     rich_markup_mode="rich",
