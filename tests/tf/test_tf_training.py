@@ -48,44 +48,51 @@ def test_digits_demo_reaches_95_percent_with_the_shared_summary(tmp_path):
     assert (tmp_path / "checkpoints" / "checkpoint").is_file()
 
 
-def test_sigterm_saves_and_resume_is_exact(reference, tmp_path):
-    ref_dir, ref = reference
-    # Interrupt a run of the same config with SIGTERM to gpurig (as Slurm or Kubernetes would).
-    proc = subprocess.Popen(_argv(tmp_path, REFERENCE), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+def interrupt_then_resume(out, overrides: list[str], at: str):
+    """Run, SIGTERM gpurig once the log shows `at` (as Slurm or Kubernetes would), then --resume."""
+    proc = subprocess.Popen(_argv(out, overrides), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=_env())
-    log = tmp_path / "tf-worker0.log"
+    log = out / "tf-worker0.log"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None:
-        if log.is_file() and "step 20/90" in log.read_text():
+        if log.is_file() and at in log.read_text():
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr[-3000:]
     stopped = json.loads(stdout.split("SUMMARY ", 1)[1])
+    proc2, resumed = train(out, overrides, resume=True)
+    assert proc2.returncode == 0, proc2.stderr[-3000:]
+    return stopped, resumed
+
+
+def test_sigterm_saves_and_resume_is_exact(reference, tmp_path):
+    _, ref = reference
+    stopped, resumed = interrupt_then_resume(tmp_path, REFERENCE, "step 20/90")
     assert stopped["stopped"] is True and stopped["stop_reason"] == "SIGTERM"
     assert 20 <= stopped["steps"] < 90
     assert stopped["checkpoints"][-1].endswith(f"ckpt-{stopped['steps']}")
-
-    proc2, resumed = train(tmp_path, REFERENCE, resume=True)
-    assert proc2.returncode == 0, proc2.stderr[-3000:]
     assert resumed["resumed_from"].endswith(f"ckpt-{stopped['steps']}") and resumed["steps"] == 90
     diffs = compare_checkpoints(ref["checkpoints"][-1], resumed["checkpoints"][-1])
     # Bitwise: weights, optimizer moments, step counters and the dropout RNG state.
     different = {k: d for k, (d, _) in diffs.items() if d != 0.0}
     assert not different, list(different.items())[:5]
-    assert any("seed_generator" in k or k.startswith("rng/") for k in diffs)
+    assert any(k.startswith("rng/") for k in diffs)
 
 
-def test_fit_loop_trains_like_the_custom_loop(reference, tmp_path):
+def test_fit_loop_interrupted_and_resumed_equals_the_custom_loop(reference, tmp_path):
     _, ref = reference
-    proc, fit = train(tmp_path, [*REFERENCE, "tf.loop=fit"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert [e["step"] for e in fit["evals"]] == [e["step"] for e in ref["evals"]]
-    # Same samples per replica, same loss scaling over the global batch: the same test accuracy.
-    for e_fit, e_ref in zip(fit["evals"], ref["evals"], strict=True):
-        assert e_fit["accuracy"] == pytest.approx(e_ref["accuracy"], abs=0.006)
+    fit_config = [*REFERENCE, "tf.loop=fit"]
+    stopped, fit = interrupt_then_resume(tmp_path, fit_config, "step 30/90")
+    assert stopped["stopped"] and 30 <= stopped["steps"] < 90 and fit["steps"] == 90
     assert {c["name"]: c["value"] for c in fit["choices"]}["loop"] == "fit"
+    # Same samples per replica and the same loss over the global batch: model.fit, stopped and
+    # resumed mid-epoch, ends where the uninterrupted custom loop ends.
+    diffs = compare_checkpoints(ref["checkpoints"][-1], fit["checkpoints"][-1])
+    different = {k: d for k, (d, _) in diffs.items() if d != 0.0}
+    assert not different, list(different.items())[:5]
+    assert fit["accuracy"] == ref["accuracy"]
 
 
 def test_multi_worker_on_localhost_agrees_with_one_worker(reference, tmp_path):
