@@ -200,3 +200,18 @@ def test_cli_json_and_exit_codes(run_cli, tmp_path):
     assert out.returncode == 2 and "not valid Python (line 1" in out.stderr
     out = run_cli("lint", str(tmp_path / "missing.py"))
     assert out.returncode == 2 and "no such file" in out.stderr
+
+
+def test_helper_called_only_on_rank_zero_counts_as_guarded():
+    body = """
+    dist.init_process_group('gloo')
+    rank = dist.get_rank()
+    def save_checkpoint(state):
+        torch.save(state, 'ckpt.pt')
+        print('saved')
+    if rank == 0:
+        save_checkpoint({})
+    """
+    assert _ids(body) == []
+    # ... but not when another caller runs it on every rank.
+    assert _ids(body + "save_checkpoint({})\n") == ["output-on-every-rank", "output-on-every-rank"]

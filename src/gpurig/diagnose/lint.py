@@ -78,7 +78,9 @@ class _Scanner(ast.NodeVisitor):
     def __init__(self) -> None:
         self.calls: list[tuple[ast.Call, bool]] = []  # (call, guarded by a rank check)
         self.assigns: list[tuple[ast.Assign | ast.AnnAssign, bool]] = []
+        self.enclosing: dict[int, tuple[str, ...]] = {}  # id(call) -> names of the functions around it
         self._guard = 0
+        self._functions: list[str] = []
 
     def _block(self, stmts: list[ast.stmt]) -> None:
         raised = 0
@@ -96,7 +98,12 @@ class _Scanner(ast.NodeVisitor):
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         for d in node.decorator_list:
             self.visit(d)
+        # A function body starts unguarded: whether it runs on one rank depends on its callers.
+        outer, self._guard = self._guard, 0
+        self._functions.append(node.name)
         self._block(node.body)
+        self._functions.pop()
+        self._guard = outer
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
@@ -134,7 +141,22 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         self.calls.append((node, self._guard > 0))
+        self.enclosing[id(node)] = tuple(self._functions)
         self.generic_visit(node)
+
+    def one_rank_functions(self) -> set[str]:
+        """Functions of this file that are only ever called under a rank check."""
+        only: set[str] = set()
+        while True:
+            sites: dict[str, list[bool]] = {}
+            for call, guarded in self.calls:
+                if isinstance(call.func, ast.Name):
+                    inside = any(f in only for f in self.enclosing.get(id(call), ()))
+                    sites.setdefault(call.func.id, []).append(guarded or inside)
+            grown = {name for name, flags in sites.items() if flags and all(flags)}
+            if grown <= only:
+                return only
+            only |= grown
 
     def visit_Assign(self, node: ast.Assign) -> None:
         self.assigns.append((node, self._guard > 0))
@@ -158,7 +180,11 @@ def lint_source(source: str, filename: str = "<script>") -> list[LintFinding]:
         code = lines[line - 1].strip() if 0 < line <= len(lines) else ""
         findings.append(LintFinding(id=rule, severity="warn", line=line, title=title, fix=fix, code=code))
 
-    calls = [(c, _dotted(c.func), g) for c, g in scan.calls]
+    one_rank = scan.one_rank_functions()
+    calls = [
+        (c, _dotted(c.func), g or any(f in one_rank for f in scan.enclosing.get(id(c), ())))
+        for c, g in scan.calls
+    ]
     names = {_name_of(f) for _, f, _ in calls}
     text = source
     uses_cuda = any(
