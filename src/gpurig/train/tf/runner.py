@@ -111,6 +111,8 @@ def plan_tf_job(
     if device == "cuda" and not gpus:
         raise BadInput("--device cuda: no GPU is visible (run `gpurig doctor` to see why)")
     kind = "gpu" if gpus else "cpu"
+    # `tf.worker_hosts` in the config, when the config has that key, stands in for the argument.
+    worker_hosts = worker_hosts or getattr(cfg.tf, "worker_hosts", None) or None
     cluster = dec.cluster_plan(env, nnodes, node_rank, master_addr, master_port, worker_hosts)
     choices: list[dec.Choice] = []
     if kind == "gpu":
