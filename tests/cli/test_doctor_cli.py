@@ -1,0 +1,80 @@
+"""`gpurig doctor` through the real entry point: JSON contract, exit codes, saved snapshots."""
+
+import json
+
+import pytest
+
+from conftest import RIGS
+
+
+def test_help_teaches(run_cli):
+    r = run_cli("doctor", "--help")
+    assert r.returncode == 0
+    for word in ("--json", "--save-facts", "--facts", "Exit status"):
+        assert word in r.stdout
+
+
+def test_json_is_one_document_with_facts_and_findings(run_cli):
+    r = run_cli("doctor", "--json", "--fast")
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)  # nothing else on stdout
+    assert set(doc) == {"facts", "findings"}
+    assert doc["findings"], "the doctor always says something"
+    for f in doc["findings"]:
+        assert set(f) >= {"id", "severity", "title", "detail", "fix", "evidence"}
+        assert f["severity"] in ("error", "warn", "info", "ok")
+    # the exit code follows the findings
+    assert r.returncode == (1 if any(f["severity"] == "error" for f in doc["findings"]) else 0)
+
+
+def test_this_cpu_machine_gets_a_sensible_report(run_cli):
+    r = run_cli("doctor")
+    assert r.returncode in (0, 1), r.stderr
+    out = r.stdout
+    assert "gpurig doctor" in out
+    if not json.loads(run_cli("doctor", "--json", "--fast").stdout)["facts"]["gpus"]:
+        assert "No NVIDIA GPU" in out or "driver does not answer" in out
+        assert "CPU" in out  # says it will run on the CPU
+
+
+def test_save_then_judge_the_snapshot(run_cli, tmp_path):
+    path = tmp_path / "rig.json"
+    live = run_cli("doctor", "--json", "--fast", "--save-facts", str(path))
+    assert path.exists()
+    replay = run_cli("doctor", "--json", "--facts", str(path))
+    assert replay.returncode == live.returncode
+    live_ids = [f["id"] for f in json.loads(live.stdout)["findings"]]
+    replay_ids = [f["id"] for f in json.loads(replay.stdout)["findings"]]
+    assert live_ids == replay_ids
+
+
+@pytest.mark.parametrize(
+    "content, expect",
+    [("{oops", "not valid JSON"), ('{"gpus": "two"}', "facts.gpus: expected a list"), ("", "not valid JSON")],
+)
+def test_bad_facts_file_exits_2_naming_it(run_cli, tmp_path, content, expect):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    r = run_cli("doctor", "--facts", str(bad))
+    assert r.returncode == 2
+    assert str(bad) in r.stderr and expect in r.stderr
+    assert "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+def test_missing_facts_file_exits_2(run_cli, tmp_path):
+    r = run_cli("doctor", "--facts", str(tmp_path / "absent.json"))
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_unknown_flag_exits_2(run_cli):
+    r = run_cli("doctor", "--no-such-flag")
+    assert r.returncode == 2 and "--no-such-flag" in r.stderr
+
+
+@pytest.mark.parametrize("rig", sorted(p.name for p in RIGS.glob("*.json")))
+def test_every_recorded_rig_is_judged(run_cli, rig):
+    r = run_cli("doctor", "--json", "--facts", str(RIGS / rig))
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    assert r.returncode == (1 if any(f["severity"] == "error" for f in doc["findings"]) else 0)
