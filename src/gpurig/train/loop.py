@@ -34,7 +34,9 @@ from gpurig.train.config import TrainConfig, from_dict, global_batch
 from gpurig.train.models import CONV_MODELS, build_model, count_params, flops_per_sample, shard_units
 from gpurig.train.protocol import CHOICE, PROGRESS
 
-COMPILE_MIN_STEPS = 200  # below this, compile time (tens of seconds for ResNet-50) is not repaid
+# Compiling ResNet-50 takes about a minute and saves ~30% of each step (4,685 -> 6,641 images/s on
+# an H200): repaid after ~3,000 steps. Below this many steps the run stays eager.
+COMPILE_MIN_STEPS = 2000
 ON_DEVICE_FRACTION = 0.10  # tensor datasets up to this share of GPU memory are held on the GPU
 STOP_CHECK_EVERY = 10  # optimizer steps between the ranks' agreement on stopping (a host-only collective)
 WARMUP_STEPS = 5  # steps excluded from timing (allocator warm-up, cudnn autotune, compile)
@@ -186,7 +188,8 @@ def choose_compile(cfg: TrainConfig, device: torch.device, total_steps: int) -> 
                       "(ResNet-50 at 32x32 measured slower compiled)")
     if total_steps < COMPILE_MIN_STEPS:
         return Choice("compile", False, f"{total_steps} steps < {COMPILE_MIN_STEPS}: too short to repay compile time")
-    return Choice("compile", True, f"{total_steps} steps: long enough to repay compile time (fused kernels)")
+    return Choice("compile", True, f"{total_steps} steps: long enough to repay about a minute of compilation "
+                  "(fused kernels, ~30% shorter steps)")
 
 
 def choose_fused(cfg: TrainConfig, device: torch.device) -> Choice:
