@@ -254,3 +254,15 @@ def test_preflight_takes_the_cause_from_the_doctor():
 
 def test_preflight_passes_when_tensorflow_sees_every_gpu():
     tf_preflight(_rig(["9.0", "9.0"]))
+
+
+def test_nproc_picks_the_replicas(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cfg = load_config(overrides=["framework=tf"])
+    one = plan_tf_job(cfg, tmp_path, facts=_rig(["9.0", "9.0"]), env={}, nproc=1)
+    assert one["replicas"] == 1 and _choices(one)["cross_device_ops"]["value"] == "none"
+    assert plan_tf_job(cfg, tmp_path, device="cpu", env={}, nproc="4")["global_batch"] == 4 * 32
+    with pytest.raises(BadInput, match="--nproc 3 is more than the 2 visible GPU"):
+        plan_tf_job(cfg, tmp_path, facts=_rig(["9.0", "9.0"]), env={}, nproc=3)
+    with pytest.raises(BadInput, match="--nproc"):
+        plan_tf_job(cfg, tmp_path, device="cpu", env={}, nproc="many")

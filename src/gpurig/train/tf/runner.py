@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpurig.errors import BadInput, ProblemFound
-from gpurig.launch.plan import LaunchPlan
+from gpurig.launch.plan import LaunchPlan, parse_nproc
 from gpurig.launch.runner import run_plan
 from gpurig.probe.visible import parse_visible_devices
 from gpurig.train.tf import decisions as dec
@@ -98,6 +98,7 @@ def plan_tf_job(
     resume: bool = False,
     facts=None,
     env: dict[str, str] | None = None,
+    nproc: str | int = "auto",
 ) -> dict[str, Any]:
     """Every decision of the run, as a plain job dict (written to the run directory for the worker)."""
     from gpurig.train.config import check_data_path, validate
@@ -127,6 +128,13 @@ def plan_tf_job(
         replicas = dec.Choice("replicas", 1, "multi-worker on the CPU: one replica per worker process")
     else:
         replicas = dec.replicas(kind, len(gpus))
+    wanted = parse_nproc(nproc, "--nproc")
+    if wanted is not None and not (kind == "cpu" and cluster.workers > 1):
+        if kind == "gpu" and wanted > len(gpus):
+            raise BadInput(f"--nproc {wanted} is more than the {len(gpus)} visible GPU(s); one replica per GPU")
+        gpus = gpus[:wanted]
+        where = f"the first {wanted} visible GPU(s)" if kind == "gpu" else f"{wanted} logical CPU device(s)"
+        replicas = dec.Choice("replicas", wanted, f"--nproc {wanted}: MirroredStrategy over {where}")
     choices.append(replicas)
     choices.append(cluster.choice())
     choices.append(dec.memory_growth(kind))
@@ -253,10 +261,12 @@ def run_tf_training(
     facts=None,
     echo: Callable[[str], None] | None = None,
     timeout: float | None = None,
+    nproc: str | int = "auto",
 ) -> dict[str, Any]:
     """Train `config` (a `TrainConfig` with framework tf) in a TensorFlow worker; return the summary.
 
     Writes `out_dir/summary.json` (worker 0), `tensorboard/`, `checkpoints/`, `tf-worker<i>.log`.
+    `nproc`: "auto" (every visible GPU, or 2 logical CPU devices) or N replicas in this process.
     `resume`: False, True / "auto" (the newest checkpoint in out_dir/checkpoints) or a checkpoint
     prefix such as "runs/r1/checkpoints/ckpt-440".
     `echo` receives the choices, then the worker's lines (TensorFlow's start-up chatter left out;
@@ -284,7 +294,7 @@ def run_tf_training(
         raise BadInput(f"--out {out}: already holds checkpoints of a run; continue it with --resume auto "
                        "or choose another --out")
     job = plan_tf_job(config, out_dir, device, nnodes, node_rank, master_addr, master_port, worker_hosts,
-                      resume, facts)
+                      resume, facts, nproc=nproc)
     job["resume_path"] = resume_path
     out = Path(job["out_dir"])
     out.mkdir(parents=True, exist_ok=True)
