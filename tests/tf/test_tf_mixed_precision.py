@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from tests.tf.tfrun import _env
+from tfrun import _env
 
 pytestmark = pytest.mark.tf
 

@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 import sklearn.datasets  # noqa: F401  (sets KMP_* variables on import: do it before the env-leak guard looks)
-from tests.tf.tfrun import train
+from tfrun import train
 
 from gpurig.errors import BadInput
 from gpurig.train.config import load_config

@@ -13,7 +13,7 @@ import subprocess
 import time
 
 import pytest
-from tests.tf.tfrun import _argv, _env, compare_checkpoints, train
+from tfrun import _argv, _env, compare_checkpoints, train
 
 from gpurig.launch.plan import free_port
 
