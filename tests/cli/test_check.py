@@ -1,0 +1,89 @@
+"""`gpurig check`: every step on the CPU end to end, and the early stop when the doctor finds an error."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gpurig.commands import check as check_mod
+
+
+@pytest.mark.slow
+def test_check_on_the_cpu_end_to_end(run_cli, tmp_path):
+    report = tmp_path / "rig.html"
+    r = run_cli("check", "--device", "cpu", "--json", "--out", str(tmp_path / "run"), "--report", str(report),
+                timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert [s["name"] for s in doc["steps"]] == ["doctor", "verify", "bench comm", "bench train"]
+    assert all(s["status"] == "passed" for s in doc["steps"]), doc["steps"]
+    assert doc["passed"] is True and doc["device"] == "cpu"
+    assert doc["verify"]["passed"] and {c["name"] for c in doc["verify"]["checks"]} >= {"collectives", "ddp"}
+    assert doc["bench_comm"]["results"] and doc["bench_train"]["results"]
+    # the same content is on disk, next to the logs
+    assert json.loads((tmp_path / "run" / "check.json").read_text())["steps"] == doc["steps"]
+    # the report shows what the JSON says: every finding, every check, the measured figures
+    html = report.read_text()
+    for f in doc["doctor"]["findings"]:
+        assert f["id"] in html
+    for c in doc["verify"]["checks"]:
+        assert c["name"] in html
+    point = doc["bench_comm"]["results"][-1]
+    assert f"{point['busbw_gbps']:.2f}" in html
+    assert re.search(r"<img[^>]+src=\"data:image/png;base64,|<svg", html), "the report carries its plots inline"
+    assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html, "no external assets"
+
+
+def _fake_step(name, status, reason="", data=None):
+    def step(ctx):
+        return check_mod.StepResult(name, status, reason=reason, data=data)
+
+    return step
+
+
+def test_doctor_error_stops_the_other_steps_with_the_reason(monkeypatch, tmp_path):
+    ran = []
+
+    def should_not_run(ctx):
+        ran.append("ran")
+        raise AssertionError("a step ran after the doctor found an error")
+
+    monkeypatch.setattr(check_mod, "STEPS", [
+        ("doctor", _fake_step("doctor", "failed", "NVIDIA device present but the driver is not loaded",
+                              {"facts": {}, "findings": []})),
+        ("verify", should_not_run), ("bench comm", should_not_run), ("bench train", should_not_run),
+    ])
+    ctx = check_mod.CheckContext(device="cpu", nproc="2", out_dir=tmp_path, quick=True, echo=print)
+    doc = check_mod.run_check(ctx)
+    assert not ran
+    assert doc["passed"] is False
+    assert [s["status"] for s in doc["steps"]] == ["failed", "skipped", "skipped", "skipped"]
+    assert "driver is not loaded" in doc["steps"][1]["reason"] and "gpurig doctor" in doc["steps"][1]["reason"]
+
+
+def test_a_crashing_step_is_a_failed_step_not_a_dead_check(monkeypatch, tmp_path):
+    def boom(ctx):
+        raise RuntimeError("worker exploded")
+
+    monkeypatch.setattr(check_mod, "STEPS", [
+        ("doctor", _fake_step("doctor", "passed", "fine", {"facts": {}, "findings": []})),
+        ("verify", boom),
+        ("bench comm", _fake_step("bench comm", "passed", "ok", {"results": []})),
+        ("bench train", _fake_step("bench train", "passed", "ok", {"results": []})),
+    ])
+    ctx = check_mod.CheckContext(device="cpu", nproc="2", out_dir=tmp_path, quick=True, echo=print)
+    doc = check_mod.run_check(ctx)
+    verify = doc["steps"][1]
+    assert verify["status"] == "failed" and "worker exploded" in verify["reason"]
+    assert doc["steps"][2]["status"] == "passed"  # later steps still run
+    assert "RuntimeError" in Path(tmp_path / "verify-error.txt").read_text()
+
+
+def test_bad_options_exit_2(run_cli, tmp_path):
+    r = run_cli("check", "--device", "tpu")
+    assert r.returncode == 2 and "--device" in r.stderr
+    r = run_cli("check", "--nproc", "zero")
+    assert r.returncode == 2 and "--nproc" in r.stderr
+    r = run_cli("check", "--report", str(tmp_path / "missing" / "r.html"))
+    assert r.returncode == 2 and "--report" in r.stderr
