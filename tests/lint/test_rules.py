@@ -215,3 +215,19 @@ def test_helper_called_only_on_rank_zero_counts_as_guarded():
     assert _ids(body) == []
     # ... but not when another caller runs it on every rank.
     assert _ids(body + "save_checkpoint({})\n") == ["output-on-every-rank", "output-on-every-rank"]
+
+
+def test_messages_meant_for_every_rank_are_not_reported():
+    body = """
+    import sys
+    dist.init_process_group('gloo')
+    rank = dist.get_rank()
+    print(f'rank {rank} finished loading')
+    print('worker failed', file=sys.stderr)
+    class Ctx:
+        main = rank == 0
+    ctx = Ctx()
+    if ctx.main:
+        print('epoch done')
+    """
+    assert _ids(body) == []

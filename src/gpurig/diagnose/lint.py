@@ -14,7 +14,8 @@ import ast
 from dataclasses import asdict, dataclass
 from typing import Any
 
-RANK_WORDS = ("rank", "is_main", "main_process", "master", "is_master", "is_primary", "primary", "local_zero")
+RANK_WORDS = ("rank", "is_main", "main_process", "master", "is_master", "is_primary", "primary", "local_zero", "global_zero")
+RANK_NAMES = {"main", "leader", "is_leader", "zero"}  # whole names that only make sense as "the rank that speaks"
 OUTPUT_LOG_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 
 
@@ -63,7 +64,7 @@ def _mentions_rank(test: ast.AST) -> bool:
             name = node.attr
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             name = node.value if node.value in ("RANK", "LOCAL_RANK") else None
-        if name and any(w in name.lower() for w in RANK_WORDS):
+        if name and (any(w in name.lower() for w in RANK_WORDS) or name.lower() in RANK_NAMES):
             return True
     return False
 
@@ -81,6 +82,7 @@ class _Scanner(ast.NodeVisitor):
         self.enclosing: dict[int, tuple[str, ...]] = {}  # id(call) -> names of the functions around it
         self._guard = 0
         self._functions: list[str] = []
+        self.defined: set[str] = set()
 
     def _block(self, stmts: list[ast.stmt]) -> None:
         raised = 0
@@ -101,6 +103,7 @@ class _Scanner(ast.NodeVisitor):
         # A function body starts unguarded: whether it runs on one rank depends on its callers.
         outer, self._guard = self._guard, 0
         self._functions.append(node.name)
+        self.defined.add(node.name)
         self._block(node.body)
         self._functions.pop()
         self._guard = outer
@@ -150,9 +153,12 @@ class _Scanner(ast.NodeVisitor):
         while True:
             sites: dict[str, list[bool]] = {}
             for call, guarded in self.calls:
-                if isinstance(call.func, ast.Name):
+                # f(...) and self.f(...) both count as calls of a function f defined in this file.
+                name = call.func.id if isinstance(call.func, ast.Name) else (
+                    call.func.attr if isinstance(call.func, ast.Attribute) else None)
+                if name in self.defined:
                     inside = any(f in only for f in self.enclosing.get(id(call), ()))
-                    sites.setdefault(call.func.id, []).append(guarded or inside)
+                    sites.setdefault(name, []).append(guarded or inside)
             grown = {name for name, flags in sites.items() if flags and all(flags)}
             if grown <= only:
                 return only
@@ -256,7 +262,14 @@ def lint_source(source: str, filename: str = "<script>") -> list[LintFinding]:
                 and "." in func
                 and any(w in func.split(".")[0].lower() for w in ("log", "logger", "logging"))
             )
-            if short == "print" and func == "print" or is_log or func == "torch.save" or short == "SummaryWriter":
+            # A message that names its rank, or goes to stderr, is meant to come from every rank.
+            per_rank_message = (short == "print" or is_log) and (
+                any(_mentions_rank(a) for a in call.args)
+                or (_kw(call, "file") is not None and _dotted(_kw(call, "file").value) == "sys.stderr")
+            )
+            if per_rank_message:
+                pass
+            elif short == "print" and func == "print" or is_log or func == "torch.save" or short == "SummaryWriter":
                 kind = {"print": "print", "save": "torch.save", "SummaryWriter": "SummaryWriter"}.get(short, "logging")
                 add(
                     "output-on-every-rank", call,
