@@ -199,3 +199,9 @@ def test_strict_stops_on_lint_findings_before_starting(run_cli, tmp_path):
     assert [f["id"] for f in doc["lint"]] == ["hard-coded-rendezvous", "download-on-every-rank", "dataloader-starves-gpu"]
     assert "--strict" in out.stderr
     assert not list((tmp_path / "gpurig-runs").glob("*/logs"))  # torchrun never ran
+
+
+def test_module_mode_runs_python_dash_m():
+    plan, _ = plan_launch(LaunchOptions(script="mypkg.train", script_args=["--x"], module=True, run_dir="r"),
+                          environ={}, cpu_count=2, device_choice=CPU2, port=1, python="python")
+    assert plan.argv[-3:] == ["--module", "mypkg.train", "--x"]
