@@ -55,7 +55,8 @@ def workload_config(workload: str, device: str, short: bool, overrides: list[str
     w = WORKLOADS[workload]
     sets = list(w["set"]) + ["checkpoint.enabled=false", "eval.enabled=false"]
     if short:
-        sets.append("train.steps=50" if device == "cuda" else "train.steps=40")
+        # A quick look (gpurig check): no minute of compilation for a few seconds of training.
+        sets += ["train.steps=50" if device == "cuda" else "train.steps=40", "train.compile=off"]
     return load_config(preset_name=w["preset"], overrides=sets + list(overrides or []))
 
 
