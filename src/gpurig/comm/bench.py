@@ -30,7 +30,7 @@ from gpurig.launch.runner import run_plan
 GPU_DEFAULT = {"min_bytes": 1 << 10, "max_bytes": 1 << 30, "iters": 20, "warmup": 5, "repeats": 5}
 CPU_DEFAULT = {"min_bytes": 1 << 10, "max_bytes": 256 << 10, "iters": 5, "warmup": 2, "repeats": 3}
 SHORT_GPU_SIZES = [1 << 20, 4 << 20, 64 << 20, 256 << 20]
-SHORT_CPU_SIZES = [1 << 10, 64 << 10]
+SHORT_CPU_SIZES = [1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20]
 P2P_BYTES = 256 << 20
 # "Far below what its kind should reach": a copy under half the link's rate per direction, or an
 # all-reduce of a large message with bus bandwidth under 40% of the slowest link in the ring

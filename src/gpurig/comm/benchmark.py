@@ -75,12 +75,28 @@ def _capture(call: Callable[[], Any], iters: int) -> torch.cuda.CUDAGraph:
     return graph
 
 
+ALIGN_SLEEP_CYCLES = 1_000_000  # ~0.5 ms at boost clock: longer than queueing the sample takes
+
+
 def _time_cuda(launch: Callable[[], None], iters: int, repeats: int, ctx, label: str) -> list[float]:
-    """Seconds per call for each sample, timed between CUDA events."""
+    """Seconds per call for each sample, timed between CUDA events whose start is aligned across ranks.
+
+    Released from a CPU barrier, ranks start tens of microseconds apart, and the first call of the
+    earlier rank would time that skew (2% of a 64 MiB sample). So each sample first queues a GPU
+    sleep (the GPU stays busy while the CPU queues the rest), then a one-element all-reduce that
+    completes on every rank at the same moment, and only then the start event.
+    """
+    import torch.distributed as dist
+
     samples = []
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    align = torch.zeros(1, dtype=torch.float32, device=ctx.device)
+    sleep = getattr(torch.cuda, "_sleep", None)
     for r in range(repeats):
-        ctx.cpu_barrier("bench", f"{label}, before sample {r + 1}")  # start every rank together
+        ctx.cpu_barrier("bench", f"{label}, before sample {r + 1}")
+        if sleep is not None:
+            sleep(ALIGN_SLEEP_CYCLES)
+        dist.all_reduce(align)
         start.record()
         launch()
         end.record()
