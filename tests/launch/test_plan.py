@@ -16,9 +16,10 @@ CPU2 = DeviceChoice(device="cpu", nproc=2, reason="test")
 GPU8 = DeviceChoice(device="cuda", nproc=8, reason="test")
 
 
-def _plan(environ=None, choice=CPU2, **kw):
+def _plan(environ=None, choice=CPU2, torch_version="2.11.0", **kw):
     options = LaunchOptions(script="train.py", script_args=["--epochs", "3"], run_dir="runs/r1", **kw)
-    return plan_launch(options, environ=environ or {}, cpu_count=16, device_choice=choice, port=45678, python="python")
+    return plan_launch(options, environ=environ or {}, cpu_count=16, device_choice=choice, port=45678,
+                       python="python", torch_version=torch_version)
 
 
 def _flag(argv, name):
@@ -43,16 +44,25 @@ def test_single_node_cpu_plan_has_free_port_logs_and_defaults():
     assert plan.env["GPURIG_COLLECTIVE_TIMEOUT"] == "600"
     assert plan.env["PYTHONPATH"].split(os.pathsep)[0].endswith(os.path.join("launch", "inject"))
     # The flight recorder is NCCL's: not set on a gloo run.
-    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in plan.env
+    assert "TORCH_FR_BUFFER_SIZE" not in plan.env and "TORCH_NCCL_DUMP_ON_TIMEOUT" not in plan.env
     assert desc["backend"] == "gloo" and desc["slurm"] is None
     assert json.loads(json.dumps(desc)) == desc  # --dry-run --json prints exactly this
 
 
 def test_gpu_plan_turns_on_the_flight_recorder_into_the_run_directory():
-    plan, _ = _plan(choice=GPU8)
-    assert plan.env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    plan, _ = _plan(choice=GPU8, torch_version="2.11.0+cu130")
+    assert plan.env["TORCH_FR_BUFFER_SIZE"] == "2000"
     assert plan.env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert plan.env["TORCH_FR_DUMP_TEMP_FILE"] == os.path.join("runs/r1", "nccl_trace_rank_")
+    # The deprecated names would make every rank print a warning.
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in plan.env and "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in plan.env
+
+
+def test_older_torch_gets_the_old_flight_recorder_names():
+    plan, _ = _plan(choice=GPU8, torch_version="2.6.0")
+    assert plan.env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
     assert plan.env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == os.path.join("runs/r1", "nccl_trace_rank_")
+    assert "TORCH_FR_BUFFER_SIZE" not in plan.env
     assert plan.env["OMP_NUM_THREADS"] == "2"  # 16 cores / 8 processes
     assert _flag(plan.argv, "--nproc-per-node") == "8"
 

@@ -254,6 +254,27 @@ def _parse_nnodes(value: str | int | None) -> tuple[str, int]:
     return text, nums[-1]
 
 
+def _version_tuple(version: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def installed_torch_version() -> str | None:
+    """torch.__version__ read from its files, without importing torch."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("torch")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(loc, "version.py")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                m = re.search(r"^__version__\s*(?::\s*\w+)?\s*=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
+            return m.group(1) if m else None
+    return None
+
+
 def _environment_defaults(
     device: str,
     nproc: int,
@@ -261,6 +282,7 @@ def _environment_defaults(
     collective_timeout_s: float | None,
     environ: dict[str, str],
     cpu_count: int,
+    torch_version: str | None = None,
 ) -> list[EnvDefault]:
     """The safe defaults, each kept as the user set it when already in their environment."""
     wanted: list[tuple[str, str, str]] = []
@@ -277,12 +299,15 @@ def _environment_defaults(
         ))
     if device == "cuda":
         trace = os.path.join(run_dir, TRACE_PREFIX)
+        # torch 2.9 renamed the flight recorder's variables (the old names still work there, with
+        # a deprecation warning in every rank); older torch knows only the old ones.
+        new_names = torch_version is None or _version_tuple(torch_version) >= (2, 9)
+        buffer_var = "TORCH_FR_BUFFER_SIZE" if new_names else "TORCH_NCCL_TRACE_BUFFER_SIZE"
+        file_var = "TORCH_FR_DUMP_TEMP_FILE" if new_names else "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
         wanted += [
-            ("TORCH_NCCL_TRACE_BUFFER_SIZE", str(FLIGHT_RECORDER_ENTRIES),
-             "the flight recorder keeps the last collectives of every rank"),
+            (buffer_var, str(FLIGHT_RECORDER_ENTRIES), "the flight recorder keeps the last collectives of every rank"),
             ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "on a watchdog timeout each rank writes its record"),
-            ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", trace, "where the records go (one file per rank)"),
-            ("TORCH_FR_DUMP_TEMP_FILE", trace, "the same, under the name newer torch reads"),
+            (file_var, trace, "where the records go (one file per rank)"),
         ]
     out = []
     for name, value, why in wanted:
@@ -307,6 +332,7 @@ def plan_launch(
     device_choice: DeviceChoice | None = None,
     port: int | None = None,
     python: str | None = None,
+    torch_version: str | None = "installed",
 ) -> tuple[LaunchPlan, dict]:
     """Plan `torchrun` for the user's script. Pure apart from `resolve_device` and `free_port`
     (both replaceable by arguments, which is how the tests pin them).
@@ -405,8 +431,10 @@ def plan_launch(
 
     if options.collective_timeout_s is not None and options.collective_timeout_s <= 0:
         raise BadInput(f"--timeout must be more than 0 seconds, got {options.collective_timeout_s:g}")
+    if torch_version == "installed":
+        torch_version = installed_torch_version()
     defaults = _environment_defaults(
-        choice.device, nproc, run_dir, options.collective_timeout_s, environ, cpu_count
+        choice.device, nproc, run_dir, options.collective_timeout_s, environ, cpu_count, torch_version
     )
     for name, value in options.env_overrides.items():
         defaults = [d for d in defaults if d.name != name]
