@@ -162,6 +162,10 @@ def flops_per_sample(model: nn.Module, cfg: TrainConfig, in_shape: tuple[int, ..
         t = cfg.data.seq_len
         per_token = 6 * n + 12 * cfg.model.layers * cfg.model.dim * t
         return float(per_token * t)
+    if isinstance(model, MLP):
+        # 2 FLOPs per weight of every Linear layer, forward; counted directly (the FLOP counter's
+        # import alone costs seconds of start-up).
+        return float(3 * sum(2 * m.in_features * m.out_features for m in model.modules() if isinstance(m, nn.Linear)))
     try:
         from torch.utils.flop_counter import FlopCounterMode
 
