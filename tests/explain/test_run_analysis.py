@@ -164,3 +164,25 @@ def test_real_flight_recorder_dump_from_this_torch(tmp_path):
     assert out.returncode == 0, out.stderr
     entries = read_trace_dump(path)
     assert [(e.pg, e.seq, e.op.split(":")[-1]) for e in entries] == [("0", 1, "all_reduce"), ("0", 2, "broadcast")]
+
+
+def test_real_nccl_hang_captured_on_two_h200(tmp_path):
+    """`gpurig launch --timeout 20` of tests/launch/scripts/skip_allreduce_cuda.py on 2 H200 GPUs:
+    the run directory as it was left (logs, torchrun's table, both ranks' flight recorder dumps;
+    machine paths shortened)."""
+    import shutil
+
+    run = tmp_path / "hang-run"
+    shutil.copytree(LOGS / "h200_nccl_hang_run", run)
+    record = collect_run(run)
+    assert sorted(record.traces) == [0, 1]
+    diag = explain_run(record, returncode=1)
+    assert diag.status == "hang" and diag.hang_source == "flight-recorder"
+    assert diag.collective == "all_reduce" and diag.sequence == 2
+    assert diag.arrived_ranks == [0] and diag.missing_ranks == [1] and diag.root_rank == 1
+    assert diag.exit_code == 134 and diag.worker_exitcode == -6  # NCCL's watchdog aborts the process
+    assert diag.matches[0].id == "nccl-watchdog-timeout"
+    assert "SeqNum=2, OpType=ALLREDUCE" in diag.matches[0].evidence
+    assert diag.where == "rank 0 waited at skip_allreduce_cuda.py:18"
+    assert "last collective of rank 1: all_reduce #1 at skip_allreduce_cuda.py:18" in diag.summary
+    assert diag.ranks == {"0": "timeout", "1": "secondary"}

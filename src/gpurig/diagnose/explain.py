@@ -10,13 +10,12 @@ caused it. Pure: no I/O apart from reading the catalogue shipped with the packag
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 ROLES = ("primary", "timeout", "secondary")
 # A secondary match ("connection closed by peer") is a consequence of another rank's failure:
@@ -273,6 +272,7 @@ def explain_text(text: str) -> Explanation:
 
 _C10D_FRAME = re.compile(r'File "[^"]*distributed_c10d\.py", line \d+, in (\w+)')
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n(?:[^\n]*\]: )?\s+(\S[^\n]*)')
+_NCCL_FRAME = re.compile(r"^#\d+ (\S+) from (\S+):(\d+)\s*$", re.M)
 _NCCL_OP = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)")
 
 
@@ -289,6 +289,13 @@ def collective_in_text(text: str) -> tuple[str | None, int | None]:
 def user_frame(text: str) -> str | None:
     """The last traceback frame outside torch and the standard library: where the user's code was."""
     found = None
+    for m in _NCCL_FRAME.finditer(text):
+        path = m.group(2)
+        if "/torch/" not in path and "site-packages" not in path:
+            found = f"{path.rsplit('/', 1)[-1]}:{m.group(3)}"
+            break  # innermost first in this format
+    if found:
+        return found
     for m in _FRAME.finditer(text):
         path = m.group(1)
         if "/torch/" in path or "site-packages" in path or path.startswith("<frozen") or "/launch/inject/" in path:
@@ -405,6 +412,8 @@ def analyze_traces(traces: dict[int, list], world_size: int | None) -> dict[str,
         arrived = sorted(r for r, e in last.items() if e.seq == top)
         missing = sorted(expected - set(arrived))
         behind = {r: last[r].seq for r in missing if r in last}
+        last_seen = {r: f"{last[r].op.split(':')[-1]} #{last[r].seq}" + (f" at {last[r].where}" if last[r].where else "")
+                     for r in missing if r in last}
         candidate = {
             "process_group": pg,
             "collective": top_entry.op.split(":")[-1],
@@ -413,6 +422,8 @@ def analyze_traces(traces: dict[int, list], world_size: int | None) -> dict[str,
             "arrived_ranks": arrived,
             "missing_ranks": missing,
             "last_sequence_of_missing": behind,
+            "last_collective_of_missing": last_seen,
+            "where": next((last[r].where for r in arrived if last[r].where), None),
             "no_dump_ranks": sorted(expected - set(traces)),
         }
         if best is None or (unfinished and (missing or not best["missing_ranks"])):
@@ -506,7 +517,9 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
         world = record.world_size or (max(set(record.ranks) | set(failures), default=-1) + 1) or None
         merged = analyze_traces(record.traces, world) if record.traces else None
         diag = RunDiagnosis(status="hang", exit_code=1, summary="", matches=per_rank[waiting])
+        missing_last: dict = {}
         if merged:
+            missing_last = merged.get("last_collective_of_missing", {})
             diag.hang_source = "flight-recorder"
             diag.collective = merged["collective"]
             diag.sequence = merged["sequence"]
@@ -531,6 +544,9 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
                 f"rank(s) {', '.join(str(r) for r in diag.arrived_ranks)} waited in {op}{seq} until the "
                 f"timeout; rank(s) {who} never arrived (read from the {diag.hang_source})"
             )
+            if missing_last:
+                diag.summary += "; last collective of " + ", ".join(
+                    f"rank {r}: {what}" for r, what in sorted(missing_last.items()))
             root = diag.missing_ranks[0]
         else:
             diag.summary = (
@@ -540,6 +556,7 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
             root = waiting
         diag.root_rank = root
         waited_at = user_frame(record.ranks[waiting].text) if waiting in record.ranks else None
+        waited_at = waited_at or (merged or {}).get("where")
         diag.where = f"rank {waiting} waited at {waited_at}" if waited_at else None
         return finish(diag, root)
 

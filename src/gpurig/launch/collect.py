@@ -66,6 +66,21 @@ class TraceEntry:
     op: str
     state: str
     p2p: bool = False
+    where: str | None = None  # the user's line that called it: "train.py:18"
+
+
+def _user_line(frames: Any) -> str | None:
+    """The innermost frame outside torch and site-packages, as "file.py:line"."""
+    if not isinstance(frames, list):
+        return None
+    for f in frames:
+        if not isinstance(f, dict):
+            continue
+        name = str(f.get("filename", ""))
+        if not name or "/torch/" in name or "site-packages" in name or name.startswith("<frozen"):
+            continue
+        return f"{name.rsplit('/', 1)[-1]}:{f.get('line')}"
+    return None
 
 
 @dataclass
@@ -178,7 +193,10 @@ def read_trace_dump(path: str | Path) -> list[TraceEntry]:
         p2p = bool(e.get("is_p2p")) or (e.get("collective_seq_id", 0) == 0 and e.get("p2p_seq_id", 0) > 0)
         seq = e.get("p2p_seq_id", 0) if p2p else e.get("collective_seq_id", 0)
         entries.append(
-            TraceEntry(pg=pg_name, seq=int(seq), op=str(e.get("profiling_name", "?")), state=str(e.get("state", "?")), p2p=p2p)
+            TraceEntry(
+                pg=pg_name, seq=int(seq), op=str(e.get("profiling_name", "?")), state=str(e.get("state", "?")),
+                p2p=p2p, where=_user_line(e.get("frames")),
+            )
         )
     return entries
 
