@@ -122,19 +122,24 @@ def _setup(args: argparse.Namespace) -> Context:
     def on_hang(record: dict[str, Any]) -> None:
         state["hang"] = record
         write_json_atomic(result_path(run_dir, rank), state)
-        print(f"gpurig: rank {rank} waited {record['waited_s']} s in {record['op']} #{record['seq']}", file=sys.stderr, flush=True)
+        number = f" #{record['seq']}" if record.get("seq") is not None else ""
+        print(f"gpurig: rank {rank} waited {record['waited_s']} s in {record['op']}{number}", file=sys.stderr, flush=True)
 
     progress = Progress(run_dir, rank, timeout=args.timeout, on_hang=on_hang)
     # The process group's own timeout is longer than the watchdog's, so the watchdog reports first.
     pg_timeout = timedelta(seconds=args.timeout + 30)
+    # Joining is watched too: with device_id NCCL connects the ranks here, and that can hang.
     if args.device == "cuda":
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
-        dist.init_process_group("nccl", timeout=pg_timeout, device_id=device)
-        cpu_group = dist.new_group(backend="gloo", timeout=pg_timeout)
+        with progress.op("setup", "init_process_group", "nccl"):
+            dist.init_process_group("nccl", timeout=pg_timeout, device_id=device)
+        with progress.op("setup", "new_group", "gloo, for barriers off the GPU"):
+            cpu_group = dist.new_group(backend="gloo", timeout=pg_timeout)
     else:
         device = torch.device("cpu")
-        dist.init_process_group("gloo", timeout=pg_timeout)
+        with progress.op("setup", "init_process_group", "gloo"):
+            dist.init_process_group("gloo", timeout=pg_timeout)
         cpu_group = None
     ctx = Context(
         rank=rank, world_size=world_size, local_rank=local_rank, device=device, backend=dist.get_backend(),
