@@ -121,6 +121,7 @@ def test_hard_coded_port_already_taken(launch):
     assert result["matches"][0]["id"] == "rendezvous-port-in-use"
     assert "EADDRINUSE" in result["matches"][0]["evidence"]
     assert result["where"].startswith("fixed_port.py:")
+    _assert_no_process_left(launch.pid_dir, 2)
 
 
 def test_taken_rendezvous_endpoint_stops_before_starting(launch):

@@ -4,6 +4,8 @@ import os
 
 import torch.distributed as dist
 
+with open(os.path.join(os.environ["PID_DIR"], f"rank{os.environ['RANK']}.pid"), "w") as f:
+    f.write(str(os.getpid()))
 dist.init_process_group(
     "gloo",
     init_method=f"tcp://127.0.0.1:{os.environ['BUSY_PORT']}",
