@@ -176,6 +176,9 @@ def test_real_nccl_hang_captured_on_two_h200(tmp_path):
     shutil.copytree(LOGS / "h200_nccl_hang_run", run)
     record = collect_run(run)
     assert sorted(record.traces) == [0, 1]
+    # torch 2.11 prints no "(SIGABRT)" after the exit code; the signal is still named.
+    assert [(f.rank, f.exitcode, f.signal, f.root_cause) for f in record.failures] == [
+        (1, -15, "SIGTERM", False), (0, -6, "SIGABRT", True)]
     diag = explain_run(record, returncode=1)
     assert diag.status == "hang" and diag.hang_source == "flight-recorder"
     assert diag.collective == "all_reduce" and diag.sequence == 2

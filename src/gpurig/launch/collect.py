@@ -11,6 +11,7 @@ import json
 import os
 import pickle
 import re
+import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,13 +108,20 @@ def parse_failure_table(text: str) -> list[TableFailure]:
     out = []
     for m in _FAILURE_BLOCK.finditer(text):
         error_file = m.group("error_file").strip()
+        exitcode = int(m.group("exit"))
+        sig = m.group("signal")
+        if sig is None and exitcode < 0:  # older torch prints the signal only in the traceback line
+            try:
+                sig = signal.Signals(-exitcode).name
+            except ValueError:
+                sig = None
         out.append(
             TableFailure(
                 rank=int(m.group("rank")),
                 local_rank=int(m.group("local")),
-                exitcode=int(m.group("exit")),
+                exitcode=exitcode,
                 pid=int(m.group("pid")),
-                signal=m.group("signal"),
+                signal=sig,
                 host=m.group("host"),
                 time=m.group("time"),
                 error_file=None if error_file in ("<N/A>", "") else error_file,
