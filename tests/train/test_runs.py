@@ -65,13 +65,21 @@ def test_ddp_on_two_ranks_equals_one_process_on_the_whole_batch(ddp_run, tmp_pat
         torch.testing.assert_close(two[k], one[k], rtol=1e-4, atol=1e-5)
 
 
-def test_stop_and_resume_equals_a_straight_run(ddp_run, tmp_path):
+def test_stop_and_resume_equals_a_straight_run_and_a_corrupt_checkpoint_is_named(ddp_run, tmp_path):
+    from gpurig.errors import BadInput
+
     out, _ = ddp_run
-    # The run "stopped" at step 30: a run directory holding only the step-30 checkpoint.
+    # The run "stopped" at step 30: a run directory holding the step-30 checkpoint, and a newer one
+    # that was torn by something outside gpurig.
     (tmp_path / "checkpoints").mkdir()
     shutil.copy(ckpt.checkpoint_path(out, 30), tmp_path / "checkpoints")
+    torn = ckpt.checkpoint_path(tmp_path, 45)
+    torn.write_bytes(ckpt.checkpoint_path(out, 30).read_bytes()[:5000])
     cfg = load_config(preset_name="demo", overrides=BASE + ["data.batch_size=16"])
-    summary = run_training(cfg, device="cpu", nproc=2, out_dir=tmp_path, resume="auto", timeout=240)
+    with pytest.raises(BadInput, match="step-000000045.pt is corrupt"):
+        run_training(cfg, device="cpu", nproc=2, out_dir=tmp_path, resume="auto", timeout=240)
+    summary = run_training(cfg, device="cpu", nproc=2, out_dir=tmp_path, resume="auto", resume_fallback=True,
+                           timeout=240)
     assert summary["resumed_from"].endswith("step-000000030.pt") and summary["steps"] == 60
     straight, resumed = _params(ckpt.checkpoint_path(out, 60)), _params(ckpt.checkpoint_path(tmp_path, 60))
     for k in straight:
