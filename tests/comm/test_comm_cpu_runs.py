@@ -76,6 +76,17 @@ def test_a_rank_that_never_arrives_is_a_hang_that_names_op_and_rank(run_cli, tmp
     assert _workers_of(doc["run_dir"]) == []
 
 
+def test_a_rank_that_raises_is_named_with_its_error_and_the_run_stops(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPURIG_VERIFY_INJECT", "raise:rank=1,op=all_to_all")
+    result = run_verify(device="cpu", nproc=2, out_dir=tmp_path, timeout=8)
+    checks = {c.name: c for c in result.checks}
+    detail = checks["collectives"].detail
+    assert detail.startswith("hang: all_to_all #") and "rank(s) 1 never arrived" in detail
+    assert "rank 1: RuntimeError: injected fault: rank 1 raised instead of entering all_to_all" in detail
+    assert checks["p2p"].status == "not run" and checks["ddp"].status == "not run"
+    assert _workers_of(result.run_dir) == []
+
+
 def test_bench_comm_on_cpu_reports_every_point_with_nccl_tests_arithmetic(run_cli, tmp_path):
     proc = run_cli("bench", "comm", "--device", "cpu", "--ops", "allreduce,allgather", "--max-bytes", "4KiB",
                    "--iters", "3", "--repeats", "2", "--json", "--out", str(tmp_path))

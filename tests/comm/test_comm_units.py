@@ -179,3 +179,11 @@ def test_the_watchdog_records_a_stalled_local_step_and_ends_the_process(tmp_path
     assert record["op"] == "peer_copy" and record["local"] is True and record["waited_s"] >= 0.5
     lines = (tmp_path / "progress-rank3.jsonl").read_text().splitlines()
     assert [json.loads(x)["op"] for x in lines] == ["all_reduce_sum"]  # local steps take no number
+
+
+def test_a_rank_on_another_op_with_the_same_number_has_not_arrived():
+    progress = {0: [_entry(1, "all_gather"), _entry(2, "all_to_all")],
+                1: [_entry(1, "all_gather"), _entry(2, "agree_to_continue")]}
+    hang = diagnose_hang(progress, [dict(_entry(2, "all_to_all"), waited_s=8.0, rank=0)], 2)
+    assert hang["missing"] == [1] and hang["arrived"] == [0]
+    assert "rank 1 last entered agree_to_continue #2" in hang["message"]

@@ -8,6 +8,7 @@ the code the tests run are the same. Syntax: faults separated by ";", each `kind
     skip-collective:rank=1,op=broadcast   rank 1 never arrives at its first broadcast (a hang)
     ddp-grad:rank=1                rank 1 alters one gradient after DDP's all-reduce
     p2p-corrupt:rank=0             rank 0 flips a byte after a peer copy (GPU only)
+    raise:rank=1,op=all_to_all     rank 1 raises instead of entering that collective (a crash)
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 ENV_VAR = "GPURIG_VERIFY_INJECT"
-KINDS = ("perturb", "skip-collective", "ddp-grad", "p2p-corrupt")
+KINDS = ("perturb", "skip-collective", "ddp-grad", "p2p-corrupt", "raise")
 
 
 class InjectError(ValueError):

@@ -157,7 +157,11 @@ def diagnose_hang(
             return None
         stuck = max(entered, key=lambda e: e.get("seq", 0))
     seq = stuck.get("seq")
-    arrived = sorted(r for r, entries in progress.items() if any(e.get("seq") == seq for e in entries))
+    # Arrived means entered this very step: a rank that lost count (it raised part-way through a
+    # check) can carry the same number on a different collective, and that is not arriving.
+    arrived = sorted(r for r, entries in progress.items()
+                     if any(e.get("seq") == seq and e.get("op") == stuck.get("op") and e.get("check") == stuck.get("check")
+                            for e in entries))
     missing = [r for r in range(world_size) if r not in arrived]
     last_seen: dict[str, str] = {}
     for r in missing:

@@ -197,9 +197,14 @@ def collect_verify(run_dir: Path, choice: Any, run: Any, facts: Any, timeout: fl
         merged = merge_check(name, ranks, ws)
         if hang and hang.get("check") == name:
             seconds = merged.seconds if merged else None
-            results.append(CheckResult(name, False, f"hang: {hang['message']}", seconds, "fail", merged.per_rank if merged else {}))
+            detail = f"hang: {hang['message']}"
+            if merged and merged.status == "fail" and not merged.detail.endswith("never reported this check"):
+                detail += f"; {merged.detail}"  # what the rank that left the collectives reported
+            results.append(CheckResult(name, False, detail, seconds, "fail", merged.per_rank if merged else {}))
             stopped_at = name
         elif merged is None or (merged.status == "fail" and merged.detail.endswith("never reported this check")):
+            stopped_after = next((d["stopped_after"] for d in ranks.values() if d.get("stopped_after")), None)
+            stopped_at = stopped_at or stopped_after
             why = f"the run stopped in check '{stopped_at}'" if stopped_at else "the workers stopped before it"
             results.append(CheckResult(name, False, f"not run: {why}", None, "not run"))
         else:

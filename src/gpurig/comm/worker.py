@@ -84,6 +84,11 @@ class Context:
             print(f"injected fault: rank {self.rank} never arrives at {op} #{seq} ({what})", file=sys.stderr, flush=True)
             while True:  # a rank stuck outside the collective, as in a data loader or a skipped branch
                 time.sleep(1)
+        fault = find(self.faults, "raise", self.rank, op)
+        if fault is not None:
+            fault.fired = True
+            self.progress.next_seq()  # the step is taken, as a crashing rank would leave it
+            raise RuntimeError(f"injected fault: rank {self.rank} raised instead of entering {op} ({what})")
         with self.progress.op(check, op, what):
             out = fn() if fn is not None else None
             if self.is_cuda:
@@ -168,24 +173,34 @@ def _environment(ctx: Context) -> dict[str, Any]:
 
 
 def _run_verify(ctx: Context, checks: list[str]) -> int:
+    import torch
+    import torch.distributed as dist
+
     from gpurig.comm import checks as check_mod
 
     table = {"collectives": check_mod.check_collectives, "p2p": check_mod.check_p2p, "ddp": check_mod.check_ddp}
     path = result_path(ctx.run_dir, ctx.rank)
-    failed = False
     for name in checks:
         fn = table[name]
         start = time.monotonic()
+        crashed = False
         try:
             outcome = fn(ctx)
         except Exception as exc:  # the check's own failure is a result, reported with its rank
             outcome = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"}
+            crashed = True
         outcome["name"] = name
         outcome["seconds"] = round(time.monotonic() - start, 3)
         ctx.record["checks"].append(outcome)
         write_json_atomic(path, ctx.record)
-        failed |= outcome["status"] == "fail"
         ctx.say(f"{name} {outcome['status']} {outcome['seconds']:.1f}s")
+        # A rank that raised left its sequence of collectives part-way; the ranks agree to stop
+        # rather than pair up different collectives in the next check.
+        flag = torch.tensor([1 if crashed else 0])
+        ctx.collective(name, "agree_to_continue", "after the check", lambda flag=flag: dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=ctx.cpu_group))
+        if int(flag.item()):
+            ctx.record["stopped_after"] = name
+            break
     ctx.record["finished"] = True
     write_json_atomic(path, ctx.record)
     return 0
