@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpurig.errors import BadInput
 from gpurig.report.output import console_for, emit_json
@@ -67,7 +68,7 @@ def render_explanation(console, data: dict) -> None:
             console.print(f"  • {step}", markup=False)
         return
     for i, m in enumerate(matches, 1):
-        console.print(f"{i}. [bold]{m['title']}[/bold] ({m['id']}, confidence {m['confidence']:.2f})")
+        console.print(f"{i}. [bold]{escape(m['title'])}[/bold] ({m['id']}, confidence {m['confidence']:.2f})")
         console.print(f"   cause: {m['cause']}", markup=False, soft_wrap=True)
         console.print(f"   fix: {m['fix']}", markup=False, soft_wrap=True)
         line = f" (line {m['line']})" if m.get("line") else ""
@@ -117,6 +118,6 @@ def register(app: typer.Typer) -> None:
                 emit_json(data)
             else:
                 render_explanation(console, data)
-            problem = any(m.role != "secondary" for m in result.matches) or bool(result.matches)
+            problem = bool(result.matches)
         if problem:
             raise typer.Exit(1)

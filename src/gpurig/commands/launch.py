@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpurig.errors import BadInput
 from gpurig.report.output import console_for, emit_json
@@ -57,7 +58,7 @@ def _preflight(device: str) -> dict:
 def _render_plan(console, desc: dict) -> None:
     console.print(
         f"[bold]gpurig launch[/bold]: {desc['nproc_per_node']} process(es) per node on {desc['device']} "
-        f"({desc['backend']}), {desc['nnodes']} node(s); run directory {desc['run_dir']}",
+        f"({desc['backend']}), {desc['nnodes']} node(s); run directory {escape(desc['run_dir'])}",
         soft_wrap=True,
     )
     for note in desc["notes"]:
@@ -72,12 +73,12 @@ def _render_plan(console, desc: dict) -> None:
 def render_diagnosis(console, diag: dict) -> None:
     status = diag["status"]
     colour = {"ok": "green", "failed": "red", "hang": "red", "interrupted": "yellow"}.get(status, "white")
-    console.print(f"[{colour}][bold]{status.upper()}[/bold][/{colour}]: {diag['summary']}", soft_wrap=True)
+    console.print(f"[{colour}][bold]{status.upper()}[/bold][/{colour}]: {escape(diag['summary'])}", soft_wrap=True)
     if diag.get("where"):
         console.print(f"  at: {diag['where']}", markup=False)
     for i, m in enumerate(diag.get("matches", [])[:3]):
         head = "why" if i == 0 else "also"
-        console.print(f"  {head}: [bold]{m['title']}[/bold] ({m['id']}, confidence {m['confidence']:.2f})")
+        console.print(f"  {head}: [bold]{escape(m['title'])}[/bold] ({m['id']}, confidence {m['confidence']:.2f})")
         console.print(f"    cause: {m['cause']}", markup=False, soft_wrap=True)
         console.print(f"    fix: {m['fix']}", markup=False, soft_wrap=True)
         console.print(f"    evidence: {m['evidence']}", markup=False, soft_wrap=True)
@@ -173,10 +174,11 @@ def register(app: typer.Typer) -> None:
         # Preflight: lint the script, then the doctor's fast checks.
         lint_findings = []
         if not module:
-            from gpurig.commands.lint import lint_path, render_findings
+            from gpurig.commands.lint import render_findings
+            from gpurig.diagnose.lint import lint_file
 
             try:
-                lint_findings = lint_path(script)
+                lint_findings = lint_file(script)
             except BadInput as exc:
                 console.print(f"  lint: skipped ({exc})", markup=False)
             if lint_findings:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
+from rich.markup import escape
 
-from gpurig.errors import BadInput, ProblemFound
+from gpurig.errors import ProblemFound
 from gpurig.report.output import console_for, emit_json
 
 HELP = """Read a training script without running it and report the classic multi-GPU mistakes.
@@ -23,27 +22,17 @@ Example: [bold]gpurig lint train.py --json[/bold]
 
 
 def lint_path(script: str):
-    from gpurig.diagnose.lint import lint_source
+    from gpurig.diagnose.lint import lint_file
 
-    path = Path(script)
-    if not path.is_file():
-        raise BadInput(f"SCRIPT {script}: no such file")
-    try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"SCRIPT {script}: cannot read it ({exc})") from None
-    try:
-        return lint_source(source, str(path))
-    except SyntaxError as exc:
-        raise BadInput(f"SCRIPT {script}: not valid Python (line {exc.lineno}: {exc.msg})") from None
+    return lint_file(script)
 
 
 def render_findings(console, script: str, findings) -> None:
     if not findings:
-        console.print(f"[green]lint:[/green] {script}: none of the known multi-GPU mistakes")
+        console.print(f"[green]lint:[/green] {escape(script)}: none of the known multi-GPU mistakes")
         return
     for f in findings:
-        console.print(f"[yellow]warn[/yellow] {script}:{f.line} [bold]{f.id}[/bold]: {f.title}", soft_wrap=True)
+        console.print(f"[yellow]warn[/yellow] {escape(script)}:{f.line} [bold]{f.id}[/bold]: {escape(f.title)}", soft_wrap=True)
         if f.code:
             console.print(f"    {f.code}", markup=False)
         console.print(f"    fix: {f.fix}", markup=False, soft_wrap=True)

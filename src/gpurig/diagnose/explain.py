@@ -535,6 +535,7 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
             diag.missing_ranks = sorted(everyone - set(timeouts))
         f = failures.get(waiting)
         diag.worker_exitcode = f.exitcode if f else None
+        diag.signal = f.signal if f else None
         diag.exit_code = exit_code_for(diag.worker_exitcode, returncode or 1)
         op = diag.collective or "a collective"
         seq = f" #{diag.sequence}" if diag.sequence else ""
