@@ -15,7 +15,8 @@ from gpurig.train.run import run_training
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 two_gpus = pytest.mark.skipif(cuda_gpu_count() < 2, reason="needs 2 GPUs")
-FP32 = ["eval.enabled=false", "train.steps=60", "checkpoint.every_steps=30", "checkpoint.keep=5", "train.precision=fp32"]
+FP32 = ["eval.enabled=false", "train.steps=60", "checkpoint.every_steps=30", "checkpoint.keep=5", "train.precision=fp32",
+        "model.dropout=0"]
 
 
 def _params(path):

@@ -18,17 +18,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import sys
+import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 from gpurig.errors import BadInput
 
@@ -55,13 +50,14 @@ class ModelConfig:
     name: str = _f("mlp", "The network: mlp (the seeds' MNIST model: flatten, hidden layers, ReLU), cnn (a small "
                    "conv net), resnet18 / resnet50 (torchvision, random init), gpt (a GPT-style decoder for "
                    "token data).", choices=MODELS)
-    hidden: int = _f(256, "mlp: width of each hidden layer.", minimum=1)
-    depth: int = _f(2, "mlp: number of hidden layers.", minimum=1)
+    hidden: int = _f(128, "mlp: width of each hidden layer (the seeds' MNIST model: 128).", minimum=1)
+    depth: int = _f(1, "mlp: number of hidden layers (the seeds' MNIST model: 1).", minimum=1)
     width: int = _f(32, "cnn: channels of the first conv block (doubled in the second).", minimum=1)
     layers: int = _f(6, "gpt: transformer blocks.", minimum=1)
     heads: int = _f(8, "gpt: attention heads per block (dim must be divisible by heads).", minimum=1)
     dim: int = _f(512, "gpt: embedding width.", minimum=8)
-    dropout: float = _f(0.0, "Dropout probability (mlp, gpt).", minimum=0.0)
+    dropout: float = _f(0.2, "Dropout probability (mlp after each hidden layer, as the seeds' MNIST model; gpt "
+                        "attention and residual paths).", minimum=0.0)
 
 
 @dataclass
@@ -214,10 +210,11 @@ class TrainConfig:
 # Presets: embedded configs that need nothing on disk.
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # scikit-learn's digits (1,797 8x8 images, ships with the package), the seeds' MLP. Two CPU
-    # ranks reach ~97% test accuracy in a few seconds.
+    # scikit-learn's digits (1,797 8x8 images, ships with the package), the seeds' MNIST model
+    # (Flatten, Linear 128 + ReLU, Dropout 0.2, Linear 10). Two CPU ranks reach ~98% test accuracy
+    # in a few seconds of training.
     "demo": {
-        "model": {"name": "mlp", "hidden": 256, "depth": 2},
+        "model": {"name": "mlp", "hidden": 128, "depth": 1, "dropout": 0.2},
         "data": {"dataset": "digits", "batch_size": 32},
         "optim": {"name": "adamw", "lr": 0.003, "weight_decay": 0.0001},
         "schedule": {"name": "cosine", "warmup_steps": 10},
@@ -246,7 +243,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # A GPT-style decoder on synthetic tokens (tokens/s and model FLOPs utilisation).
     "gpt": {
-        "model": {"name": "gpt", "layers": 12, "heads": 12, "dim": 768},
+        "model": {"name": "gpt", "layers": 12, "heads": 12, "dim": 768, "dropout": 0.0},
         "data": {"dataset": "synthetic-token", "batch_size": 16, "seq_len": 1024, "vocab_size": 50304},
         "optim": {"name": "adamw", "lr": 0.0006, "weight_decay": 0.1, "beta2": 0.95, "clip_grad_norm": 1.0},
         "schedule": {"name": "cosine", "warmup_steps": 20, "min_lr_ratio": 0.1},
