@@ -481,7 +481,12 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
             if log is not None:
                 diag.log_path = str(Path(log.log_paths[0]).parent) if log.log_paths else None
                 lines = log.text.splitlines()
-                diag.log_tail = lines[-tail:]
+                # NCCL_DEBUG=INFO buries the rank's own last words under set-up chatter.
+                quiet = [line for line in lines if " NCCL INFO " not in line]
+                if quiet and len(quiet) < len(lines):
+                    diag.log_tail = ["(NCCL INFO lines left out)"] + quiet[-tail:]
+                else:
+                    diag.log_tail = lines[-tail:]
                 diag.where = diag.where or user_frame(log.text + "\n" + (log.error_traceback or ""))
         diag.ranks = ranks_summary
         if not diag.matches and diag.status != "ok":
