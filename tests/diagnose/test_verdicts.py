@@ -258,3 +258,56 @@ def test_real_cpu_summary_from_gpurig_train():
     assert ids(findings) == ["straggler-rank"]
     assert "rank 1" in findings[0].title
     assert "OMP_NUM_THREADS" in findings[0].fix  # the CPU fix, not the GPU one
+
+
+def test_real_2gpu_ddp_recording_is_balanced():
+    # `gpurig monitor --record` on 2x H200 while a 2-process DDP job ran (idle before and after).
+    rec = _recording("h200x2_training.jsonl")
+    busy = [s for s in rec if all((g.get("utilization_pct") or 0) >= 50 for g in s["gpus"])]
+    assert len(busy) >= 10
+    found = ids(sample_verdicts(rec))
+    assert "gpu-idle" not in found and "gpu-imbalance" not in found and "gpu-slow-clocks" not in found
+
+
+def test_real_one_gpu_recording_finds_the_idle_gpu():
+    # The same machine with a matmul loop on GPU 0 only.
+    rec = _recording("h200x2_one_gpu.jsonl")
+    findings = sample_verdicts(rec)
+    idle = next(f for f in findings if f.id == "gpu-idle")
+    assert idle.evidence["idle"] == [1] and idle.evidence["working"] == [0]
+
+
+def test_real_collective_hang_recording_names_the_stuck_gpu():
+    # The same DDP job stopped on a per-rank time limit: rank 1 entered one more all-reduce than
+    # rank 0, so GPU 1 spun at "100%" and 125 W while GPU 0 sat idle.
+    rec = _recording("h200x2_collective_hang.jsonl")
+    findings = sample_verdicts(rec)
+    head = findings[0]
+    assert head.id == "gpu-spinning" and head.evidence["gpu"] == 1
+    assert head.evidence["other_gpus_idle"] is True and head.evidence["seconds"] > 60
+    assert "looks stuck" in head.title and "no NVLink traffic" in head.title
+    assert head.evidence["pids"] and str(head.evidence["pids"][0]) in head.fix
+    # the idle GPU is the victim, not the problem: no idle/imbalance/low-utilisation noise
+    assert not {"gpu-idle", "gpu-imbalance", "low-utilization"} & set(ids(findings))
+    # the live view judges the last 10 samples: the hang shows there too
+    assert ids(sample_verdicts(rec[-10:])) == ["gpu-spinning"]
+
+
+def test_real_training_recording_has_no_stuck_gpu():
+    assert "gpu-spinning" not in ids(sample_verdicts(_recording("h200x2_training.jsonl")))
+
+
+def test_a_busy_low_power_gpu_moving_data_is_not_stuck():
+    # an all-reduce benchmark: the kernel is busy, power moderate, NVLink full of traffic
+    rec = _samples(*[[{"utilization_pct": 100.0, "power_w": 150.0, "power_limit_w": 700.0,
+                       "nvlink_tx_bytes_per_s": 300e9}] * 2] * 12)
+    assert "gpu-spinning" not in ids(sample_verdicts(rec))
+
+
+def test_a_short_low_power_stretch_is_not_a_hang():
+    stuck = {"utilization_pct": 100.0, "power_w": 120.0, "power_limit_w": 700.0}
+    working = {"utilization_pct": 100.0, "power_w": 650.0, "power_limit_w": 700.0}
+    rec = _samples(*[[working, working]] * 5, *[[stuck, working]] * 4, *[[working, working]] * 5)
+    assert "gpu-spinning" not in ids(sample_verdicts(rec))
+    rec = _samples(*[[working, working]] * 5, *[[stuck, working]] * 6)
+    assert ids(sample_verdicts(rec))[0] == "gpu-spinning"

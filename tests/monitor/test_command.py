@@ -121,9 +121,9 @@ def test_once_on_scripted_gpus_shows_every_column_and_rates():
     console = _console()
     assert run(MonitorOptions(once=True), backend=FakeBackend(gpus=2), console=console, sleep=lambda s: None) == 0
     text = console.file.getvalue()
-    for word in ("util", "memory", "power / limit", "temp", "SM clock", "throttle", "PCIe", "NVLink", "processes"):
+    for word in ("util", "memory GiB", "power W", "temp", "SM MHz", "throttle", "PCIe", "NVLink", "processes"):
         assert word in text
-    assert "80.0 GB/s" in text  # NVLink rate from two readings
+    assert "80/80 GB/s" in text  # NVLink rate from two readings
     assert "python[1000]" in text
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -76,13 +77,17 @@ def _fmt(value: float | None, spec: str = ".0f", unit: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{unit}"
 
 
-def _rate(bytes_per_s: float | None) -> str:
-    if bytes_per_s is None:
+def _rate_pair(tx: float | None, rx: float | None) -> str:
+    """'121/120 GB/s': sent and received in one unit, picked by the larger of the two."""
+    if tx is None and rx is None:
         return "n/a"
-    for unit, size in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if bytes_per_s >= size:
-            return f"{bytes_per_s / size:.1f} {unit}"
-    return f"{bytes_per_s:.0f} B/s"
+    top = max(v for v in (tx, rx) if v is not None)
+    unit, size = next(((u, z) for u, z in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)) if top >= z), ("B/s", 1.0))
+
+    def one(v: float | None) -> str:
+        return "n/a" if v is None else f"{v / size:.0f}" if v / size >= 10 or v == 0 else f"{v / size:.1f}"
+
+    return f"{one(tx)}/{one(rx)} {unit}"
 
 
 def _gpus_named(findings: list[Any]) -> dict[int, str]:
@@ -102,34 +107,36 @@ def _gpus_named(findings: list[Any]) -> dict[int, str]:
 def sample_table(sample: dict[str, Any], findings: list[Any]) -> Table:
     """The per-GPU table of one sample, with GPUs named by a verdict highlighted."""
     marks = _gpus_named(findings)
-    table = Table(title=time.strftime("GPUs at %H:%M:%S", time.localtime(sample["time"])), title_justify="left")
-    for col in ("GPU", "name", "util", "memory", "power / limit", "temp", "SM clock", "throttle",
+    names = sorted({g.get("name") or "?" for g in sample["gpus"] if not g.get("error")})
+    title = f"{len(sample['gpus'])}x {' / '.join(names) or 'GPU'} at " + time.strftime(
+        "%H:%M:%S", time.localtime(sample["time"]))
+    table = Table(title=title, title_justify="left")
+    for col in ("GPU", "util", "memory GiB", "power W", "temp", "SM MHz", "throttle",
                 "PCIe tx/rx", "NVLink tx/rx", "processes"):
-        table.add_column(col, justify="right" if col not in ("name", "throttle", "processes") else "left")
+        table.add_column(col, justify="left" if col in ("throttle", "processes") else "right")
     for g in sample["gpus"]:
         if g.get("error"):
-            table.add_row(str(g["index"]), "", Text(f"cannot be read: {g['error']}", style="bold red"))
+            table.add_row(str(g["index"]), Text(f"cannot be read: {g['error']}", style="bold red"))
             continue
         mem = "n/a"
         if g.get("memory_used_bytes") is not None and g.get("memory_total_bytes"):
-            mem = f"{g['memory_used_bytes'] / 2**30:.1f}/{g['memory_total_bytes'] / 2**30:.0f} GiB"
-        power = f"{_fmt(g.get('power_w'))}/{_fmt(g.get('power_limit_w'))} W"
+            mem = f"{g['memory_used_bytes'] / 2**30:.1f}/{g['memory_total_bytes'] / 2**30:.0f}"
+        power = f"{_fmt(g.get('power_w'))}/{_fmt(g.get('power_limit_w'))}"
         clock = _fmt(g.get("sm_clock_mhz"), "d")
         if g.get("sm_clock_max_mhz"):
             clock += f"/{g['sm_clock_max_mhz']}"
         reasons = g.get("throttle_reasons")
         throttle = "n/a" if reasons is None else (", ".join(r for r in reasons if r != "gpu_idle") or "-")
         procs = g.get("processes") or []
-        proc_text = ", ".join(f"{p.get('name') or '?'}[{p['pid']}]" for p in procs[:3])
-        if len(procs) > 3:
-            proc_text += f" +{len(procs) - 3}"
-        row_style = marks.get(g["index"], "")
+        proc_text = ", ".join(f"{p.get('name') or '?'}[{p['pid']}]" for p in procs[:2])
+        if len(procs) > 2:
+            proc_text += f" +{len(procs) - 2}"
         table.add_row(
-            str(g["index"]), g.get("name") or "?", _fmt(g.get("utilization_pct"), ".0f", "%"), mem, power,
+            str(g["index"]), _fmt(g.get("utilization_pct"), ".0f", "%"), mem, power,
             _fmt(g.get("temperature_c"), ".0f", " °C"), clock, throttle,
-            f"{_rate(g.get('pcie_tx_bytes_per_s'))} / {_rate(g.get('pcie_rx_bytes_per_s'))}",
-            f"{_rate(g.get('nvlink_tx_bytes_per_s'))} / {_rate(g.get('nvlink_rx_bytes_per_s'))}",
-            proc_text or "-", style=row_style,
+            _rate_pair(g.get("pcie_tx_bytes_per_s"), g.get("pcie_rx_bytes_per_s")),
+            _rate_pair(g.get("nvlink_tx_bytes_per_s"), g.get("nvlink_rx_bytes_per_s")),
+            proc_text or "-", style=marks.get(g["index"], ""),
         )
     return table
 
@@ -213,7 +220,10 @@ def run(opts: MonitorOptions, backend: Any = None, console: Console | None = Non
     from gpurig.monitor.sampler import MonitorUnavailable, Sampler
 
     opts.validate()
-    console = console or console_for(opts.json_out)
+    if console is None:
+        console = console_for(opts.json_out)
+        if not console.is_terminal and "COLUMNS" not in os.environ:
+            console.width = 160  # a log file has no width: do not squeeze the table into 80 columns
     if opts.plot is not None:
         plot_recording(opts, console)
         return 0

@@ -39,6 +39,12 @@ IDLE_UTILIZATION = 10.0  # a GPU at or below this is "idle"
 LOW_UTILIZATION = 70.0  # the seeds' rule of thumb: all GPUs should sit above 70%
 SLOW_CLOCK_RATIO = 0.85  # one busy GPU's SM clock below this share of the others' median
 IMBALANCE_POINTS = 25.0  # one busy GPU this many utilisation points below the others' median
+# A GPU "busy" without drawing power is waiting, not computing (a NCCL kernel spinning on a peer):
+# on an H200, 100% utilisation at 125 W of 700 W, against ~690 W when it trains.
+SPIN_UTILIZATION = 95.0
+SPIN_POWER_FRACTION = 0.25  # of the power limit
+SPIN_MIN_SAMPLES = 5  # consecutive samples, so a short pause between steps is not a hang
+SPIN_MAX_NVLINK_BYTES_PER_S = 1e9  # a kernel moving data over NVLink is communicating, not stuck
 
 _THERMAL = {"sw_thermal", "hw_thermal"}
 _POWER = {"sw_power_cap", "hw_power_brake", "hw_slowdown"}
@@ -314,10 +320,12 @@ def _per_gpu(samples: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
-def _busy_samples(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Samples in which at least one GPU was working: idle time before and after a job is not judged."""
+def _busy_samples(samples: list[dict[str, Any]], ignore: set[int] | frozenset[int] = frozenset()) -> list[dict[str, Any]]:
+    """Samples in which at least one GPU (not in `ignore`) was working: idle time before and after a
+    job is not judged."""
     return [s for s in samples
-            if any((_num(g.get("utilization_pct")) or 0.0) >= BUSY_UTILIZATION for g in s.get("gpus", []))]
+            if any((_num(g.get("utilization_pct")) or 0.0) >= BUSY_UTILIZATION
+                   for g in s.get("gpus", []) if g.get("index") not in ignore)]
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -327,8 +335,9 @@ def _mean(values: list[float | None]) -> float | None:
 
 def _throttling(samples: list[dict[str, Any]]) -> list[Finding]:
     findings = []
-    busy = _busy_samples(samples)
-    for index, rows in sorted(_per_gpu(busy).items()):
+    for index, all_rows in sorted(_per_gpu(samples).items()):
+        # judged on the samples where this GPU itself works: an idle GPU's clocks are not throttled
+        rows = [g for g in all_rows if (_num(g.get("utilization_pct")) or 0.0) >= BUSY_UTILIZATION]
         known = [g for g in rows if g.get("throttle_reasons") is not None]
         if not known:
             continue
@@ -362,7 +371,10 @@ def _throttling(samples: list[dict[str, Any]]) -> list[Finding]:
             limits = [v for v in (_num(g.get("power_limit_w")) for g in rows) if v is not None]
             findings.append(Finding(
                 id="throttling-power", severity="warn" if hardware else "info", area="gpus",
-                title=f"power throttling: GPU {index} held back by {', '.join(reasons)} in {_pct(share)} of busy samples",
+                title=(f"power throttling: GPU {index} held back by {', '.join(reasons)} in {_pct(share)} of busy samples"
+                       if hardware else
+                       f"at its power limit: GPU {index} capped by sw_power_cap in {_pct(share)} of busy samples "
+                       "(normal under full load)"),
                 detail=("A hardware slowdown or power brake means the board or the power supply pulled the clocks down."
                         if hardware else
                         "The GPU runs at its power limit: normal for a heavy load, but clocks drop to stay under it")
@@ -376,19 +388,74 @@ def _throttling(samples: list[dict[str, Any]]) -> list[Finding]:
     return findings
 
 
+def _spinning(samples: list[dict[str, Any]]) -> list[Finding]:
+    """GPUs that stayed 'busy' at idle-level power with no NVLink traffic for several samples in a row."""
+    runs: dict[int, list[tuple[float, dict[str, Any]]]] = {}  # the current run, per GPU
+    longest: dict[int, list[tuple[float, dict[str, Any]]]] = {}
+    others_idle: dict[int, list[bool]] = {}
+    for s in samples:
+        gpus = [g for g in s.get("gpus", []) if isinstance(g.get("index"), int) and not g.get("error")]
+        for g in gpus:
+            i = g["index"]
+            util, power, limit = _num(g.get("utilization_pct")), _num(g.get("power_w")), _num(g.get("power_limit_w"))
+            nvlink = _num(g.get("nvlink_tx_bytes_per_s"))
+            spinning = (util is not None and util >= SPIN_UTILIZATION and power is not None and bool(limit)
+                        and power <= SPIN_POWER_FRACTION * limit
+                        and (nvlink is None or nvlink < SPIN_MAX_NVLINK_BYTES_PER_S))
+            if spinning:
+                runs.setdefault(i, []).append((s["time"], g))
+                idle = [(_num(o.get("utilization_pct")) or 0.0) <= IDLE_UTILIZATION for o in gpus if o["index"] != i]
+                others_idle.setdefault(i, []).append(bool(idle) and all(idle))
+                if len(runs[i]) > len(longest.get(i, [])):
+                    longest[i] = list(runs[i])
+            else:
+                runs.pop(i, None)
+    findings = []
+    for i, run in sorted(longest.items()):
+        if len(run) < SPIN_MIN_SAMPLES:
+            continue
+        rows = [g for _, g in run]
+        seconds = run[-1][0] - run[0][0]
+        power = statistics.fmean(g["power_w"] for g in rows)
+        limit = max(g["power_limit_w"] for g in rows)
+        pids = sorted({p["pid"] for g in rows for p in g.get("processes") or [] if isinstance(p, dict) and "pid" in p})
+        idle_peers = sum(others_idle.get(i, [])) >= len(run) // 2
+        traffic = " with no NVLink traffic" if any(g.get("nvlink_tx_bytes_per_s") is not None for g in rows) else ""
+        dump = " and ".join(f"`py-spy dump --pid {p}`" for p in pids[:2]) or "`py-spy dump --pid PID`"
+        findings.append(Finding(
+            id="gpu-spinning", severity="warn", area="gpus",
+            title=(f"GPU {i} looks stuck: {statistics.fmean(_num(g.get('utilization_pct')) or 0 for g in rows):.0f}% busy "
+                   f"at {power:.0f} W ({_pct(power / limit)} of its {limit:.0f} W limit){traffic} for {seconds:.0f} s"
+                   + (", while the other GPUs are idle" if idle_peers else "")),
+            detail=("A kernel that keeps a GPU 'busy' without drawing power is waiting, not computing: most often a NCCL "
+                    "collective waiting for a rank that never joins it (a rank that crashed, stopped early, or took "
+                    "another code path)."),
+            fix=(f"see where the process on it waits: {dump}; pass a timeout to "
+                 "init_process_group and set TORCH_NCCL_ASYNC_ERROR_HANDLING=1 so a hang ends in an error; make every "
+                 "rank run the same number of steps (a stop on time or on a metric must be agreed, e.g. all_reduce the flag)"),
+            evidence={"gpu": i, "samples": len(run), "seconds": seconds, "mean_power_w": power, "power_limit_w": limit,
+                      "pids": pids, "other_gpus_idle": idle_peers},
+        ))
+    return findings
+
+
 def sample_verdicts(samples: list[dict[str, Any]]) -> list[Finding]:
-    """What monitor samples alone say: an idle GPU among busy ones, one GPU slower or less busy
-    than the others, throttling, low utilisation. Worst first; [] when nothing can be judged."""
+    """What monitor samples alone say: a GPU stuck in a spinning kernel, an idle GPU among busy ones,
+    one GPU slower or less busy than the others, throttling, low utilisation. Worst first; [] when
+    nothing can be judged."""
     if not samples:
         return []
     per_gpu = _per_gpu(samples)
     if not per_gpu:
         return []
-    busy = _busy_samples(samples)
-    findings: list[Finding] = []
+    spinning = _spinning(samples)
+    stuck = {f.evidence["gpu"] for f in spinning}
+    findings: list[Finding] = list(spinning)
+    # A stuck GPU is not "working": leave it out of the idle, imbalance and clock comparisons.
+    busy = _busy_samples(samples, ignore=stuck)
     if not busy:
         utils = [u for g in per_gpu.values() for u in (_num(x.get("utilization_pct")) for x in g) if u is not None]
-        if utils:
+        if utils and not spinning:
             findings.append(Finding(
                 id="gpus-idle", severity="info", area="gpus",
                 title=f"no GPU is working (utilisation at most {max(utils):.0f}%)",
@@ -397,7 +464,7 @@ def sample_verdicts(samples: list[dict[str, Any]]) -> list[Finding]:
             ))
         return findings
 
-    busy_gpu = _per_gpu(busy)
+    busy_gpu = {i: rows for i, rows in _per_gpu(busy).items() if i not in stuck}
     util = {i: _mean([_num(g.get("utilization_pct")) for g in rows]) for i, rows in busy_gpu.items()}
     clock = {i: _mean([_num(g.get("sm_clock_mhz")) for g in rows]) for i, rows in busy_gpu.items()}
     known_util = {i: u for i, u in util.items() if u is not None}
