@@ -112,6 +112,7 @@ def test_bench_comm_on_cpu_reports_every_point_with_nccl_tests_arithmetic(run_cl
         (["verify", "--timeout", "soon"], "--timeout"),
         (["verify", "--device", "cpu", "--timeout", "0"], "--timeout"),
         (["verify", "--colour"], "--colour"),
+        (["verify", "--device", "cpu", "--out", "pyproject.toml"], "--out"),
         (["bench", "comm", "--device", "cpu", "--ops", "allreduce,gossip"], "--ops"),
         (["bench", "comm", "--device", "cpu", "--min-bytes", "lots"], "--min-bytes"),
         (["bench", "comm", "--device", "cpu", "--min-bytes", "1MiB", "--max-bytes", "1KiB"], "--max-bytes"),
