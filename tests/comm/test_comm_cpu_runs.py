@@ -112,7 +112,6 @@ def test_bench_comm_on_cpu_reports_every_point_with_nccl_tests_arithmetic(run_cl
         (["verify", "--timeout", "soon"], "--timeout"),
         (["verify", "--device", "cpu", "--timeout", "0"], "--timeout"),
         (["verify", "--colour"], "--colour"),
-        (["verify", "--device", "cpu", "--out", "pyproject.toml"], "--out"),
         (["bench", "comm", "--device", "cpu", "--ops", "allreduce,gossip"], "--ops"),
         (["bench", "comm", "--device", "cpu", "--min-bytes", "lots"], "--min-bytes"),
         (["bench", "comm", "--device", "cpu", "--min-bytes", "1MiB", "--max-bytes", "1KiB"], "--max-bytes"),
@@ -127,6 +126,14 @@ def test_bad_usage_exits_2_naming_the_flag(run_cli, args, flag):
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert flag in proc.stderr
     assert proc.stdout == ""
+
+
+def test_out_naming_a_file_is_bad_usage_and_the_file_is_kept(run_cli, tmp_path):
+    target = tmp_path / "notes.txt"
+    target.write_text("keep me")
+    proc = run_cli("verify", "--device", "cpu", "--out", str(target))
+    assert proc.returncode == 2 and "--out" in proc.stderr and "not a folder" in proc.stderr
+    assert target.read_text() == "keep me"
 
 
 def test_a_malformed_injected_fault_is_bad_input(run_cli):
