@@ -12,7 +12,6 @@ from typing import Any
 
 import typer
 from rich.console import Console, Group
-from rich.table import Table
 from rich.text import Text
 
 from gpurig import __version__
@@ -104,24 +103,28 @@ def _gpus_named(findings: list[Any]) -> dict[int, str]:
     return marks
 
 
-def sample_table(sample: dict[str, Any], findings: list[Any]) -> Table:
-    """The per-GPU table of one sample, with GPUs named by a verdict highlighted."""
+_COLUMNS = ("GPU", "util", "memory GiB", "power W", "temp", "SM MHz", "throttle", "PCIe tx/rx", "NVLink tx/rx",
+            "processes")
+_LEFT = {"throttle", "processes"}
+
+
+def sample_table(sample: dict[str, Any], findings: list[Any]) -> Text:
+    """The per-GPU table of one sample, GPUs named by a verdict highlighted.
+
+    Laid out by hand rather than with rich's Table: the live view redraws it every second, and a
+    rich Table costs about ten times as much CPU, which the monitor must not take from the job."""
     marks = _gpus_named(findings)
     names = sorted({g.get("name") or "?" for g in sample["gpus"] if not g.get("error")})
     title = f"{len(sample['gpus'])}x {' / '.join(names) or 'GPU'} at " + time.strftime(
         "%H:%M:%S", time.localtime(sample["time"]))
-    table = Table(title=title, title_justify="left")
-    for col in ("GPU", "util", "memory GiB", "power W", "temp", "SM MHz", "throttle",
-                "PCIe tx/rx", "NVLink tx/rx", "processes"):
-        table.add_column(col, justify="left" if col in ("throttle", "processes") else "right")
+    rows: list[tuple[list[str], str]] = []
     for g in sample["gpus"]:
         if g.get("error"):
-            table.add_row(str(g["index"]), Text(f"cannot be read: {g['error']}", style="bold red"))
+            rows.append(([str(g["index"]), f"cannot be read: {g['error']}"], "bold red"))
             continue
         mem = "n/a"
         if g.get("memory_used_bytes") is not None and g.get("memory_total_bytes"):
             mem = f"{g['memory_used_bytes'] / 2**30:.1f}/{g['memory_total_bytes'] / 2**30:.0f}"
-        power = f"{_fmt(g.get('power_w'))}/{_fmt(g.get('power_limit_w'))}"
         clock = _fmt(g.get("sm_clock_mhz"), "d")
         if g.get("sm_clock_max_mhz"):
             clock += f"/{g['sm_clock_max_mhz']}"
@@ -131,14 +134,27 @@ def sample_table(sample: dict[str, Any], findings: list[Any]) -> Table:
         proc_text = ", ".join(f"{p.get('name') or '?'}[{p['pid']}]" for p in procs[:2])
         if len(procs) > 2:
             proc_text += f" +{len(procs) - 2}"
-        table.add_row(
-            str(g["index"]), _fmt(g.get("utilization_pct"), ".0f", "%"), mem, power,
-            _fmt(g.get("temperature_c"), ".0f", " °C"), clock, throttle,
-            _rate_pair(g.get("pcie_tx_bytes_per_s"), g.get("pcie_rx_bytes_per_s")),
-            _rate_pair(g.get("nvlink_tx_bytes_per_s"), g.get("nvlink_rx_bytes_per_s")),
-            proc_text or "-", style=marks.get(g["index"], ""),
-        )
-    return table
+        rows.append(([
+            str(g["index"]), _fmt(g.get("utilization_pct"), ".0f", "%"), mem,
+            f"{_fmt(g.get('power_w'))}/{_fmt(g.get('power_limit_w'))}", _fmt(g.get("temperature_c"), ".0f", " °C"),
+            clock, throttle, _rate_pair(g.get("pcie_tx_bytes_per_s"), g.get("pcie_rx_bytes_per_s")),
+            _rate_pair(g.get("nvlink_tx_bytes_per_s"), g.get("nvlink_rx_bytes_per_s")), proc_text or "-",
+        ], marks.get(g["index"], "")))
+    full = [cells for cells, _ in rows if len(cells) == len(_COLUMNS)]
+    widths = [max([len(h)] + [len(c[i]) for c in full]) for i, h in enumerate(_COLUMNS)]
+
+    def line(cells: list[str]) -> str:
+        if len(cells) < len(_COLUMNS):  # an error row: index, then the message across the columns
+            return cells[0].rjust(widths[0]) + "  " + cells[1]
+        return "  ".join(c.ljust(w) if h in _LEFT else c.rjust(w)
+                         for c, w, h in zip(cells, widths, _COLUMNS, strict=True)).rstrip()
+
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(title + "\n", style="bold")
+    text.append(line(list(_COLUMNS)) + "\n", style="bold underline")
+    for cells, style in rows:
+        text.append(line(cells) + "\n", style=style)
+    return text
 
 
 def verdict_lines(findings: list[Any]) -> Text:
