@@ -74,8 +74,10 @@ def test_sigterm_saves_and_resume_is_exact(reference, tmp_path):
     assert 20 <= stopped["steps"] < 90
     assert stopped["checkpoints"][-1].endswith(f"ckpt-{stopped['steps']}")
     assert resumed["resumed_from"].endswith(f"ckpt-{stopped['steps']}") and resumed["steps"] == 90
+    # Bitwise: weights, optimizer moments and step counter, and the dropout RNG state.
+    assert resumed["weights_sha256"] == ref["weights_sha256"]
+    assert stopped["weights_sha256"] != ref["weights_sha256"]
     diffs = compare_checkpoints(ref["checkpoints"][-1], resumed["checkpoints"][-1])
-    # Bitwise: weights, optimizer moments, step counters and the dropout RNG state.
     different = {k: d for k, (d, _) in diffs.items() if d != 0.0}
     assert not different, list(different.items())[:5]
     assert any(k.startswith("rng/") for k in diffs)
@@ -89,9 +91,8 @@ def test_fit_loop_interrupted_and_resumed_equals_the_custom_loop(reference, tmp_
     assert {c["name"]: c["value"] for c in fit["choices"]}["loop"] == "fit"
     # Same samples per replica and the same loss over the global batch: model.fit, stopped and
     # resumed mid-epoch, ends where the uninterrupted custom loop ends.
-    diffs = compare_checkpoints(ref["checkpoints"][-1], fit["checkpoints"][-1])
-    different = {k: d for k, (d, _) in diffs.items() if d != 0.0}
-    assert not different, list(different.items())[:5]
+    assert fit["weights_sha256"] == ref["weights_sha256"]
+    assert stopped["weights_sha256"] != ref["weights_sha256"]
     assert fit["accuracy"] == ref["accuracy"]
 
 

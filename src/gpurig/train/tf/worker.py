@@ -282,6 +282,16 @@ def train(job: dict[str, Any]) -> int:
             return local
         return bool(stop_votes(tf.constant(1.0 if local else 0.0)).numpy() > 0)
 
+    def weights_digest() -> str:
+        """sha256 over every weight, optimizer slot and RNG state, in a fixed order: two runs that
+        end with this same digest ended bit for bit identical."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for v in [*model.weights, *optimizer.variables]:
+            h.update(np.ascontiguousarray(v.numpy()).tobytes())
+        return h.hexdigest()
+
     eval_ds = pipe.eval_dataset()
 
     @tf.function
@@ -557,6 +567,7 @@ def train(job: dict[str, Any]) -> int:
         "checkpoints": list(manager.checkpoints) if manager and chief else [],
         "precision": policy,
         "tensorflow_version": tf.__version__,
+        "weights_sha256": weights_digest(),
     }
     if chief:
         _write_json(out / "tf_result.json", result)
