@@ -87,23 +87,6 @@ def test_stop_and_resume_equals_a_straight_run_and_a_corrupt_checkpoint_is_named
         torch.testing.assert_close(resumed[k], straight[k], rtol=0, atol=1e-6)
 
 
-def test_cifar_format_directory_trains(tmp_path):
-    import numpy as np
-
-    from gpurig.train.data import write_cifar_batch
-
-    root = tmp_path / "cifar-10-batches-py"
-    root.mkdir()
-    rng = np.random.default_rng(0)
-    for name, n in (("data_batch_1", 64), ("test_batch", 21)):
-        write_cifar_batch(root / name, rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8), rng.integers(0, 10, n).tolist())
-    cfg = load_config(overrides=["data.dataset=cifar10", f"data.path={root}", "model.name=cnn", "model.width=4",
-                                 "data.batch_size=8", "train.epochs=1", "checkpoint.enabled=false"])
-    s = run_training(cfg, device="cpu", nproc=2, out_dir=tmp_path / "run", timeout=240)
-    assert s["eval_samples"] == 21 and s["steps"] == 4
-    assert {c["name"]: c["value"] for c in s["choices"]}["strategy"] == "ddp"
-
-
 @pytest.mark.parametrize(
     "args, key",
     [
