@@ -118,5 +118,5 @@ def test_fields_keeps_only_what_the_plot_needs(tmp_path):
     with Recorder(path) as rec:
         rec.write(Sampler(FakeBackend(gpus=2)).sample())
     gpu = read_recording(path, fields=PLOT_FIELDS).samples[0]["gpus"][0]
-    assert "processes" not in gpu and "uuid" not in gpu
+    assert "uuid" not in gpu and "pcie_rx_bytes_per_s" not in gpu
     assert gpu["utilization_pct"] is not None and gpu["index"] == 0

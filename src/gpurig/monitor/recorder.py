@@ -64,7 +64,8 @@ class Recording:
 
 # What `--plot` and the sample verdicts read: enough to keep a day-long recording small in memory.
 PLOT_FIELDS = frozenset({"index", "error", "utilization_pct", "memory_used_bytes", "memory_total_bytes", "power_w",
-                         "power_limit_w", "temperature_c", "sm_clock_mhz", "sm_clock_max_mhz", "throttle_reasons"})
+                         "power_limit_w", "temperature_c", "sm_clock_mhz", "sm_clock_max_mhz", "throttle_reasons",
+                         "nvlink_tx_bytes_per_s", "processes"})
 
 
 def read_recording(path: str | os.PathLike[str], fields: frozenset[str] | None = None) -> Recording:

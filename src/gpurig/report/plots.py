@@ -59,6 +59,8 @@ def monitor_png(samples: list[dict[str, Any]], title: str = "GPU activity") -> b
         if not series:
             ax.text(0.5, 0.5, "not reported", transform=ax.transAxes, ha="center", va="center", color="gray")
     axes[0].set_ylim(-2, 102)
+    axes[1].set_ylim(bottom=0)  # from zero, so an idle GPU's few watts and GiB read as small
+    axes[2].set_ylim(bottom=0)
     totals = [g.get("memory_total_bytes") for s in samples for g in s.get("gpus", []) if g.get("memory_total_bytes")]
     if totals:
         axes[1].axhline(max(totals) / _GIB, color="gray", linestyle=":", linewidth=1, label="memory total")
