@@ -747,7 +747,8 @@ class Trainer:
                 resume_epoch, resume_batch = (epoch, batch_in_epoch)
                 if batch_in_epoch >= (self.steps_per_epoch * accum):
                     resume_epoch, resume_batch = epoch + 1, 0
-                ev = self._maybe_eval(epoch, force=not stopped)
+                # After a stop request the checkpoint comes first: no evaluation eats the grace period.
+                ev = None if stopped else self._maybe_eval(epoch, force=True)
                 if ev:
                     evals.append(ev)
                 break
