@@ -333,6 +333,10 @@ def run_tf_training(
     result["verdicts"] = verdicts_for(result)
     result["run_dir"] = str(out)
     result["log"] = run.log_path
+    # As the PyTorch summary says it: how the worker ended (a SIGTERMed run is "interrupted").
+    result["launch"] = {"device": job["device_label"], "nproc": job["replicas"], "returncode": run.returncode,
+                        "interrupted": run.interrupted,
+                        "reason": next(c["reason"] for c in job["choices"] if c["name"] == "device")}
     if index == 0:
         (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
     return result
