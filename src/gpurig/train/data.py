@@ -521,6 +521,20 @@ def gpu_decode_batch(xs: Any, size: int, augment: bool, device: torch.device, ge
     return torch.stack(outs).clamp_(0, 255).to(torch.uint8)
 
 
+def gpu_decode_failure(items: list[tuple[str, int]], device: torch.device) -> str | None:
+    """Why batched GPU JPEG decoding does not work here (torchvision without nvJPEG...), or None."""
+    from torchvision.io import read_file
+
+    jpegs = [p for p, _ in items if p.lower().endswith(JPEG_EXTS)][:2]
+    if not jpegs:
+        return "no JPEG files"
+    try:
+        gpu_decode_batch([read_file(p) for p in jpegs], 32, False, device, None)
+    except (RuntimeError, NotImplementedError) as exc:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
+
+
 class FileLoader:
     """ImageFolder through a DataLoader: tuned workers, pinned memory, persistent workers, prefetch.
 

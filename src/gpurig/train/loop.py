@@ -309,6 +309,10 @@ class Trainer:
                 decode = "gpu" if dev.type == "cuda" else "cpu"
                 why = ("CUDA: batched nvJPEG decoding on the GPU; CPU decoding gives ~400 images/s per core, "
                        "too few to feed thousands per GPU" if decode == "gpu" else "CPU run: decode in DataLoader workers")
+                if decode == "gpu":
+                    failure = D.gpu_decode_failure(train_items, dev)
+                    if failure:
+                        decode, why = "cpu", f"GPU decoding is not available here ({failure}): decoding on the CPU"
             else:
                 why = "asked for in the config"
             if decode == "gpu" and dev.type != "cuda":
