@@ -45,7 +45,7 @@ def collect_facts(frameworks: bool = True, timeout: float = 20.0, *, root: str |
     True
     """
     facts = RigFacts(
-        collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        collected_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         gpurig_version=__version__,
     )
     # Start the slow part first: the framework imports run in children while we read the rest.
