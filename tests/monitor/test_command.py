@@ -54,7 +54,8 @@ def test_json_without_a_gpu_is_one_document(run_cli):
 
 
 @needs_no_gpu
-def test_live_view_without_a_gpu_waits_and_ctrl_c_ends_it_cleanly():
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_live_view_without_a_gpu_waits_and_a_signal_ends_it_cleanly(sig):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.Popen([sys.executable, "-m", "gpurig", "monitor", "--interval", "0.2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -62,7 +63,7 @@ def test_live_view_without_a_gpu_waits_and_ctrl_c_ends_it_cleanly():
         first = proc.stdout.readline()  # printed before it starts waiting
         assert first.startswith("gpurig monitor: no GPU to watch:")
         assert proc.poll() is None, "it should wait for a GPU, not exit"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         assert proc.wait(timeout=60) == 0
         assert "Traceback" not in proc.stderr.read()
     finally:
