@@ -167,3 +167,16 @@ def test_ctrl_c_in_the_loop_keeps_what_was_recorded(tmp_path):
     code = run(MonitorOptions(record=rec), backend=FakeBackend(gpus=1), console=_console(), sleep=sleep)
     assert code == 0
     assert len(rec.read_text().splitlines()) == 4
+
+
+@pytest.mark.gpu
+def test_once_and_json_on_real_gpus(run_cli):
+    res = run_cli("monitor", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["available"] is True and doc["sample"]["gpus"]
+    for g in doc["sample"]["gpus"]:
+        assert g["error"] is None and g["memory_total_bytes"] > 0
+        assert g["pcie_tx_bytes_per_s"] is not None  # two readings give a rate
+    res = run_cli("monitor", "--once")
+    assert res.returncode == 0 and "GPU  util" in res.stdout
