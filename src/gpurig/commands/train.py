@@ -28,7 +28,18 @@ Examples:
   gpurig train --config run.toml --set optim.lr=0.1 --set data.batch_size=256
   gpurig train --out runs/r1 --resume auto         # continue exactly where runs/r1 stopped
   gpurig train --show-config --preset resnet50     # print the config as TOML and exit
+  gpurig train --max-restarts 3 --set checkpoint.every_steps=500   # survive a dead worker
+
+Faults (see docs/faults.md): --max-restarts K lets torchrun restart the workers up to K times,
+each time resuming from the newest checkpoint. SIGTERM (a scheduler's preemption) makes rank 0
+checkpoint at the next stop check and every process exit within GPURIG_STOP_GRACE seconds
+(default 20), exit code 143: requeue and run again with --resume auto. Ctrl-C exits 130. A
+collective that waits longer than GPURIG_COLLECTIVE_TIMEOUT seconds (default 600) ends the run
+naming the collective and the ranks that never arrived.
 """
+
+
+_PREEMPTED = [False]
 
 
 @contextmanager
@@ -36,6 +47,7 @@ def _sigterm_as_interrupt():
     """SIGTERM to the parent stops the run like Ctrl-C: workers checkpoint and exit."""
 
     def handler(signum, frame):  # noqa: ARG001
+        _PREEMPTED[0] = True  # exit 143, not Ctrl-C's 130: a scheduler requeues on it
         raise KeyboardInterrupt
 
     try:
@@ -164,6 +176,8 @@ def register(app: typer.Typer) -> None:
         nproc: str = typer.Option("auto", "--nproc", help="Processes: auto (one per visible GPU, or 2 on the CPU) or N."),
         device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
         timeout: float | None = typer.Option(None, "--timeout", help="Stop every worker after this many seconds."),
+        max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the workers up to K times after a failure, "
+                                         "resuming from the newest checkpoint (torchrun's --max-restarts)."),
         show_config: bool = typer.Option(False, "--show-config", help="Print the resolved config as TOML and exit."),
         json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout (progress goes to stderr)."),
     ) -> None:
@@ -191,7 +205,13 @@ def register(app: typer.Typer) -> None:
             try:
                 with _sigterm_as_interrupt():
                     summary = run_training(cfg, device=device, nproc=nproc, out_dir=out, resume=resume,
-                                           resume_fallback=resume_fallback, timeout=timeout, on_event=renderer)
+                                           resume_fallback=resume_fallback, timeout=timeout, on_event=renderer,
+                                           max_restarts=max_restarts)
+            except ProblemFound as exc:
+                if not _PREEMPTED[0]:
+                    raise
+                console.print(f"[yellow]preempted (SIGTERM)[/yellow]: {exc}; requeue and continue with --resume auto")
+                raise typer.Exit(143) from None
             finally:
                 renderer.close()
         loss = summary.get("final_loss")
@@ -202,6 +222,6 @@ def register(app: typer.Typer) -> None:
         if isinstance(loss, float) and not math.isfinite(loss):
             raise ProblemFound(f"the loss became {loss}: lower optim.lr, or use train.precision=fp32 to rule out overflow")
         if summary.get("stopped") and (summary.get("launch") or {}).get("interrupted"):
-            raise typer.Exit(130)
+            raise typer.Exit(143 if _PREEMPTED[0] else 130)
         if summary.get("launch", {}).get("returncode") not in (0, None) and not summary.get("stopped"):
             raise ProblemFound(f"a worker exited with {summary['launch']['returncode']}; see {summary.get('run_dir')}/launcher.log")

@@ -30,6 +30,7 @@ from torch import nn
 from gpurig.errors import BadInput
 from gpurig.train import checkpoint as ckpt
 from gpurig.train import data as D
+from gpurig.train import faults
 from gpurig.train.config import TrainConfig, from_dict, global_batch
 from gpurig.train.models import CONV_MODELS, build_model, count_params, flops_per_sample, shard_units
 from gpurig.train.protocol import CHOICE, PROGRESS
@@ -218,11 +219,11 @@ def setup(device_kind: str) -> Context:
     if device_kind == "cuda":
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
-        dist.init_process_group("nccl", device_id=device)
-        control = dist.new_group(backend="gloo")
+        dist.init_process_group("nccl", device_id=device, timeout=faults.collective_timeout(), **faults.init_kwargs())
+        control = dist.new_group(backend="gloo", timeout=faults.collective_timeout())
     else:
         device = torch.device("cpu")
-        dist.init_process_group("gloo")
+        dist.init_process_group("gloo", timeout=faults.collective_timeout(), **faults.init_kwargs())
         control = None  # the default group is gloo already
     return Context(rank, world, local, device, control)
 
@@ -473,10 +474,14 @@ class Trainer:
         if not self.cfg.checkpoint.enabled:
             return
         st = self.state(epoch, batch, step)
+        failed = None
         if self.ctx.main:
-            path = ckpt.save_checkpoint(st, self.run_dir, step, keep=self.cfg.checkpoint.keep)
-            print(PROGRESS + json.dumps({"event": "checkpoint", "step": step, "path": str(path)}), flush=True)
-        dist.barrier(group=self.ctx.control)
+            try:
+                path = ckpt.save_checkpoint(st, self.run_dir, step, keep=self.cfg.checkpoint.keep)
+                print(PROGRESS + json.dumps({"event": "checkpoint", "step": step, "path": str(path)}), flush=True)
+            except (OSError, RuntimeError) as exc:  # disk full, read-only: the previous checkpoint stays valid
+                failed = faults.checkpoint_failed(exc, self.run_dir, step, self.cfg.checkpoint.on_error)
+        faults.agree_checkpoint(failed, self.cfg.checkpoint.on_error, group=self.ctx.control)  # also the barrier
 
     def load(self) -> tuple[int, int, int, str | None]:
         """(epoch, batch, step, path) to start from."""
@@ -491,6 +496,7 @@ class Trainer:
         else:
             path = Path(self.resume)
             st = ckpt.load_checkpoint_file(path)
+        faults.check_resume(st, self.cfg.to_dict(), self.ctx.world, path)
         if self.fsdp:
             from torch.distributed.checkpoint.state_dict import (
                 StateDictOptions,
@@ -573,6 +579,7 @@ class Trainer:
         if self.ctx.world == 1:
             return 0.0
         buffers = {k: v.clone() for k, v in self.raw_model.named_buffers()}
+        rng = self._rng_state()  # dropout here must not shift the masks training draws next (exact resume)
 
         def timed(sync: bool) -> float:
             best = float("inf")
@@ -594,6 +601,9 @@ class Trainer:
         with torch.no_grad():
             for k, v in self.raw_model.named_buffers():
                 v.copy_(buffers[k])
+        torch.set_rng_state(rng["cpu"])
+        if "cuda" in rng:
+            torch.cuda.set_rng_state(rng["cuda"], self.ctx.device)
         return max(0.0, synced - local)
 
     def agree_stop(self, elapsed: float) -> bool:
@@ -704,6 +714,7 @@ class Trainer:
                     loss_count += 1
                 self.optimizer_step()
                 step += 1
+                faults.at_step(step)  # where this rank is, for a hang's diagnosis; injected faults
                 batch_in_epoch += accum
                 if is_cuda:
                     ev1.record()
@@ -929,12 +940,15 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _on_signal)
     ctx = setup(launch["device"])
+    faults.install(ctx.rank, ctx.world)  # bounded exit after SIGTERM, the hang ledger, injected faults
+    args.resume, args.resume_fallback = faults.resume_after_restart(args.resume, args.resume_fallback, run_dir)
     code = 0
     try:
         trainer = Trainer(cfg, ctx, run_dir, args.resume, args.resume_fallback, args.record_indices)
         trainer.build()
         summary = trainer.run()
         if ctx.main:
+            summary["faults"] = faults.report()
             tmp = run_dir / ".summary.json.tmp"
             tmp.write_text(json.dumps(summary, indent=2, default=str))
             os.replace(tmp, run_dir / "summary.json")
@@ -943,9 +957,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpurig: error: {exc}", file=sys.stderr, flush=True)
         code = 2
     except Exception as exc:
+        why = faults.describe_failure(exc, ctx.rank, ctx.world)  # a timeout or a vanished peer, in words
         (run_dir / f"error-rank{ctx.rank}.json").write_text(json.dumps(
-            {"kind": "crash", "message": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}))
+            {"kind": "crash", "message": why or f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}))
         traceback.print_exc()
+        if why:
+            print(f"gpurig: rank {ctx.rank}: {why}", file=sys.stderr, flush=True)
         code = 1
     finally:
         if code == 0:

@@ -23,6 +23,7 @@ from gpurig.launch.plan import plan_torchrun, resolve_device
 from gpurig.launch.runner import run_plan
 from gpurig.train import checkpoint as ckpt
 from gpurig.train.config import TrainConfig, check_data_path, from_dict, to_toml, validate
+from gpurig.train.faults import parent_grace, stop_env
 from gpurig.train.protocol import CHOICE, PROGRESS
 
 EventHandler = Callable[[str, dict[str, Any]], None]
@@ -71,6 +72,7 @@ def run_training(
     on_event: EventHandler | None = None,
     record_indices: bool = False,
     env: dict[str, str] | None = None,
+    max_restarts: int = 0,
 ) -> dict[str, Any]:
     """Train `config` on `nproc` processes of `device`; return the summary (also in <out>/summary.json).
 
@@ -107,11 +109,14 @@ def run_training(
     env = dict(env or {})
     if choice.device == "cuda":
         env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
-    plan = plan_torchrun(args, choice.nproc, choice.device, run_dir=str(run_dir), env=env)
+    if max_restarts < 0:
+        raise BadInput(f"--max-restarts must be 0 or more, got {max_restarts}")
+    env = {**stop_env(env), **env}  # torchrun gives the workers as long as they need to checkpoint after SIGTERM
+    plan = plan_torchrun(args, choice.nproc, choice.device, run_dir=str(run_dir), env=env, max_restarts=max_restarts)
     if on_event:
         on_event("launch", {"device": choice.device, "nproc": choice.nproc, "reason": choice.reason,
                             "run_dir": str(run_dir), "command": plan.command_line()})
-    result = run_plan(plan, timeout=timeout, echo=_handler(on_event))
+    result = run_plan(plan, timeout=timeout, echo=_handler(on_event), grace=parent_grace(env))
 
     summary_path = run_dir / "summary.json"
     if summary_path.is_file():

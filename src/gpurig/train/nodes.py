@@ -1,0 +1,77 @@
+"""Training on several machines: one torchrun agent per node, all meeting at one c10d rendezvous.
+
+Every node runs the same plan with its own `node_rank`; the run directory must be on a file
+system all nodes share (rank 0 writes checkpoints there, every rank reads them on a restart).
+
+    from gpurig.train.config import preset
+    from gpurig.train.nodes import plan_node
+    plan, description = plan_node(preset("demo"), "shared/runs/r1", nnodes=2, node_rank=0,
+                                  endpoint="node0:29400", nproc_per_node=8, device="cuda")
+
+`plan.argv` / `plan.full_env()` is what `gpurig launch` would run on that node. Workers always
+start with `--resume auto`: when one node dies and is started again, its workers and those of
+the nodes that stayed up (restarted by their agents, `max_restarts`) all continue from the
+newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from gpurig.launch.plan import LaunchOptions, LaunchPlan, resolve_device
+from gpurig.train.config import TrainConfig, to_toml, validate
+
+
+def prepare_run_dir(config: TrainConfig, run_dir: str | os.PathLike, device: str, world_size: int,
+                    reason: str = "multi-node plan") -> Path:
+    """Write what every worker reads (`launch.json`, `config.toml`), as `run_training` does."""
+    cfg = validate(config, world_size)
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    launch = {"config": cfg.to_dict(), "device": device, "nproc": world_size, "reason": reason}
+    (run / "launch.json").write_text(json.dumps(launch, indent=2))
+    (run / "config.toml").write_text(to_toml(cfg))
+    return run
+
+
+def plan_node(
+    config: TrainConfig,
+    run_dir: str | os.PathLike,
+    nnodes: int,
+    node_rank: int,
+    endpoint: str,
+    nproc_per_node: int | str = "auto",
+    device: str = "auto",
+    max_restarts: int = 3,
+    rdzv_id: str = "gpurig-train",
+    log_dir: str | os.PathLike | None = None,
+) -> tuple[LaunchPlan, dict]:
+    """The torchrun plan of one node of a multi-node training run (see the module docstring)."""
+    from gpurig.launch.plan import plan_launch
+
+    choice = resolve_device(device, nproc_per_node, flag="--nproc-per-node")
+    prepare_run_dir(config, run_dir, choice.device, choice.nproc * nnodes,
+                    reason=f"{nnodes} nodes x {choice.nproc} processes ({choice.reason})")
+    options = LaunchOptions(
+        script="gpurig.train.worker",
+        module=True,
+        script_args=["--run-dir", str(run_dir), "--resume", "auto"],
+        nproc_per_node=choice.nproc,
+        device=choice.device,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=endpoint,
+        rdzv_id=rdzv_id,
+        max_restarts=max_restarts,
+        run_dir=str(log_dir or Path(run_dir) / f"node{node_rank}"),
+        use_slurm=False,
+    )
+    plan, description = plan_launch(options, device_choice=choice)
+    # The workers import gpurig from wherever this process did.
+    src = str(Path(__file__).resolve().parents[2])
+    parts = plan.env.get("PYTHONPATH", "").split(os.pathsep)
+    if src not in parts:
+        plan.env["PYTHONPATH"] = os.pathsep.join([p for p in parts if p] + [src])
+    return plan, description

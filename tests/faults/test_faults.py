@@ -1,0 +1,341 @@
+"""Faults a training run survives, each injected on the CPU with two gloo ranks.
+
+A worker that kills itself, a SIGTERM to the launcher, a rank that stops taking part in the
+collectives, a full or read-only checkpoint directory, a truncated checkpoint, a checkpoint from
+another run. Each test checks the promise: the final state, the message, the exit code, and that
+no process is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+from tests.conftest import ROOT
+
+from gpurig.errors import BadInput, ProblemFound
+from gpurig.train import checkpoint as ckpt
+from gpurig.train import faults
+from gpurig.train.config import load_config
+from gpurig.train.run import run_training
+
+pytestmark = pytest.mark.slow
+
+# The demo's data with a smaller MLP: 40 steps of 2 x 16 samples, a checkpoint every 10 steps.
+BASE = ["eval.enabled=false", "train.steps=40", "checkpoint.every_steps=10", "checkpoint.keep=5",
+        "data.batch_size=16", "model.hidden=64"]
+
+
+def _cfg(*extra: str):
+    return load_config(preset_name="demo", overrides=BASE + list(extra))
+
+
+def _params(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["model"]
+
+
+def _assert_bitwise(a: Path, b: Path) -> None:
+    pa, pb = _params(a), _params(b)
+    assert pa.keys() == pb.keys()
+    for k in pa:
+        assert torch.equal(pa[k], pb[k]), f"{k} differs"
+
+
+def _steps(run_dir: Path) -> list[int]:
+    return [int(p.name[5:14]) for p in ckpt.list_checkpoints(run_dir)]
+
+
+def assert_no_process_left(marker: str, wait: float = 15.0) -> None:
+    """No process anywhere whose command line mentions `marker` (the run directory)."""
+    deadline = time.monotonic() + wait
+    while True:
+        left = []
+        for p in psutil.process_iter(["cmdline", "status"]):
+            try:
+                if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or []):
+                    left.append(p)
+            except psutil.Error:
+                continue
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not left, [p.info["cmdline"] for p in left]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The uninterrupted run every recovered run must equal, bit for bit."""
+    out = tmp_path_factory.mktemp("reference")
+    summary = run_training(_cfg(), device="cpu", nproc=2, out_dir=out, timeout=240)
+    assert summary["steps"] == 40 and _steps(out) == [10, 20, 30, 40]
+    return out
+
+
+# --- a killed rank: torchrun restarts the group, every rank resumes ---------------------------
+
+
+def test_killed_rank_restarts_and_ends_bitwise_equal_to_an_uninterrupted_run(reference, tmp_path):
+    out = tmp_path / "run"
+    summary = run_training(_cfg(), device="cpu", nproc=2, out_dir=out, timeout=240, max_restarts=1,
+                           env={"GPURIG_TRAIN_FAULT": "kill:step=25:rank=1"})
+    log = (out / "launcher.log").read_text()
+    assert "rank 1 kills itself after step 25" in log and "exitcode: -9" in log  # it really died
+    # The first attempt's rank 0 said who was gone before torchrun restarted the group.
+    assert "rank(s) 1 never arrived (rank 1: its process is gone" in log, log[-3000:]
+    assert summary["faults"]["restart_count"] == 1
+    assert summary["resumed_from"].endswith("step-000000020.pt") and summary["steps"] == 40
+    _assert_bitwise(reference / "checkpoints" / "step-000000040.pt", out / "checkpoints" / "step-000000040.pt")
+    assert_no_process_left(str(out))
+
+
+# --- preemption: SIGTERM to the launcher -------------------------------------------------------
+
+
+def _start_cli(out: Path, *sets: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    full = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200", **(env or {}))
+    args = [sys.executable, "-m", "gpurig", "train", "--preset", "demo", "--device", "cpu", "--out", str(out)]
+    for s in BASE + list(sets):
+        args += ["--set", s]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full)
+
+
+def _wait_for(proc: subprocess.Popen, needle: str, limit: float = 180) -> list[str]:
+    lines, deadline = [], time.monotonic() + limit
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if needle in line or time.monotonic() > deadline:
+            break
+    return lines
+
+
+def test_sigterm_with_a_stuck_rank_still_exits_in_bounded_time_and_keeps_the_last_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    proc = _start_cli(out, "train.steps=1000000", "train.log_every=10",
+                      env={"GPURIG_STOP_GRACE": "4", "GPURIG_TRAIN_FAULT": "hang:step=31:rank=1"})
+    try:
+        lines = _wait_for(proc, "step-000000030.pt")  # the checkpoint at 30; rank 1 is stuck after step 31
+        time.sleep(1)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = "".join(lines) + rest
+    assert proc.returncode == 143, text[-3000:]
+    assert took < 4 + 10 + 8, took
+    assert _steps(out) == [10, 20, 30]
+    ckpt.load_checkpoint_file(ckpt.checkpoint_path(out, 30))  # complete and loadable
+    assert_no_process_left(str(out))
+
+
+# --- a hang: a rank that never enters the collective ---------------------------------------------
+
+
+def test_a_rank_that_stops_taking_part_ends_by_the_timeout_naming_the_op_and_the_rank(tmp_path):
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    with pytest.raises(ProblemFound) as err:
+        run_training(_cfg("train.steps=100000"), device="cpu", nproc=2, out_dir=out, timeout=240,
+                     env={"GPURIG_TRAIN_FAULT": "hang:step=15:rank=1", "GPURIG_COLLECTIVE_TIMEOUT": "6",
+                          "GPURIG_STOP_GRACE": "3"})
+    took = time.monotonic() - t0
+    text = str(err.value)
+    assert "collective timeout: rank 0 waited in the gradient all-reduce" in text, text
+    assert "after step 15" in text and "rank(s) 1 never arrived" in text, text
+    assert "rank 1: finished step 15" in text and "never entered the next one" in text, text
+    assert took < 120, took
+    assert _steps(out) == [10]
+    assert_no_process_left(str(out))
+
+
+# --- the checkpoint cannot be written -----------------------------------------------------------
+
+
+def _mount_tmpfs(where: Path, size: str, read_only: bool = False) -> bool:
+    where.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return False
+    opts = f"size={size}" + (",ro" if read_only else "")
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)],
+                          capture_output=True).returncode == 0
+
+
+def _umount(where: Path) -> None:
+    subprocess.run(["umount", str(where)], capture_output=True)
+
+
+def _no_temp_files(run_dir: Path) -> None:
+    assert not [p.name for p in (run_dir / "checkpoints").iterdir() if not p.name.endswith(".pt")]
+
+
+def test_full_disk_with_on_error_warn_keeps_training_and_the_previous_checkpoints(reference, tmp_path):
+    out = tmp_path / "run"
+    # Room for two checkpoints and not a third (a real full file system where we can mount one;
+    # otherwise every write from step 30 on fails with ENOSPC half-way, from inside the worker).
+    pages = -(-ckpt.checkpoint_path(reference, 10).stat().st_size // 4096)
+    mounted = _mount_tmpfs(out / "checkpoints", f"{(2 * pages + pages // 2) * 4}k")
+    env = {} if mounted else {"GPURIG_TRAIN_FAULT": "enospc:step=30"}
+    try:
+        summary = run_training(_cfg("checkpoint.on_error=warn"), device="cpu", nproc=2, out_dir=out, timeout=240,
+                               env=env)
+        assert summary["steps"] == 40
+        assert [f["step"] for f in summary["faults"]["checkpoint_write_failures"]] == [30, 40]
+        assert all(f["why"] == "the disk is full" for f in summary["faults"]["checkpoint_write_failures"])
+        assert _steps(out) == [10, 20]
+        _no_temp_files(out)
+        _assert_bitwise(reference / "checkpoints" / "step-000000020.pt", out / "checkpoints" / "step-000000020.pt")
+        log = (out / "launcher.log").read_text()
+        assert "checkpoint for step 30 could not be written" in log and "step-000000020.pt is intact" in log
+    finally:
+        if mounted:
+            _umount(out / "checkpoints")
+
+
+def test_full_disk_with_on_error_stop_ends_the_run_with_the_reason(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(ProblemFound) as err:
+        run_training(_cfg(), device="cpu", nproc=2, out_dir=out, timeout=240,
+                     env={"GPURIG_TRAIN_FAULT": "enospc:step=20"})
+    text = str(err.value)
+    assert "checkpoint for step 20 could not be written" in text and "the disk is full" in text, text
+    assert "step-000000010.pt is intact" in text and "checkpoint.on_error = stop" in text, text
+    assert _steps(out) == [10]
+    ckpt.load_checkpoint_file(ckpt.checkpoint_path(out, 10))
+    _no_temp_files(out)
+    assert_no_process_left(str(out))
+
+
+# --- bad state on resume ----------------------------------------------------------------------
+
+
+def _copy_checkpoints(src: Path, dst: Path, *steps: int) -> None:
+    (dst / "checkpoints").mkdir(parents=True)
+    for s in steps:
+        shutil.copy(ckpt.checkpoint_path(src, s), dst / "checkpoints")
+
+
+def test_truncated_checkpoint_is_named_and_fallback_resumes_exactly(reference, tmp_path):
+    out = tmp_path / "run"
+    _copy_checkpoints(reference, out, 10, 20)
+    newest = ckpt.checkpoint_path(out, 20)
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # torn, as a copy cut short leaves it
+    with pytest.raises(BadInput, match="--resume-fallback"):  # named, and the way out said (no training run)
+        ckpt.load_latest(out)
+    summary = run_training(_cfg(), device="cpu", nproc=2, out_dir=out, resume="auto", resume_fallback=True,
+                           timeout=240)
+    assert summary["resumed_from"].endswith("step-000000010.pt")
+    log = (out / "launcher.log").read_text()
+    assert f"checkpoint {newest} is corrupt" in log and "falling back to the previous checkpoint" in log
+    _assert_bitwise(reference / "checkpoints" / "step-000000040.pt", out / "checkpoints" / "step-000000040.pt")
+
+
+def test_checkpoint_of_another_model_is_refused_saying_what_differs(reference, tmp_path):
+    out = tmp_path / "run"
+    _copy_checkpoints(reference, out, 20)
+    with pytest.raises(BadInput) as err:
+        run_training(_cfg("model.hidden=32"), device="cpu", nproc=2, out_dir=out, resume="auto", timeout=240)
+    assert "model.hidden: checkpoint 64, this run 32" in str(err.value), str(err.value)
+    assert _steps(out) == [20]  # nothing written, nothing lost
+
+
+# --- pure logic -------------------------------------------------------------------------------
+
+
+def test_resume_mismatches_allow_another_world_size_with_the_same_global_batch():
+    cfg = _cfg().to_dict()
+    other = json.loads(json.dumps(cfg))
+    other["data"]["batch_size"] = 32
+    assert faults.resume_mismatches(cfg, 2, other, 1) == []
+    other["model"]["depth"] = cfg["model"]["depth"] + 1
+    assert faults.resume_mismatches(cfg, 2, other, 1) == [
+        f"model.depth: checkpoint {cfg['model']['depth']}, this run {cfg['model']['depth'] + 1}"]
+    other["data"]["batch_size"] = 16
+    [world] = faults.resume_mismatches(cfg, 2, other, 1)[1:]
+    assert world.startswith("world size: checkpoint written by 2 processes (global batch 32), this run has 1 "
+                            "(global batch 16); resume with --nproc 2")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("explode:step=3", "unknown fault 'explode'"),
+    ("kill:rank=1", "needs step=N"),
+    ("kill:step=x", "expected step=N"),
+])
+def test_fault_injection_spec_is_checked(text, message):
+    with pytest.raises(BadInput, match=message):
+        faults.parse_faults(text)
+
+
+def test_parse_faults():
+    assert faults.parse_faults("kill:step=5:rank=1,hang:step=9:attempt=1") == [
+        faults.Fault("kill", 5, 1, 0), faults.Fault("hang", 9, 0, 1)]
+
+
+# --- two nodes on one machine: two torchrun agents, one c10d rendezvous --------------------------
+
+
+def _start_node(plan, env: dict[str, str] | None = None) -> subprocess.Popen:
+    log = open(Path(plan.run_dir) / "agent.log", "a")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(plan.argv, env={**plan.full_env(), **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL an agent and every worker it started (workers live in sessions of their own)."""
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        family = []
+    for p in [psutil.Process(proc.pid), *family] if proc.poll() is None else family:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    proc.wait(timeout=30)
+
+
+def test_two_nodes_train_together_and_a_killed_node_rejoins(reference, tmp_path):
+    from gpurig.launch.plan import free_port
+    from gpurig.train.nodes import plan_node
+
+    shared = tmp_path / "shared"
+    endpoint = f"127.0.0.1:{free_port()}"
+    plans = [plan_node(_cfg(), shared, nnodes=2, node_rank=r, endpoint=endpoint, nproc_per_node=1, device="cpu",
+                       max_restarts=3, log_dir=tmp_path / f"node{r}")[0] for r in (0, 1)]
+    stuck = {"GPURIG_TRAIN_FAULT": "hang:step=25:rank=0,hang:step=25:rank=1"}  # node 1's worker only
+    agents = [_start_node(plans[0])]
+    try:
+        time.sleep(1)  # node 0 hosts the rendezvous store
+        agents.append(_start_node(plans[1], env=stuck))
+        deadline = time.monotonic() + 180
+        while ckpt.checkpoint_path(shared, 20).exists() is False and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert ckpt.checkpoint_path(shared, 20).exists(), (tmp_path / "node0" / "agent.log").read_text()[-3000:]
+        time.sleep(2)  # node 1's worker is stuck after step 25
+        _kill_tree(agents[1])  # the node dies: agent and worker
+        agents[1] = _start_node(plans[1])  # ... and comes back
+        for a in agents:
+            a.wait(timeout=240)
+        logs = [(tmp_path / f"node{r}" / "agent.log").read_text() for r in (0, 1)]
+        assert agents[0].returncode == 0 and agents[1].returncode == 0, logs[0][-3000:] + logs[1][-3000:]
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                _kill_tree(a)
+    summary = json.loads((shared / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["steps"] == 40
+    assert summary["resumed_from"] and summary["resumed_from"].endswith(("step-000000020.pt",))
+    _assert_bitwise(reference / "checkpoints" / "step-000000040.pt", shared / "checkpoints" / "step-000000040.pt")
+    assert_no_process_left(str(shared))
