@@ -67,7 +67,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--counts", default="1")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--images", type=int, default=0, help="default: 40 batches per process of the largest count")
+    ap.add_argument("--images", type=int, default=0, help="default: 64 batches per process of the largest count "
+                    "(an epoch boundary refills the input pipeline; keep --steps below one epoch)")
     ap.add_argument("--data-dir", default="runs/imagefolder-data")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=256)
@@ -78,7 +79,7 @@ def main() -> int:
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args()
     counts = [int(c) for c in args.counts.split(",")]
-    n_images = args.images or args.batch * 40 * max(counts)
+    n_images = args.images or args.batch * 64 * max(counts)
     kib = generate(Path(args.data_dir), n_images)
     print(f"{n_images} JPEGs, mean {kib:.0f} KiB, in {args.data_dir}/train", flush=True)
     common = [f"train.steps={args.steps}", f"data.batch_size={args.batch}", "data.image_size=224",
