@@ -41,7 +41,7 @@ def test_nccl_hang_names_the_missing_rank_from_the_flight_recorder(run_cli, tmp_
     ids = [m["id"] for m in result["matches"]]
     assert "nccl-watchdog-timeout" in ids
     run_dir = Path(doc["plan"]["run_dir"])
-    if not (tmp_path / run_dir).is_absolute():
+    if not run_dir.is_absolute():  # relative to the directory gpurig ran in
         run_dir = tmp_path / run_dir
     assert list(run_dir.glob("nccl_trace_rank_*")), "no flight recorder dump was written"
     assert result["hang_source"] == "flight-recorder"
