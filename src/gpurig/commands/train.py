@@ -197,8 +197,8 @@ def register(app: typer.Typer) -> None:
             from gpurig.train.run import default_run_dir
             from gpurig.train.tf.runner import run_tf_training
 
-            summary = run_tf_training(cfg, out or cfg.out_dir or default_run_dir(), device=device,
-                                      resume=resume == "auto", timeout=timeout,
+            summary = run_tf_training(cfg, out or cfg.out_dir or default_run_dir(), device=device, nproc=nproc,
+                                      resume=resume or False, timeout=timeout,
                                       echo=lambda line: console.print(line, markup=False, highlight=False))
         else:
             renderer = Renderer(console)
