@@ -129,3 +129,20 @@ def test_nvml_that_never_answers_is_reported_not_waited_for(tmp_path):
     assert facts.driver.source is None and facts.gpus == []
     assert "no answer within 1 s" in facts.driver.error and "dmesg" in facts.driver.error
     assert any("2 NVIDIA GPU(s) on the PCI bus" in n for n in facts.notes)
+
+
+def test_a_real_2x_h200_snapshot_loads_and_says_what_the_machine_is():
+    # Written by `python -m gpurig.probe.collect` on a 2xH200 machine (GPUs joined through NVSwitch).
+    data = json.loads((Path(__file__).parent / "data" / "facts_2x_h200.json").read_text())
+    facts = RigFacts.from_dict(data)
+    assert roundtrip(facts) == facts
+    assert facts.driver.source == "nvml" and facts.driver.cuda_driver_version == "13.0"
+    assert [g.compute_capability for g in facts.gpus] == ["9.0", "9.0"]
+    assert [g.memory_used_mib for g in facts.gpus] == [0.0, 0.0]  # idle: the driver's reserve is not "used"
+    pair = facts.pair(0, 1)
+    assert (pair.link, pair.nvlink_count, pair.p2p_read) == ("NV18", 18, True)
+    links = facts.gpus[0].nvlinks
+    assert len(links) == 18 and {(nl.active, nl.speed_gbps, nl.remote_device_type) for nl in links} == {
+        (True, 26.562, "switch")}
+    assert facts.frameworks.torch.cuda_available is True and facts.frameworks.torch.device_count == 2
+    assert facts.notes == []
