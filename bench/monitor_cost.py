@@ -30,7 +30,7 @@ from gpurig.monitor.sampler import FakeBackend, MonitorUnavailable, NvmlBackend,
 
 
 def measure(backend_name: str, gpus: int, seconds: float, interval: float, render: bool) -> dict:
-    backend = FakeBackend(gpus=gpus) if backend_name == "fake" else NvmlBackend()
+    backend = FakeBackend(gpus=gpus) if backend_name == "fake" else NvmlBackend(time_calls=True)
     sampler = Sampler(backend)
     sampler.open()
     window: collections.deque = collections.deque(maxlen=VERDICT_WINDOW)
@@ -76,6 +76,9 @@ def measure(backend_name: str, gpus: int, seconds: float, interval: float, rende
         "cpu_ms_per_sample_median": round(1000 * per_sample_cpu[n // 2], 3),
         "cpu_ms_per_sample_max": round(1000 * per_sample_cpu[-1], 3),
         "notes": sorted(set(getattr(backend, "notes", []))),
+        # NVML: CPU ms per sample spent in each query, all GPUs together
+        "nvml_cpu_ms_per_sample": {k: round(1000 * v / n, 3) for k, v in
+                                   sorted((getattr(backend, "call_cpu_s", None) or {}).items(), key=lambda kv: -kv[1])},
     }
 
 

@@ -121,9 +121,21 @@ _FI_PCIE_TX, _FI_PCIE_RX = 197, 198  # NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES, byt
 
 
 class NvmlBackend:
-    """Reads GPUs through NVML (pynvml). Each call that a GPU does not support gives None."""
+    """Reads GPUs through NVML (pynvml). Each call that a GPU does not support gives None.
 
-    def __init__(self) -> None:
+    Values that change rarely are read less often, since every NVML query costs CPU (on GPUs whose
+    driver runs in firmware, a round trip to it): the power limit every POWER_LIMIT_EVERY samples,
+    the process list every PROCESSES_EVERY samples; the other values every sample.
+    """
+
+    POWER_LIMIT_EVERY = 30
+    PROCESSES_EVERY = 5
+
+    def __init__(self, time_calls: bool = False) -> None:
+        # time_calls: add each NVML function's CPU seconds to `call_cpu_s` (for bench/monitor_cost.py)
+        self.call_cpu_s: dict[str, float] | None = {} if time_calls else None
+        self._reads: list[int] = []
+        self._cached: list[dict[str, Any]] = []
         self._nvml: Any = None
         self._handles: list[Any] = []
         self._static: list[dict[str, Any]] = []
@@ -151,6 +163,8 @@ class NvmlBackend:
         self._static = [self._read_static(h) for h in self._handles]
         self._nvlink_scopes = [None] * count
         self._pcie_fields = [True] * count
+        self._reads = [0] * count
+        self._cached = [{} for _ in range(count)]
         for i, h in enumerate(self._handles):
             self._nvlink_scopes[i] = self._choose_nvlink_scopes(h)
 
@@ -168,10 +182,15 @@ class NvmlBackend:
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """One NVML query; an unsupported or failing query is None (a missing metric is a value)."""
+        start = time.process_time() if self.call_cpu_s is not None else 0.0
         try:
             return fn(*args)
         except self._nvml.NVMLError:
             return None
+        finally:
+            if self.call_cpu_s is not None:
+                name = getattr(fn, "__name__", "?")
+                self.call_cpu_s[name] = self.call_cpu_s.get(name, 0.0) + time.process_time() - start
 
     def _read_static(self, h: Any) -> dict[str, Any]:
         n = self._nvml
@@ -213,15 +232,21 @@ class NvmlBackend:
             gpu.memory_used_bytes, gpu.memory_total_bytes = int(mem.used), int(mem.total)
         power = self._call(n.nvmlDeviceGetPowerUsage, h)  # milliwatts
         gpu.power_w = power / 1000.0 if power is not None else None
-        limit = self._call(n.nvmlDeviceGetEnforcedPowerLimit, h)
-        gpu.power_limit_w = limit / 1000.0 if limit is not None else None
+        tick, cache = self._reads[index], self._cached[index]
+        self._reads[index] += 1
+        if tick % self.POWER_LIMIT_EVERY == 0:
+            limit = self._call(n.nvmlDeviceGetEnforcedPowerLimit, h)
+            cache["power_limit_w"] = limit / 1000.0 if limit is not None else None
+        gpu.power_limit_w = cache.get("power_limit_w")
         temp = self._call(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU)
         gpu.temperature_c = float(temp) if temp is not None else None
         gpu.sm_clock_mhz = self._call(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM)
         reasons_fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
         mask = self._call(reasons_fn, h)
         gpu.throttle_reasons = throttle_names(int(mask)) if mask is not None else None
-        gpu.processes = self._processes(h)
+        if tick % self.PROCESSES_EVERY == 0:
+            cache["processes"] = self._processes(h)
+        gpu.processes = list(cache.get("processes") or [])
         counters, counter_time = self._counters(index, h, gpu)
         return GpuReading(gpu=gpu, counters=counters, counter_time_s=counter_time)
 
