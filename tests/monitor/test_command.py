@@ -180,3 +180,9 @@ def test_once_and_json_on_real_gpus(run_cli):
         assert g["pcie_tx_bytes_per_s"] is not None  # two readings give a rate
     res = run_cli("monitor", "--once")
     assert res.returncode == 0 and "GPU  util" in res.stdout
+
+
+def test_record_to_a_path_that_cannot_be_written_is_bad_input(tmp_path):
+    with pytest.raises(BadInput, match="--record"):
+        run(MonitorOptions(record=tmp_path, count=1), backend=FakeBackend(gpus=1), console=_console(),
+            sleep=lambda s: None)

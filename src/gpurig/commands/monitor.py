@@ -233,7 +233,6 @@ def run(opts: MonitorOptions, backend: Any = None, console: Console | None = Non
         sleep: Any = time.sleep) -> int:
     """Run the monitor; returns the exit status. `backend` replaces NVML (tests pass a FakeBackend)."""
     from gpurig.monitor.recorder import Recorder
-    from gpurig.monitor.sampler import MonitorUnavailable, Sampler
 
     opts.validate()
     if console is None:
@@ -243,6 +242,23 @@ def run(opts: MonitorOptions, backend: Any = None, console: Console | None = Non
     if opts.plot is not None:
         plot_recording(opts, console)
         return 0
+
+    # Open the recording first, so a path that cannot be written is a clear error before any waiting.
+    recorder = None
+    if opts.record is not None:
+        try:
+            recorder = Recorder(opts.record)
+        except OSError as exc:
+            raise BadInput(f"--record: cannot append to {opts.record} ({exc.strerror or exc})") from None
+    try:
+        return _watch(opts, backend, console, recorder, sleep)
+    finally:
+        if recorder is not None:
+            recorder.close()
+
+
+def _watch(opts: MonitorOptions, backend: Any, console: Console, recorder: Any, sleep: Any) -> int:
+    from gpurig.monitor.sampler import MonitorUnavailable, Sampler
 
     sampler = Sampler(backend)
     single = opts.once or opts.json_out
@@ -260,7 +276,6 @@ def run(opts: MonitorOptions, backend: Any = None, console: Console | None = Non
         if not _wait_for_gpu(sampler, opts.interval, sleep):
             return 0
 
-    recorder = Recorder(opts.record) if opts.record is not None else None
     try:
         if single:
             sample = _snapshot(sampler, opts.interval, sleep)
@@ -277,8 +292,6 @@ def run(opts: MonitorOptions, backend: Any = None, console: Console | None = Non
             return 0
         return _loop(sampler, opts, console, recorder, sleep)
     finally:
-        if recorder is not None:
-            recorder.close()
         sampler.close()
 
 
