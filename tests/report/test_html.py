@@ -170,3 +170,10 @@ def test_a_real_cpu_check_document_renders():
     assert "n/a on CPU (gloo)" in html  # no link capability on the CPU, and the report says why
     head = real["verdicts"][0]["title"]
     assert head.split(":")[0] in html[html.index('id="headline"'):][:400]
+
+
+def test_verdicts_may_be_finding_objects(doc):
+    from gpurig.diagnose.findings import Finding
+
+    doc["verdicts"] = [Finding(id="input-bound", severity="warn", title="input-bound: data wait is 41% of step time")]
+    assert "input-bound: data wait is 41%" in render_report(doc)

@@ -84,7 +84,8 @@ def _environment() -> jinja2.Environment:
 
 
 def _findings(items: Any) -> list[dict[str, Any]]:
-    rows = [f for f in items or [] if isinstance(f, dict)]
+    rows = [f.to_dict() if hasattr(f, "to_dict") else f for f in items or []]
+    rows = [f for f in rows if isinstance(f, dict)]
     return sorted(rows, key=lambda f: _SEVERITY_ORDER.get(f.get("severity"), len(SEVERITIES)))
 
 
