@@ -162,6 +162,9 @@ class CheckpointConfig:
     on_error: str = _f("stop", "When a checkpoint cannot be written (disk full, read-only or vanished "
                        "directory): stop (end the run with the reason; the previous checkpoint stays valid) or warn "
                        "(say so and keep training).", choices=("stop", "warn"))
+    sharded: bool = _f(False, "FSDP only: every rank writes its own shards in PyTorch's distributed checkpoint "
+                       "format (step-N.dcp directories) instead of gathering the full state on rank 0; loads "
+                       "on another number of processes.")
 
 
 @dataclass

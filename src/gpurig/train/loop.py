@@ -30,7 +30,7 @@ from torch import nn
 from gpurig.errors import BadInput
 from gpurig.train import checkpoint as ckpt
 from gpurig.train import data as D
-from gpurig.train import faults
+from gpurig.train import dcp, faults
 from gpurig.train.config import TrainConfig, from_dict, global_batch
 from gpurig.train.models import CONV_MODELS, build_model, count_params, flops_per_sample, shard_units
 from gpurig.train.protocol import CHOICE, PROGRESS
@@ -473,6 +473,9 @@ class Trainer:
     def save(self, epoch: int, batch: int, step: int) -> None:
         if not self.cfg.checkpoint.enabled:
             return
+        if dcp.enabled(self):  # FSDP + checkpoint.sharded: every rank writes its shards (distributed checkpoint)
+            dcp.save(self, epoch, batch, step)
+            return
         st = self.state(epoch, batch, step)
         failed = None
         if self.ctx.main:
@@ -487,6 +490,8 @@ class Trainer:
         """(epoch, batch, step, path) to start from."""
         if not self.resume or self.resume == "none":
             return 0, 0, 0, None
+        if dcp.enabled(self) and (sharded := dcp.resume_point(self)) is not None:
+            return sharded
         if self.resume == "auto":
             found = ckpt.load_latest(self.run_dir, fallback=self.resume_fallback)
             if found is None:
