@@ -52,3 +52,27 @@ def test_a_stuck_rank_on_nccl_ends_by_the_timeout_with_the_op_named(tmp_path):
     print(text)
     assert time.monotonic() - t0 < 200
     assert "never arrived" in text or "timeout" in text.lower(), text
+
+
+def test_sharded_fsdp_checkpoint_of_two_gpus_loads_on_one(tmp_path):
+    _two_gpus()
+    import shutil
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from gpurig.train.dcp import dcp_path
+
+    base = BASE + ["train.strategy=fsdp", "checkpoint.sharded=true", "train.steps=20"]
+    run_training(load_config(preset_name="demo", overrides=base), device="cuda", nproc=2, out_dir=tmp_path / "two",
+                 timeout=300)
+    (tmp_path / "one" / "checkpoints").mkdir(parents=True)
+    shutil.copytree(dcp_path(tmp_path / "two", 20), dcp_path(tmp_path / "one", 20))
+    s = run_training(load_config(preset_name="demo", overrides=base + ["data.batch_size=32"]), device="cuda", nproc=1,
+                     out_dir=tmp_path / "one", resume="auto", timeout=300)
+    assert s["resumed_from"].endswith("step-000000020.dcp")
+    dcp_to_torch_save(dcp_path(tmp_path / "two", 20), tmp_path / "a.pt")
+    dcp_to_torch_save(dcp_path(tmp_path / "one", 20), tmp_path / "b.pt")
+    a = torch.load(tmp_path / "a.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "b.pt", weights_only=True)["model"]
+    for k in a:
+        assert torch.equal(a[k].cpu(), b[k].cpu()), k
