@@ -95,6 +95,12 @@ def main(argv: list[str] | None = None) -> None:
     except ProblemFound as exc:
         print(f"gpurig: {exc}", file=sys.stderr)
         sys.exit(1)
+    except OSError as exc:
+        # A path the user named cannot be read or written (permissions, a full disk, a file where a
+        # folder should be): say which and why, not a traceback.
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        print(f"gpurig: error: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

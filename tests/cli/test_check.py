@@ -87,3 +87,29 @@ def test_bad_options_exit_2(run_cli, tmp_path):
     assert r.returncode == 2 and "--nproc" in r.stderr
     r = run_cli("check", "--report", str(tmp_path / "missing" / "r.html"))
     assert r.returncode == 2 and "--report" in r.stderr
+
+
+def test_verdicts_are_told_what_verify_saw_of_the_transport():
+    summary = {
+        "world_size": 2, "device": "cuda",
+        "step_time": {"mean_s": 0.2, "data_wait_fraction": 0.02, "compute_fraction": 0.5, "comm_exposed_fraction": 0.48},
+        "per_rank": [], "peak_memory_bytes": None, "memory_total_bytes": None,
+    }
+    verify = {"transport": {"verdict": [
+        {"pair": "0->1", "src_gpu": 0, "dst_gpu": 1, "link": "NV18", "main": "SHM", "verdict": "fail"},
+        {"pair": "1->0", "src_gpu": 1, "dst_gpu": 0, "link": "NV18", "main": "SHM", "verdict": "fail"},
+    ]}}
+    verdicts = check_mod._verdicts(summary, verify, None)
+    assert verdicts and "communication-bound" in verdicts[0]["title"]
+    assert "SHM" in verdicts[0]["detail"] and "NV18" in verdicts[0]["detail"]
+    assert summary["verdicts"] == verdicts  # the report's training section shows the same verdicts
+
+
+def test_unwritable_out_and_report_exit_2_before_any_step(run_cli, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    r = run_cli("check", "--out", str(blocker / "run"))
+    assert r.returncode == 2 and "--out" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("check", "--out", str(tmp_path / "run"), "--report", str(blocker / "r.html"))
+    assert r.returncode == 2 and "--report" in r.stderr
+    assert "doctor" not in r.stdout  # nothing ran

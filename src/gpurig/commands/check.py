@@ -11,7 +11,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +133,25 @@ STEPS: list[tuple[str, Callable[[CheckContext], StepResult]]] = [
 ]
 
 
+def _verdicts(summary: dict | None, verify: dict | None, doctor: dict | None) -> list[dict[str, Any]]:
+    """Bottleneck verdicts for the short training run, told what verify saw of the transport."""
+    if not summary:
+        return []
+    from gpurig.diagnose.verdicts import training_verdicts
+
+    enriched = dict(summary)
+    for entry in ((verify or {}).get("transport") or {}).get("verdict") or []:
+        if entry.get("src_gpu") is None or entry.get("dst_gpu") is None:
+            continue
+        a, b = sorted((entry["src_gpu"], entry["dst_gpu"]))
+        enriched.setdefault("transport", {})[f"{a}-{b}"] = entry.get("main")
+        if entry.get("link"):
+            enriched.setdefault("links", {})[f"{a}-{b}"] = entry["link"]
+    found = [f.to_dict() for f in training_verdicts(enriched)]
+    summary["verdicts"] = found
+    return found
+
+
 def run_check(ctx: CheckContext, on_step: Callable[[str, StepResult | None], None] | None = None) -> dict[str, Any]:
     """Run every step; returns the `gpurig check --json` document (see `gpurig.report.html`)."""
     steps: list[StepResult] = []
@@ -163,10 +182,10 @@ def run_check(ctx: CheckContext, on_step: Callable[[str, StepResult | None], Non
     bench_comm = by_name["bench comm"].data
     bench_train = by_name["bench train"].data
     train_summary = (bench_train or {}).get("summary") if isinstance(bench_train, dict) else None
-    verdicts = (train_summary or {}).get("verdicts") or []
+    verdicts = _verdicts(train_summary, verify, doctor)
     return {
         "gpurig_version": __version__,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "device": ctx.device_choice.device if ctx.device_choice else ctx.device,
         "passed": all(s.status == "passed" for s in steps),
         "steps": [s.summary() for s in steps],
@@ -202,7 +221,9 @@ def register(app: typer.Typer) -> None:
             raise BadInput(f"--report {report}: is a directory; give a file name such as report.html")
         if report is not None and not report.parent.exists():
             raise BadInput(f"--report {report}: the folder {report.parent} does not exist")
-        out_dir.mkdir(parents=True, exist_ok=True)
+        _writable_dir(out_dir, "--out")
+        if report is not None:
+            _writable_file(report, "--report")
         console = console_for(json_out)
         console.print(f"[bold]gpurig check[/bold] — {choice.nproc} {choice.device} process(es): {choice.reason}")
         console.print(f"run directory: {out_dir}")
@@ -238,6 +259,29 @@ def register(app: typer.Typer) -> None:
         verdict = "[green]all steps passed[/green]" if doc["passed"] else "[bold red]some steps failed[/bold red]"
         console.print(verdict)
         raise typer.Exit(0 if doc["passed"] else 1)
+
+
+def _writable_dir(path: Path, flag: str) -> None:
+    """Make the run directory now, so a bad --out fails before minutes of work, naming the flag."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".gpurig-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise BadInput(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
+
+
+def _writable_file(path: Path, flag: str) -> None:
+    """Check the report can be written before the steps run; an existing file is left as it is."""
+    existed = path.exists()
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as exc:
+        raise BadInput(f"{flag} {path}: cannot write it ({exc.strerror or exc})") from None
 
 
 class _nullcontext:
