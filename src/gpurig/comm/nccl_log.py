@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpurig.diagnose.findings import Finding
+from gpurig.findings import Finding
 
 TRANSPORTS = ("P2P/CUMEM", "P2P/IPC", "P2P/direct", "P2P/MNNVL", "SHM", "NET/Socket", "NET/IB", "NVLS", "CollNet")
 

@@ -44,6 +44,12 @@ def saved_config(run_dir: str | os.PathLike) -> TrainConfig | None:
         raise BadInput(f"--out {run_dir}: launch.json is unreadable ({exc})") from None
 
 
+def check_timeout(timeout: float | None, flag: str = "--timeout") -> None:
+    """A time limit must be positive seconds (None = no limit)."""
+    if timeout is not None and not timeout > 0:
+        raise BadInput(f"{flag} must be a positive number of seconds, got {timeout:g}")
+
+
 def _handler(on_event: EventHandler | None) -> Callable[[str], None]:
     def echo(line: str) -> None:
         if on_event is None:
@@ -79,6 +85,7 @@ def run_training(
     Raises BadInput (exit 2) for a bad config, data path or checkpoint, ProblemFound (exit 1) when
     the workers fail; an interrupted run returns its summary with `stopped` true.
     """
+    check_timeout(timeout)
     if config.framework != "torch":
         raise BadInput(f"framework: {config.framework!r} runs through the TensorFlow trainer, not the PyTorch one")
     choice = resolve_device(device, nproc)
@@ -92,12 +99,15 @@ def run_training(
                        "or choose another --out")
     if resume and resume not in ("auto", "none") and not Path(resume).is_file():
         raise BadInput(f"--resume {resume}: no such checkpoint file")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for stale in [run_dir / "summary.json", *run_dir.glob("error-rank*.json")]:
-        stale.unlink(missing_ok=True)
     launch = {"config": cfg.to_dict(), "device": choice.device, "nproc": choice.nproc, "reason": choice.reason}
-    (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
-    (run_dir / "config.toml").write_text(to_toml(cfg))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in [run_dir / "summary.json", *run_dir.glob("error-rank*.json")]:
+            stale.unlink(missing_ok=True)
+        (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
+        (run_dir / "config.toml").write_text(to_toml(cfg))
+    except OSError as exc:
+        raise BadInput(f"--out {run_dir}: cannot write the run directory ({exc.strerror or exc})") from None
 
     args = ["-m", "gpurig.train.worker", "--run-dir", str(run_dir)]
     if resume:
