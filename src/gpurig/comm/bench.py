@@ -22,8 +22,8 @@ from gpurig.comm.links import LinkCapability, link_capability
 from gpurig.comm.metrics import OPS, algbw_gbps, busbw_gbps, human_bytes, size_sweep
 from gpurig.comm.progress import diagnose_hang, read_progress
 from gpurig.comm.verify import STARTUP_SECONDS, live_facts, make_run_dir, read_rank_results
-from gpurig.findings import Finding
 from gpurig.errors import BadInput
+from gpurig.findings import Finding
 from gpurig.launch.plan import plan_torchrun, resolve_device
 from gpurig.launch.runner import run_plan
 

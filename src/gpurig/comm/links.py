@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from gpurig.probe.pci import normalize_bus_id
+
 
 @dataclass
 class LinkCapability:
@@ -16,16 +18,6 @@ class LinkCapability:
     gbps: float | None  # per direction
     how: str  # the arithmetic, in words: "18 × 26.6 GB/s NVLink"
     link: str | None = None  # the topology label, "NV18", "PIX", "SYS"
-
-
-def _bus_key(bus_id: str | None) -> int | None:
-    if not bus_id:
-        return None
-    digits = re.sub(r"[^0-9a-fA-F]", "", bus_id)
-    try:
-        return int(digits, 16)
-    except ValueError:
-        return None
 
 
 def _pcie_gbps(gen: int | None, width: int | None) -> float | None:
@@ -67,9 +59,9 @@ def link_capability(facts: Any, a: int, b: int) -> LinkCapability:
     ga, gb = gpus.get(a), gpus.get(b)
     if ga is None or gb is None:
         return LinkCapability(None, None, "no facts about this link", label)
-    peer_key = _bus_key(gb.pci_bus_id)
+    peer_key = normalize_bus_id(gb.pci_bus_id)
     active = [lk for lk in ga.nvlinks if lk.active]
-    to_peer = [lk for lk in active if peer_key is not None and _bus_key(lk.remote_pci_bus_id) == peer_key]
+    to_peer = [lk for lk in active if peer_key is not None and normalize_bus_id(lk.remote_pci_bus_id) == peer_key]
     count = len(to_peer) or None
     if count is None and pair and pair.nvlink_count:
         count = pair.nvlink_count

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpurig.findings import Finding
+from gpurig.probe.pci import normalize_bus_id
 
 TRANSPORTS = ("P2P/CUMEM", "P2P/IPC", "P2P/direct", "P2P/MNNVL", "SHM", "NET/Socket", "NET/IB", "NVLS", "CollNet")
 
@@ -119,11 +120,15 @@ def read_nccl_logs(run_dir: str | Path) -> str:
     return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in paths)
 
 
-def _bus_key(bus_id: str | None) -> int | None:
-    """'00000000:1B:00.0', '0000:1b:00.0' and NCCL's '1b000' all become 0x1b000."""
+def _nccl_bus_key(bus_id: str | None) -> int | None:
+    """NCCL prints a bus id as the hex number of its digits: '0000:1b:00.0' is '1b000'.
+
+    The facts' form goes through `normalize_bus_id` first, so NVML's 8-digit domain matches too.
+    """
     if not bus_id:
         return None
-    digits = re.sub(r"[^0-9a-fA-F]", "", bus_id)
+    text = normalize_bus_id(bus_id) if ":" in bus_id else bus_id
+    digits = re.sub(r"[^0-9a-fA-F]", "", text or "")
     try:
         return int(digits, 16)
     except ValueError:
@@ -134,9 +139,9 @@ def _gpu_index(device: str, facts: Any) -> int | None:
     """NCCL's device field -> the GPU index in the facts (an NVML index, or a bus id to look up)."""
     if device.isdigit() and len(device) <= 3:
         return int(device)
-    key = _bus_key(device)
+    key = _nccl_bus_key(device)
     for gpu in getattr(facts, "gpus", None) or []:
-        if key is not None and _bus_key(gpu.pci_bus_id) == key:
+        if key is not None and _nccl_bus_key(gpu.pci_bus_id) == key:
             return gpu.index
     return None
 
