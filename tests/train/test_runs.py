@@ -152,3 +152,18 @@ def test_sigterm_saves_a_checkpoint_and_leaves_no_process(tmp_path):
     time.sleep(1)
     left = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
     assert not left, [p.info["cmdline"] for p in left]
+
+
+@pytest.mark.parametrize(
+    "command, args, flag",
+    [
+        (["train"], ["--out", "/proc/gpurig-test/run"], "--out"),
+        (["bench", "train"], ["--out", "/proc/gpurig-test/bench"], "--out"),
+        (["train"], ["--timeout", "0"], "--timeout"),
+        (["bench", "train"], ["--timeout", "-5"], "--timeout"),
+    ],
+)
+def test_unwritable_out_and_bad_timeout_exit_2(run_cli, command, args, flag):
+    proc = run_cli(*command, "--device", "cpu", *args, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert flag in proc.stderr and "Traceback" not in proc.stderr

@@ -48,6 +48,10 @@ def register(bench_app: typer.Typer) -> None:
         overrides = list(sets) + ([f"train.steps={steps}"] if steps else [])
         result = run_bench_train(device=device, nproc=nproc, out_dir=str(out) if out else None, workload=workload,
                                  overrides=overrides, baseline=baseline, timeout=timeout, on_event=on_event)
+        if result.get("summary"):
+            from gpurig.commands.train import attach_verdicts
+
+            attach_verdicts(result["summary"])
         if json_out:
             emit_json(result)
             return
@@ -78,7 +82,9 @@ def register(bench_app: typer.Typer) -> None:
                 row += [f"{seed:,.0f}" if seed else "failed", f"{r['speedup_vs_seed']:.2f}" if r.get("speedup_vs_seed") else "n/a"]
             t.add_row(*row)
         console.print(t)
+        for f in result.get("scaling_findings") or []:
+            console.print(f"[yellow]{f['title']}[/yellow]: {f['detail']}")
         s = result.get("summary") or {}
         if s.get("verdicts"):
-            console.print(f"verdict at {s.get('world_size')} processes: {s['verdicts'][0].get('title')}")
+            console.print(f"step-time verdict at {s.get('world_size')} processes: {s['verdicts'][0].get('title')}")
         console.print(f"results: {Path(result['out_dir']) / 'bench-train.json'}")

@@ -126,6 +126,27 @@ class Renderer:
             self.progress = None
 
 
+def attach_verdicts(summary: dict[str, Any]) -> dict[str, Any]:
+    """Judge the run (gpurig.diagnose, a layer above train) and store the verdicts in the summary and
+    in <run_dir>/summary.json, so the file on disk is complete."""
+    import json
+    import os
+
+    from gpurig.diagnose.verdicts import training_verdicts
+
+    summary["verdicts"] = [f.to_dict() for f in training_verdicts(summary)]
+    run_dir = summary.get("run_dir")
+    if run_dir and (Path(run_dir) / "summary.json").is_file():
+        on_disk = {k: v for k, v in summary.items() if k not in ("run_dir", "launch")}
+        tmp = Path(run_dir) / ".summary.json.tmp"
+        try:
+            tmp.write_text(json.dumps(on_disk, indent=2, default=str))
+            os.replace(tmp, Path(run_dir) / "summary.json")
+        except OSError:
+            pass  # the verdicts are still printed and returned; the worker's summary.json stays
+    return summary
+
+
 def render_summary(console, s: dict[str, Any]) -> None:
     st = s.get("step_time") or {}
 
@@ -182,7 +203,9 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout (progress goes to stderr)."),
     ) -> None:
         from gpurig.train.config import load_config, to_toml
-        from gpurig.train.run import run_training, saved_config
+        from gpurig.train.run import check_timeout, run_training, saved_config
+
+        check_timeout(timeout)
 
         overrides = list(sets) + ([f"framework={framework}"] if framework else [])
         saved = saved_config(out) if (resume and out and not (preset_name or config)) else None
@@ -214,6 +237,7 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(143) from None
             finally:
                 renderer.close()
+            attach_verdicts(summary)
         loss = summary.get("final_loss")
         if json_out:
             emit_json(summary)

@@ -20,7 +20,7 @@ from gpurig.errors import BadInput
 from gpurig.launch.plan import plan_torchrun, resolve_device
 from gpurig.launch.runner import run_plan
 from gpurig.train.config import TrainConfig, load_config
-from gpurig.train.run import EventHandler, default_run_dir, run_training
+from gpurig.train.run import EventHandler, check_timeout, default_run_dir, run_training
 
 # Workloads: a preset plus overrides. CPU workloads are small enough for a laptop.
 WORKLOADS: dict[str, dict[str, Any]] = {
@@ -46,6 +46,42 @@ def counts_up_to(n: int) -> list[int]:
         out.append(k)
         k *= 2
     out.append(n)
+    return out
+
+
+SCALING_OK = 0.90  # per-device rate at N / rate at 1 below this deserves an explanation
+
+
+def scaling_findings(rows: list[dict[str, Any]], device: str, cores: int | None = None) -> list[dict[str, Any]]:
+    """One finding per process count whose scaling efficiency is below SCALING_OK, with the likely why.
+
+    Judged from the step-time split of that run: exposed communication, data wait, or (neither)
+    compute that itself got slower per device, which on the CPU means processes sharing cores.
+    """
+    out = []
+    cores = cores or os.cpu_count() or 1
+    for r in rows:
+        eff = r.get("scaling_efficiency")
+        if eff is None or eff >= SCALING_OK or r["nproc"] == 1:
+            continue
+        st = r.get("step_time") or {}
+        comm = st.get("comm_exposed_fraction") or 0.0
+        data = st.get("data_wait_fraction") or 0.0
+        if comm >= 0.15:
+            why = (f"exposed communication is {comm:.0%} of the step: the gradient all-reduce is not hidden behind "
+                   "the backward pass (bigger batch per device, larger DDP buckets, faster links)")
+        elif data >= 0.15:
+            why = f"data wait is {data:.0%} of the step: the input pipeline does not keep up with {r['nproc']} processes"
+        elif device == "cpu":
+            why = (f"each process computes slower than one process alone: {r['nproc']} processes share {cores} CPU "
+                   "cores (and whatever else runs on this machine), so CPU scaling measures core contention, "
+                   "not data parallelism")
+        else:
+            why = ("each GPU computes slower than one GPU alone (clocks, power or thermal limits, NCCL kernels "
+                   "sharing the SMs, or another job on the GPUs): run `gpurig monitor` during the benchmark")
+        out.append({"nproc": r["nproc"], "scaling_efficiency": eff, "severity": "warn",
+                    "title": f"scaling efficiency {eff:.2f} at {r['nproc']} processes (below {SCALING_OK:.2f})",
+                    "detail": why})
     return out
 
 
@@ -91,6 +127,7 @@ def run_bench_train(
     on_event: EventHandler | None = None,
 ) -> dict[str, Any]:
     """Run the workload at each process count; return rows with per-device rate and scaling efficiency."""
+    check_timeout(timeout)
     choice = resolve_device(device, nproc)
     if baseline not in (None, "seed"):
         raise BadInput(f"--baseline: only 'seed' is known, got {baseline!r}")
@@ -102,6 +139,10 @@ def run_bench_train(
     counts = counts or counts_up_to(choice.nproc)
     if max(counts) > choice.nproc:
         raise BadInput(f"--nproc: {max(counts)} processes asked for, {choice.nproc} available")
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"--out {base}: cannot create the directory ({exc.strerror or exc})") from None
     env: dict[str, str] = {}
     if choice.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         # The same threads per process at every count: otherwise 1 process gets all the cores' OpenMP
@@ -139,6 +180,7 @@ def run_bench_train(
                 row["speedup_vs_seed"] = per / seed["samples_per_s_per_device"]
         rows.append(row)
     result = {
+        "scaling_findings": scaling_findings(rows, choice.device),
         "workload": workload, "workload_doc": WORKLOADS[workload]["doc"], "device": choice.device,
         "device_reason": choice.reason, "unit": (last_summary or {}).get("unit"),
         "batch_size_per_device": cfg.data.batch_size, "steps": cfg.train.steps, "results": rows,

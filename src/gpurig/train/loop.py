@@ -916,14 +916,9 @@ class Trainer:
             "resumed_from": resumed_from,
             "checkpoints": [str(p) for p in ckpt.list_checkpoints(self.run_dir)],
             "choices": [{"name": c.name, "value": c.value, "reason": c.reason} for c in self.choices],
+            # Filled in by the command layer (gpurig.diagnose sits above train): see attach_verdicts.
             "verdicts": [],
         }
-        try:
-            from gpurig.diagnose.verdicts import training_verdicts
-
-            summary["verdicts"] = [f.to_dict() for f in training_verdicts(summary)]
-        except ImportError:
-            pass
         if self.tb is not None:
             self.tb.close()
         return summary
@@ -973,6 +968,15 @@ def main(argv: list[str] | None = None) -> int:
         if code == 0:
             with contextlib.suppress(Exception):
                 dist.barrier(group=ctx.control)
+        # Stop the background thread that talks to the store before the process group (and its
+        # store) go away: a thread inside a C++ store call at interpreter exit aborts the process
+        # ("terminate called without an active exception") after a run that had succeeded.
+        ledger = getattr(faults.Ledger, "current", None)
+        if ledger is not None:
+            ledger.close()
+            ledger.thread.join(timeout=5)
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
+        sys.stdout.flush()
+        sys.stderr.flush()
     return code
