@@ -230,3 +230,18 @@ def test_the_pin_line_really_pins_the_installed_framework(tmp_path):
     env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + "/usr/bin:/bin"}
     subprocess.run(["bash", "-c", script], check=True, env=env, timeout=60)
     assert (tmp_path / "constraints.txt").read_text().split() == [f"torch=={importlib.metadata.version('torch')}"]
+
+
+@pytest.mark.parametrize("uid, gid, ok", [("1000", "1000", True), ("0", "1000", False), ("1000", "0", False)])
+def test_the_user_can_never_be_root(uid, gid, ok):
+    """`--build-arg USER_UID=$(id -u)` typed as root would give uid 0: the build stops with the reason."""
+    import subprocess
+
+    recipe = dockerfile_recipe(HostSummary.from_facts(CRAFTED["h200x2_r580"]), ALL_ON)
+    guard = [r for r in instructions(parse(recipe.text), "RUN") if '"${USER_UID}" = 0' in r]
+    assert len(guard) == 1
+    r = subprocess.run(["sh", "-c", guard[0]], env={"USER_UID": uid, "USER_GID": gid, "PATH": "/usr/bin:/bin"},
+                       capture_output=True, text=True)
+    assert (r.returncode == 0) == ok
+    if not ok:
+        assert "root" in r.stderr

@@ -108,6 +108,7 @@ def dockerfile_recipe(host: HostSummary, opts: DockerfileOptions) -> Recipe:
     d: list[str] = [
         f"# Dockerfile for {host.describe()}; made by `gpurig env dockerfile`.",
         f"# Build: docker build -t {DEFAULT_IMAGE} --build-arg USER_UID=$(id -u) --build-arg USER_GID=$(id -g) .",
+        f"#   (as root on the host, leave both --build-arg out: the user then gets uid {USER_UID}, never 0)",
         "# Run:   the line from `gpurig env docker-run` (GPUs, shared memory, ports on 127.0.0.1).",
         "# " + "; ".join(base.reasons) + ".",
         f"FROM {base.image}",
@@ -142,6 +143,10 @@ def dockerfile_recipe(host: HostSummary, opts: DockerfileOptions) -> Recipe:
         ]
     d += [
         "",
+        "# The user must not be root: a uid or gid of 0 stops the build here with the reason.",
+        'RUN if [ "${USER_UID}" = 0 ] || [ "${USER_GID}" = 0 ]; then '
+        f'echo "USER_UID/USER_GID 0 is root; build without them (default {USER_UID}) or with your own non-root ids" >&2; '
+        'exit 1; fi',
         "# Create the user. A uid already taken (Ubuntu images ship a user with uid 1000) is given to ours.",
         "# The password field is '*': no password can ever match, yet the account is not 'locked', which",
         "# would also refuse key logins.",
