@@ -89,7 +89,7 @@ def test_a_rank_that_raises_is_named_with_its_error_and_the_run_stops(tmp_path, 
 
 def test_bench_comm_on_cpu_reports_every_point_with_nccl_tests_arithmetic(run_cli, tmp_path):
     proc = run_cli("bench", "comm", "--device", "cpu", "--ops", "allreduce,allgather", "--max-bytes", "4KiB",
-                   "--iters", "3", "--repeats", "2", "--json", "--out", str(tmp_path))
+                   "--iters", "3", "--repeats", "2", "--json", env={"TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
     assert doc["ok"] and doc["backend"] == "gloo" and doc["p2p"] is None
@@ -101,6 +101,8 @@ def test_bench_comm_on_cpu_reports_every_point_with_nccl_tests_arithmetic(run_cl
         factor = 1.0 if p["op"] == "allreduce" else 0.5  # 2(n-1)/n and (n-1)/n at n = 2
         assert p["busbw_gbps"] == pytest.approx(p["algbw_gbps"] * factor)
     assert doc["capability"]["how"] == "n/a on CPU (gloo)"
+    # without --out the run folder was temporary, and is gone
+    assert doc["run_dir"] is None and not list(tmp_path.glob("gpurig-*"))
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,12 @@ def run_bench_comm(
             echo(line[len("gpurig-progress: "):])
 
     run = run_plan(plan, timeout=STARTUP_SECONDS + timeout * (len(ops) * len(sizes) + 3), echo=on_line)
-    return summarise(run_dir, choice, run, config, facts, timeout, plan.full_env())
+    data = summarise(run_dir, choice, run, config, facts, timeout, plan.full_env())
+    if out_dir is None and data["ok"]:
+        # Every figure is in the result; the temporary folder goes unless the run failed.
+        shutil.rmtree(run_dir, ignore_errors=True)
+        data["run_dir"] = None
+    return data
 
 
 def summarise(run_dir: Path, choice: Any, run: Any, config: dict[str, Any], facts: Any, timeout: float,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -148,6 +149,8 @@ def run_verify(
 ) -> VerifyResult:
     """Run every check and return the verdict; raises `BadInput` for bad arguments.
 
+    out_dir: where to keep the run folder; without it the folder is temporary and removed after a
+      run that passed (a failed run keeps it for inspection; `run_dir` says where).
     timeout: seconds any single collective may wait before it counts as a hang.
     facts: a `RigFacts` to judge the transport against (default: read this machine's).
     profile: "full" (GPU messages up to 400 MB) or "quick" (up to 64 MB), for `gpurig check`.
@@ -179,7 +182,12 @@ def run_verify(
     if choice.device == "cuda" and facts is None:
         facts = live_facts()
     run = run_plan(plan, timeout=overall, echo=on_line)
-    return collect_verify(run_dir, choice, run, facts, timeout, checks, plan.full_env())
+    result = collect_verify(run_dir, choice, run, facts, timeout, checks, plan.full_env())
+    if out_dir is None and result.passed:
+        # Nothing to inspect: the temporary folder goes. A failed run keeps it, and says where.
+        shutil.rmtree(run_dir, ignore_errors=True)
+        result.run_dir = None
+    return result
 
 
 def collect_verify(run_dir: Path, choice: Any, run: Any, facts: Any, timeout: float,

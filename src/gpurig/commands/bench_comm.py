@@ -23,7 +23,8 @@ speed, or PCIe generation × width). Small messages are timed by replaying a CUD
 peer-to-peer copy matrix, one way and both ways. A link far below its kind is reported as a finding.
 
 Defaults: GPU 1 KiB to 1 GiB, 20 iterations × 5 samples after 5 warm-ups, all five ops; CPU (gloo)
-1 KiB to 256 KiB, 5 iterations × 3 samples, so it finishes in seconds.
+1 KiB to 256 KiB, 5 iterations × 3 samples, so it finishes in seconds. The run folder is temporary
+(removed after a run that completed) unless --out DIR is given.
 
 Examples:
   gpurig bench comm
@@ -87,7 +88,8 @@ def render(console, data: dict[str, Any]) -> None:
         console.print(f"[yellow]{f['title']}[/yellow]\n  fix: {f['fix']}")
     if data.get("error"):
         console.print(f"[bold red]{data['error']}[/bold red]")
-    console.print(f"run folder: {data['run_dir']}")
+    if data.get("run_dir"):
+        console.print(f"run folder: {data['run_dir']}")
 
 
 def register(bench_app: typer.Typer) -> None:

@@ -25,7 +25,9 @@ A collective that waits longer than --timeout is reported as a hang naming the c
 ranks that never arrived; every worker is stopped.
 
 Defaults: --device auto (CUDA when a GPU is usable, else CPU), --nproc auto (every visible GPU, or 2
-on the CPU), --timeout 60 s per collective, the run folder in a temporary directory.
+on the CPU), --timeout 60 s per collective; the run folder (per-rank results, progress files, NCCL
+logs) is temporary and removed after a passing run, kept after a failing one (the output says where),
+and always kept under --out DIR.
 
 Examples:
   gpurig verify
@@ -57,7 +59,9 @@ def render(console, result: VerifyResult) -> None:
     for f in result.findings:
         console.print(f"[bold red]{f['title']}[/bold red]\n  fix: {f['fix']}")
     verdict = "[green]all checks passed[/green]" if result.passed else "[bold red]verification failed[/bold red]"
-    console.print(f"{verdict} in {result.seconds:.1f} s; run folder: {result.run_dir}")
+    where = (f"run folder: {result.run_dir}" if result.run_dir
+             else "the temporary run folder was removed (--out DIR keeps per-rank results and NCCL logs)")
+    console.print(f"{verdict} in {result.seconds:.1f} s; {where}")
 
 
 def register(app: typer.Typer) -> None:
