@@ -75,6 +75,7 @@ FINDINGS: dict[str, tuple[str, str]] = {
     "nccl-algo-forced": ("environment", "NCCL_ALGO / NCCL_PROTO forced"),
     # frameworks
     "torch-import-failed": ("frameworks", "torch present but its import crashed"),
+    "torch-newer-than-knowledge": ("frameworks", "the installed torch is newer than gpurig's wheel table"),
     "torch-not-installed": ("frameworks", "no torch on a GPU machine"),
     "torch-cpu-only-build": ("frameworks", "a CPU-only torch on a GPU machine"),
     "torch-cuda-too-new-for-driver": ("frameworks", "torch's CUDA needs a newer driver"),

@@ -62,6 +62,30 @@ def _torch_variant(version: str | None, cuda: str) -> str:
     return m.group(1) if m else kb.variant_for_cuda(cuda)
 
 
+def _torch_newer_than_knowledge(version: str | None) -> list[Finding]:
+    """Say so when the installed torch is newer than every release in torch.toml: its wheel advice
+    (and `gpurig env pip`) would otherwise name an older release without a word."""
+    if not version:
+        return []
+    try:
+        if kb.torch_release(version) is not None:
+            return []
+        newest = max((r.torch for r in kb.torch_releases()), key=kb.version_key)
+        if kb.version_key(version) <= kb.version_key(newest):
+            return []
+    except kb.UnknownVersion:  # an unparseable version string: nothing to say
+        return []
+    return [Finding(
+        id="torch-newer-than-knowledge", severity="info", area="frameworks",
+        title=f"PyTorch {version} is newer than gpurig's wheel table (newest known: {newest})",
+        detail="The compatibility checks still read torch's own build facts (CUDA build, architectures), "
+               "but wheel advice and `gpurig env pip` can only name releases up to " + newest + ".",
+        fix="Nothing to fix on this machine; a newer gpurig (or a row added to knowledge/torch.toml) "
+            "knows the newer wheels",
+        evidence={"torch.version": version, "newest_known": newest},
+    )]
+
+
 def torch_rules(ctx: Context) -> list[Finding]:
     fw = ctx.facts.frameworks
     if not fw.probed:
@@ -87,9 +111,9 @@ def torch_rules(ctx: Context) -> list[Finding]:
             fix=f"Install the wheel that fits this host: {_wheel_text(choice)}",
             evidence={"torch.installed": False, "driver": ctx.driver_version},
         )]
+    findings: list[Finding] = _torch_newer_than_knowledge(t.version)
     if not ctx.gpus:
-        return []  # a CPU machine: any torch build runs on the CPU
-    findings: list[Finding] = []
+        return findings  # a CPU machine: any torch build runs on the CPU
     if t.cuda_build is None:
         choice = wheel_hint(ctx)
         return [Finding(
