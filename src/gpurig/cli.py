@@ -62,6 +62,38 @@ def _root(
     pass
 
 
+def reflow(text: str | None) -> str | None:
+    """Join the hard-wrapped lines of each prose paragraph of a help text, so the terminal wraps it
+    once at its own width; indented lines (examples) stay as they are."""
+    if not text:
+        return text
+    out: list[str] = []
+    for para in text.strip("\n").split("\n\n"):
+        lines = para.split("\n")
+        prose: list[str] = []
+        kept: list[str] = []
+        for line in lines:
+            if line.startswith((" ", "\t")) or line.rstrip().endswith(":"):
+                if prose:
+                    kept.append(" ".join(prose))
+                    prose = []
+                kept.append(line)
+            else:
+                prose.append(line.strip())
+        if prose:
+            kept.append(" ".join(prose))
+        out.append("\n".join(kept))
+    return "\n\n".join(out)
+
+
+def _reflow_all(typer_app: typer.Typer) -> None:
+    for info in typer_app.registered_commands:
+        info.help = reflow(info.help or (info.callback.__doc__ if info.callback else None))
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _reflow_all(group.typer_instance)
+
+
 def _register_all() -> None:
     import gpurig.commands as pkg
 
@@ -80,6 +112,7 @@ def _register_all() -> None:
             register(app)
     if bench_used:
         app.add_typer(bench_app, name="bench")
+    _reflow_all(app)
 
 
 _register_all()

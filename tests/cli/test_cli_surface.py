@@ -41,3 +41,19 @@ def test_console_script_is_installed():
 def test_unknown_command_exits_2(run_cli):
     r = run_cli("frobnicate")
     assert r.returncode == 2 and "frobnicate" in r.stderr
+
+
+def test_help_prose_is_reflowed_for_any_terminal_width():
+    from gpurig.cli import reflow
+
+    text = "First line of a sentence\nthat goes on.\n\nExamples:\n  gpurig x   does x\n  gpurig y   does y\n"
+    assert reflow(text) == "First line of a sentence that goes on.\n\nExamples:\n  gpurig x   does x\n  gpurig y   does y"
+
+
+def test_help_at_80_columns_keeps_sentences_whole(run_cli):
+    r = run_cli("check", "--help", env={"COLUMNS": "80"})
+    assert r.returncode == 0
+    # a sentence is wrapped by the terminal, not broken where the source file broke it
+    assert "gloo processes on the CPU" in " ".join(r.stdout.split())
+    assert not any(line.strip() in ("processes on the CPU, so the whole tool can be seen working anywhere.",)
+                   for line in r.stdout.splitlines())

@@ -28,10 +28,10 @@ processes on the CPU, so the whole tool can be seen working anywhere. Stops earl
 when the doctor finds an error. Finishes in a few minutes at most.
 
 Examples:
-  gpurig check                              report in runs/check-<time>/report.html
-  gpurig check --report rig.html            the report where you want it
-  gpurig check --json > check.json          the same content as one JSON document
-  gpurig check --device cpu                 the CPU path even on a GPU machine
+  gpurig check                      report in runs/check-<time>/
+  gpurig check --report rig.html    the report where you want it
+  gpurig check --json > check.json  the same content as JSON
+  gpurig check --device cpu         the CPU path on a GPU machine
 
 Exit status: 0 every step passed, 1 a step failed or the doctor found an error, 2 bad usage.
 """

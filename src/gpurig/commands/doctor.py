@@ -17,10 +17,10 @@ Reads the GPUs (NVML or nvidia-smi), links, driver, PyTorch/TensorFlow builds, c
 environment, without ever initialising CUDA, then prints findings worst first, each with its fix.
 
 Examples:
-  gpurig doctor                          judge this machine
-  gpurig doctor --json > doctor.json     facts and findings as one JSON document
-  gpurig doctor --save-facts rig.json    keep the snapshot to send to a colleague
-  gpurig doctor --facts rig.json         judge a saved snapshot instead of this machine
+  gpurig doctor                        judge this machine
+  gpurig doctor --json > doctor.json   facts and findings as JSON
+  gpurig doctor --save-facts rig.json  keep the snapshot to share
+  gpurig doctor --facts rig.json       judge a saved snapshot
 
 Exit status: 0 no error finding, 1 at least one error finding, 2 bad usage or an unreadable facts file.
 """
