@@ -57,7 +57,7 @@ class Context:
     progress: Progress
     faults: list[Fault]
     profile: str = "full"  # "full" | "quick": how large the largest messages are
-    cpu_group: Any = None  # a gloo group for barriers that must not occupy the GPU
+    cpu_group: Any = None  # a gloo group of its own for barriers and agreement (never on the GPU)
     record: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -145,7 +145,10 @@ def _setup(args: argparse.Namespace) -> Context:
         device = torch.device("cpu")
         with progress.op("setup", "init_process_group", "gloo"):
             dist.init_process_group("gloo", timeout=pg_timeout)
-        cpu_group = None
+        # Barriers and the agreement between checks get a group of their own here too: on the
+        # group of the checks, a crashed rank's agreement would pair with a peer's pending collective.
+        with progress.op("setup", "new_group", "gloo, for barriers and agreement"):
+            cpu_group = dist.new_group(backend="gloo", timeout=pg_timeout)
     ctx = Context(
         rank=rank, world_size=world_size, local_rank=local_rank, device=device, backend=dist.get_backend(),
         run_dir=run_dir, timeout=args.timeout, progress=progress, faults=faults, profile=args.profile,
