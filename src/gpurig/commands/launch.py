@@ -174,8 +174,7 @@ def register(app: typer.Typer) -> None:
         # Preflight: lint the script, then the doctor's fast checks.
         lint_findings = []
         if not module:
-            from gpurig.commands.lint import render_findings
-            from gpurig.diagnose.lint import lint_file
+            from gpurig.commands.lint import lint_file, render_findings
 
             try:
                 lint_findings = lint_file(script)

@@ -21,9 +21,28 @@ Example: [bold]gpurig lint train.py --json[/bold]
 """
 
 
-def lint_path(script: str):
-    from gpurig.diagnose.lint import lint_file
+def lint_file(script: str) -> list:
+    """Findings for a script on disk; a missing, unreadable or invalid file is bad input (exit 2)."""
+    from pathlib import Path
 
+    from gpurig.diagnose.lint import lint_source
+    from gpurig.errors import BadInput
+
+    path = Path(script)
+    if not path.is_file():
+        what = "is a directory, not a script" if path.is_dir() else "no such file"
+        raise BadInput(f"SCRIPT {script}: {what}")
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"SCRIPT {script}: cannot read it ({exc})") from None
+    try:
+        return lint_source(source, str(path))
+    except SyntaxError as exc:
+        raise BadInput(f"SCRIPT {script}: not valid Python (line {exc.lineno}: {exc.msg})") from None
+
+
+def lint_path(script: str):
     return lint_file(script)
 
 

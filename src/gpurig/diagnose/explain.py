@@ -10,10 +10,8 @@ caused it. Pure: no I/O apart from reading the catalogue shipped with the packag
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +109,9 @@ def parse_catalogue(data: dict) -> list[CatalogueEntry]:
 
 @lru_cache(maxsize=1)
 def load_catalogue() -> tuple[CatalogueEntry, ...]:
-    text = resources.files("gpurig.knowledge").joinpath("errors.toml").read_text(encoding="utf-8")
-    return tuple(parse_catalogue(tomllib.loads(text)))
+    from gpurig.knowledge.loaders import error_catalogue_data
+
+    return tuple(parse_catalogue(error_catalogue_data()))
 
 
 def _line_of(text: str, pos: int) -> tuple[int, str]:

@@ -173,25 +173,6 @@ def _name_of(func: str) -> str:
     return func.rsplit(".", 1)[-1]
 
 
-def lint_file(script: str) -> list[LintFinding]:
-    """Findings for a script on disk; a missing, unreadable or invalid file is bad input."""
-    from pathlib import Path
-
-    from gpurig.errors import BadInput
-
-    path = Path(script)
-    if not path.is_file():
-        raise BadInput(f"SCRIPT {script}: no such file")
-    try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"SCRIPT {script}: cannot read it ({exc})") from None
-    try:
-        return lint_source(source, str(path))
-    except SyntaxError as exc:
-        raise BadInput(f"SCRIPT {script}: not valid Python (line {exc.lineno}: {exc.msg})") from None
-
-
 def lint_source(source: str, filename: str = "<script>") -> list[LintFinding]:
     """All findings for one script, in line order. A syntax error is reported as bad input."""
     tree = ast.parse(source, filename=filename)

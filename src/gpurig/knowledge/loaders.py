@@ -101,6 +101,12 @@ def _read(name: str) -> dict[str, Any]:
         raise KnowledgeError(f"knowledge file {name}: {exc}") from exc
 
 
+@functools.cache
+def error_catalogue_data() -> dict[str, Any]:
+    """The raw error catalogue (errors.toml); `gpurig.diagnose.explain` turns it into typed entries."""
+    return _read("errors.toml")
+
+
 def _rows(name: str, table: str) -> list[dict[str, Any]]:
     rows = _read(name).get(table)
     if not isinstance(rows, list) or not rows:
