@@ -77,3 +77,9 @@ def test_failed_save_keeps_the_previous_file(tmp_path, monkeypatch):
 def test_save_into_missing_folder(tmp_path):
     with pytest.raises(BadInput, match="does not exist"):
         save_facts_file(_rig(), tmp_path / "no" / "rig.json")
+
+
+def test_save_under_a_file(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(BadInput, match="is a file, not a folder"):
+        save_facts_file(_rig(), tmp_path / "afile" / "rig.json")

@@ -38,6 +38,8 @@ def save_facts_file(facts: RigFacts, path: str | os.PathLike, flag: str = "--sav
     """Write the snapshot atomically (temporary file, fsync, rename): a crash never leaves half a file."""
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise BadInput(f"{flag} {p}: {parent} is a file, not a folder")
     if not parent.is_dir():
         raise BadInput(f"{flag} {p}: the folder {parent} does not exist")
     try:
