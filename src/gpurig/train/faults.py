@@ -99,14 +99,14 @@ def init_kwargs() -> dict[str, Any]:
     addresses, NCCL's unique id) of a killed attempt are still there when the restarted workers
     meet, and a rank that reads one before its peer overwrites it connects to a dead process
     ("Gloo connectFullMesh failed ... Connection refused") or waits for a stale NCCL id. A prefix
-    per attempt keeps every attempt's keys apart.
+    per attempt keeps every attempt's keys apart (on every node: when a worker dies, every agent
+    restarts its workers and counts the same attempt number).
 
-    Single node only: with several nodes an agent that was replaced counts its attempts from 0
-    while the others do not, so their workers would never meet under such a prefix; there
-    torch's own store is used and a restart that hits a stale key is restarted again.
+    Known limit: an agent that was itself killed and started again counts from 0 while the others
+    do not, so its workers would not meet theirs; torch 2.14's rendezvous does not complete that
+    case either (docs/faults.md).
     """
-    if (os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or "MASTER_PORT" not in os.environ
-            or os.environ.get("GROUP_WORLD_SIZE", "1") != "1"):
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or "MASTER_PORT" not in os.environ:
         return {}
     import torch.distributed as dist
 

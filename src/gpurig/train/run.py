@@ -23,6 +23,7 @@ from gpurig.launch.plan import plan_torchrun, resolve_device
 from gpurig.launch.runner import run_plan
 from gpurig.train import checkpoint as ckpt
 from gpurig.train.config import TrainConfig, check_data_path, from_dict, to_toml, validate
+from gpurig.train.dcp import list_sharded
 from gpurig.train.faults import parent_grace, stop_env
 from gpurig.train.protocol import CHOICE, PROGRESS
 
@@ -94,7 +95,7 @@ def run_training(
     run_dir = Path(out_dir or cfg.out_dir or default_run_dir())
     if run_dir.exists() and not run_dir.is_dir():
         raise BadInput(f"--out {run_dir}: exists and is not a directory")
-    if not resume and ckpt.list_checkpoints(run_dir):
+    if not resume and (ckpt.list_checkpoints(run_dir) or list_sharded(run_dir)):
         raise BadInput(f"--out {run_dir}: already holds checkpoints of a run; continue it with --resume auto "
                        "or choose another --out")
     if resume and resume not in ("auto", "none") and not Path(resume).is_file():
