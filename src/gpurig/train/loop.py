@@ -971,10 +971,14 @@ def main(argv: list[str] | None = None) -> int:
         # Stop the background thread that talks to the store before the process group (and its
         # store) go away: a thread inside a C++ store call at interpreter exit aborts the process
         # ("terminate called without an active exception") after a run that had succeeded.
+        # It also holds the process group and the store: drop them, so that destroy_process_group
+        # really frees them now and not in a C++ destructor during interpreter shutdown.
         ledger = getattr(faults.Ledger, "current", None)
         if ledger is not None:
             ledger.close()
             ledger.thread.join(timeout=5)
+            ledger.group = ledger.store = None
+            faults.Ledger.current = None
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
         sys.stdout.flush()
