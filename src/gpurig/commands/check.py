@@ -251,11 +251,17 @@ def register(app: typer.Typer) -> None:
             from gpurig.report.html import render_report
 
             report_path.write_text(render_report(doc), encoding="utf-8")
-            console.print(f"report: {report_path}")
+            console.print(f"report: {report_path} (open file://{report_path.resolve()} in a browser)")
         except ImportError:
             console.print("report: the HTML renderer is not available in this installation")
         if json_out:
             emit_json(doc)
+        if doc["verdicts"]:
+            head = doc["verdicts"][0]
+            console.print(f"bottleneck verdict: {head['title']}")
+            if head.get("severity") != "ok" and head.get("fix"):
+                console.print(f"  fix: {head['fix']}")
+        console.print(f"results: {out_dir / 'check.json'}")
         verdict = "[green]all steps passed[/green]" if doc["passed"] else "[bold red]some steps failed[/bold red]"
         console.print(verdict)
         raise typer.Exit(0 if doc["passed"] else 1)
