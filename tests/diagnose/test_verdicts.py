@@ -50,7 +50,9 @@ def test_input_bound_is_the_headline_with_its_share_and_fix():
     head = findings[0]
     assert head.id == "input-bound" and head.severity == "warn"
     assert head.title.startswith("input-bound: data wait is 41% of step time; raise workers or move the data to the GPU")
-    assert "num_workers" in head.fix and "decode_jpeg" in head.fix  # GPU decode offered on CUDA
+    assert "--set data.workers=" in head.fix and "--set data.decode=gpu" in head.fix  # GPU decode offered on CUDA
+    s["device"] = "cpu"
+    assert "data.decode" not in training_verdicts(s)[0].fix
     assert head.evidence["worst_rank"] == 1
 
 
@@ -59,7 +61,9 @@ def test_communication_bound_without_a_transport_problem():
     s["step_time"].update(comm_exposed_fraction=0.35, compute_fraction=0.6)
     head = training_verdicts(s)[0]
     assert head.id == "communication-bound"
-    assert "transport" not in head.title and "bucket_cap_mb" in head.fix
+    assert "transport" not in head.title
+    assert "--set train.ddp_bucket_mb=100" in head.fix and "--set data.batch_size=512" in head.fix
+    assert "gradient_as_bucket_view" not in head.fix  # gpurig's trainer does that already
 
 
 def test_communication_bound_because_of_shm_instead_of_p2p_over_nvlink():
@@ -79,7 +83,7 @@ def test_communication_bound_over_pcie():
     s["links"] = {"0-1": "PHB"}
     head = training_verdicts(s)[0]
     assert "PCIe (PHB), not NVLink" in head.detail
-    assert "no_sync" in head.fix
+    assert "PCIe is the limit" in head.fix and "--set train.grad_accum=4" in head.fix
 
 
 def test_straggler_rank_that_computes_slower():
@@ -116,8 +120,8 @@ def test_launch_bound_small_steps_suggests_batch_graphs_compile():
     s["peak_memory_bytes"] = 100 * GIB
     findings = training_verdicts(s)
     assert findings[0].id == "launch-bound"
-    assert "--batch-size 128" in findings[0].fix and "CUDA graphs" in findings[0].fix
-    assert "torch.compile" in findings[0].fix
+    assert "--set data.batch_size=128" in findings[0].fix and "CUDA graphs" in findings[0].fix
+    assert "--set train.compile=on" in findings[0].fix
 
 
 def test_launch_bound_is_dropped_when_samples_show_busy_gpus():
@@ -144,7 +148,7 @@ def test_memory_headroom_suggests_a_larger_batch():
     assert ids(findings)[0] == "training-balanced"  # advice, not a bottleneck: the run is still balanced
     f = next(f for f in findings if f.id == "memory-headroom")
     assert f.severity == "info" and "21.0 GiB of 140.0 GiB (15%)" in f.title
-    assert "--batch-size 1024" in f.fix  # 21 GiB x 4 = 84 GiB <= 80% of 140; x 8 would not fit
+    assert "--set data.batch_size=1024" in f.fix  # 21 GiB x 4 = 84 GiB <= 80% of 140; x 8 would not fit
 
 
 def test_thermal_and_power_throttling_from_samples():

@@ -186,3 +186,16 @@ def test_record_to_a_path_that_cannot_be_written_is_bad_input(tmp_path):
     with pytest.raises(BadInput, match="--record"):
         run(MonitorOptions(record=tmp_path, count=1), backend=FakeBackend(gpus=1), console=_console(),
             sleep=lambda s: None)
+
+
+@needs_no_gpu
+@pytest.mark.parametrize("extra", [[], ["--record", "r.jsonl"]], ids=["count", "record-count"])
+def test_count_without_a_gpu_ends_after_the_one_line(run_cli, tmp_path, extra):
+    res = run_cli("monitor", "--count", "3", *extra, cwd=tmp_path, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().startswith("gpurig monitor: no GPU to watch:")
+
+
+def test_record_to_an_unwritable_path_exits_2_naming_record(run_cli, tmp_path):
+    res = run_cli("monitor", "--record", str(tmp_path), "--count", "1", timeout=60)
+    assert res.returncode == 2 and "--record" in res.stderr and "Traceback" not in res.stderr

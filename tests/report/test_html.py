@@ -127,7 +127,7 @@ def test_missing_keys_inside_sections_are_na_not_errors(doc):
 
 def test_verdicts_in_the_document_are_used_headline_first(doc):
     doc["verdicts"] = [
-        {"id": "memory-headroom", "severity": "info", "title": "memory headroom unused", "fix": "--batch-size 512"},
+        {"id": "memory-headroom", "severity": "info", "title": "memory headroom unused", "fix": "--set data.batch_size=512"},
         {"id": "input-bound", "severity": "warn", "title": "input-bound: data wait is 41% of step time",
          "fix": "raise workers"},
     ]

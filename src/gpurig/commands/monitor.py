@@ -22,7 +22,7 @@ HELP = """Watch every GPU and say what the numbers mean for a multi-GPU job.
 
 Per GPU: utilisation, memory, power against its limit, temperature, SM clock, throttle reasons, PCIe and NVLink traffic, and the processes on it. A GPU idle while the others work, or running slower clocks, is highlighted, with the verdict and its fix below the table. Reads NVML only, never CUDA, so it cannot disturb the training it watches. Default: a live view refreshed every second until Ctrl-C.
 
-Without a GPU or NVML it says so in one line: with --once or --json it exits 0, otherwise it waits for a GPU to appear (Ctrl-C ends).
+Without a GPU or NVML it says so in one line: with --once, --json or --count it exits 0, otherwise it waits for a GPU to appear (Ctrl-C ends).
 
 [bold]Examples[/bold]
 
@@ -271,7 +271,7 @@ def _watch(opts: MonitorOptions, backend: Any, console: Console, recorder: Any, 
                        "sample": None, "verdicts": []})
             return 0
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-        if single:
+        if single or opts.count:  # a bounded run (a script, a CI step) must end, not wait for hardware
             return 0
         if not _wait_for_gpu(sampler, opts.interval, sleep):
             return 0

@@ -114,10 +114,11 @@ def training_verdicts(summary: dict[str, Any], samples: list[dict[str, Any]] | N
 
 def _input_bound(summary: dict[str, Any], fraction: float) -> Finding:
     on_gpu = summary.get("device") == "cuda"
-    fix = ("raise DataLoader num_workers (with pin_memory=True, persistent_workers=True, prefetch_factor=4), "
-           "or keep a small dataset on the GPU and augment it there")
+    fix = ("more loader workers and deeper prefetch (`--set data.workers=N --set data.prefetch=8`; pinned memory "
+           "and persistent workers are already on), or hold a dataset that fits on the device "
+           "(`--set data.on_device=on`)")
     if on_gpu:
-        fix += "; decode JPEGs on the GPU (torchvision.io.decode_jpeg(device='cuda'))"
+        fix += "; decode JPEGs on the GPU (`--set data.decode=gpu`)"
     worst = _worst_rank(summary, "data_wait_s")
     evidence: dict[str, Any] = {"data_wait_fraction": fraction}
     detail = f"The GPUs waited for the next batch {_pct(fraction)} of each step."
@@ -168,15 +169,25 @@ def _comm_bound(summary: dict[str, Any], fraction: float) -> Finding:
         elif any("network" in p for p in problems):
             fix = "unset NCCL_SHM_DISABLE / NCCL_P2P_DISABLE so GPUs on one machine use P2P or SHM, not sockets"
         else:
-            fix = ("on PCIe, hide communication behind compute: a larger batch per GPU, gradient accumulation with "
-                   "no_sync(), larger DDP buckets (bucket_cap_mb=100), bf16 gradients (DDP comm hook)")
+            fix = ("PCIe is the limit, so hide communication behind compute: more work per all-reduce "
+                   f"({_bigger_batch(summary)}, or `--set train.grad_accum=4`: one all-reduce per 4 micro-batches) "
+                   "and larger buckets (`--set train.ddp_bucket_mb=100`)")
         title = f"communication-bound: exposed communication is {_pct(fraction)} of step time, and the transport is why"
     else:
-        fix = ("hide communication behind compute: a larger batch per GPU, gradient accumulation with no_sync(), "
-               "larger DDP buckets (bucket_cap_mb=100), gradient_as_bucket_view=True, bf16 gradient compression")
+        fix = ("hide communication behind compute: more work per all-reduce "
+               f"({_bigger_batch(summary)}, or `--set train.grad_accum=4`: one all-reduce per 4 micro-batches) "
+               "and larger buckets (`--set train.ddp_bucket_mb=100`)")
         title = f"communication-bound: exposed communication is {_pct(fraction)} of step time"
     return Finding(id="communication-bound", severity="warn", area="training", title=title, detail=detail,
                    fix=fix, evidence=evidence)
+
+
+def _bigger_batch(summary: dict[str, Any], factor: int = 2) -> str:
+    """The `gpurig train` override for a batch `factor` times larger per device."""
+    batch = summary.get("batch_size_per_device")
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
+        return f"`--set data.batch_size={batch * factor}`"
+    return f"a {factor}x larger `data.batch_size`"
 
 
 def _worst_rank(summary: dict[str, Any], key: str) -> tuple[int, float] | None:
@@ -250,12 +261,13 @@ def _launch_bound(summary: dict[str, Any], samples: list[dict[str, Any]] | None,
         evidence["mean_gpu_utilization_pct"] = util
         detail += f" and the GPUs were busy {util:.0f}% of the time"
     detail += ": at this size Python and kernel launches, not the GPU, set the pace."
-    bigger = f"--batch-size {batch * 4}" if isinstance(batch, int) and batch > 0 else "a larger batch"
+    bigger = _bigger_batch(summary, 4)
     return 0.5, Finding(
         id="launch-bound", severity="warn", area="training",
         title=f"launch-bound: steps of {mean_s * 1000:.1f} ms are too small to keep the GPU busy",
         detail=detail,
-        fix=f"give each step more work ({bigger}), capture the step with CUDA graphs, or torch.compile the model",
+        fix=(f"give each step more work ({bigger}) or compile the model (`--set train.compile=on`); in a loop of "
+             "your own, capture the step with CUDA graphs (torch.compile mode='reduce-overhead')"),
         evidence=evidence,
     )
 
@@ -273,7 +285,7 @@ def _memory_headroom(summary: dict[str, Any]) -> Finding | None:
     factor = 1
     while peak * factor * 2 <= 0.8 * total and factor < 8:
         factor *= 2
-    suggestion = f"--batch-size {batch * factor}" if isinstance(batch, int) and batch > 0 else f"a {factor}x larger batch"
+    suggestion = _bigger_batch(summary, factor)
     return Finding(
         id="memory-headroom", severity="info", area="training",
         title=f"memory headroom unused: peak {_gib(peak)} of {_gib(total)} ({_pct(used)}); a larger batch fits",
