@@ -673,6 +673,7 @@ class Trainer:
         stopped = False
         train_t0 = time.perf_counter()
         measure_t0 = None
+        first_step = step
         measure_from = step + min(WARMUP_STEPS, max(0, (self.total_steps - step) // 4))
         epoch = start_epoch
         is_cuda = ctx.device.type == "cuda"
@@ -700,9 +701,10 @@ class Trainer:
                     break  # end of epoch (a partial accumulation group is dropped)
                 if self.record:
                     self._record(epoch, batch_in_epoch, accum)
-                if ctx.world > 1 and not calibrated and step >= measure_from:
+                # Not before one normal step: DDP's static_graph must see a synchronised step first.
+                if ctx.world > 1 and not calibrated and step >= measure_from and step > first_step:
                     timers.comm_exposed_per_step_s = self.calibrate_comm(*micro[-1])
-                    calibrated = True
+                    calibrated = self.calibrated = True
                     window = {"t0": time.perf_counter(), "steps": 0, "data": 0.0, "events": [], "busy": 0.0}
                     t_fetch = 0.0
                 if is_cuda:
@@ -895,7 +897,8 @@ class Trainer:
                 "compute_fraction": frac("compute_s"),
                 "comm_exposed_fraction": frac("comm_exposed_s"),
                 "steps_timed": timers.steps,
-                "comm_method": "calibrated: fwd+bwd with gradient sync minus without (best of 3)" if ctx.world > 1 else None,
+                "comm_method": ("calibrated: fwd+bwd with gradient sync minus without (best of 3)"
+                                if getattr(self, "calibrated", False) else None),
             },
             "per_rank": per_rank,
             "peak_memory_bytes": max((r["peak_memory_bytes"] for r in per_rank if r.get("peak_memory_bytes")), default=None),
