@@ -548,7 +548,10 @@ def describe_failure(exc: BaseException, rank: int, world: int) -> str | None:
         return None
     op = _where_in_loop(exc.__traceback__) or "a collective"
     if peer_gone:
-        time.sleep(0.5)  # a killed peer's sockets close a moment before its process is marked dead
+        # A killed peer's sockets close a moment before its process is marked dead. Short: on
+        # several nodes, the longer this rank lives after its peer died, the likelier its agent
+        # restarts it as a membership change rather than a failure (another attempt number).
+        time.sleep(0.1)
     ledger = Ledger.current
     mine = ledger.entry() if ledger else {"step": None, "collectives": None}
     others = ledger.read_all() if ledger else {}
