@@ -1,10 +1,11 @@
 """`gpurig doctor` through the real entry point: JSON contract, exit codes, saved snapshots."""
 
 import json
+from pathlib import Path
 
 import pytest
 
-from conftest import RIGS
+RIGS = Path(__file__).resolve().parents[1] / "fixtures" / "rigs"
 
 
 def test_help_teaches(run_cli):

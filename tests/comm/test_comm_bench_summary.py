@@ -38,10 +38,22 @@ def _summary(tmp_path, facts, edit=None):
 
 
 def test_the_recorded_h200_rig_has_an_nvlink_capability_even_without_per_link_speeds(h200_facts):
+    import copy
+
+    blind = copy.deepcopy(h200_facts)
+    for g in blind.gpus:
+        for link in g.nvlinks:
+            link.speed_gbps = None  # as older NVML fields answer on this machine
+    cap = link_capability(blind, 0, 1)
+    assert cap.kind == "nvlink" and cap.link == "NV18"
+    assert cap.gbps == pytest.approx(18 * 25.0)  # no per-link speed: the nominal NVLink4 rate
+    assert ring_capability(blind, 2).gbps == cap.gbps
+
+
+def test_the_recorded_h200_rig_uses_the_measured_per_link_speed(h200_facts):
     cap = link_capability(h200_facts, 0, 1)
     assert cap.kind == "nvlink" and cap.link == "NV18"
-    assert cap.gbps == pytest.approx(18 * 25.0)  # NVML gave no speed there: the nominal NVLink4 rate
-    assert ring_capability(h200_facts, 2).gbps == cap.gbps
+    assert cap.gbps == pytest.approx(18 * 26.562)  # NVML's per-link speed, as `nvidia-smi nvlink -s` shows
 
 
 def test_summary_of_the_real_run(tmp_path, h200_facts):
@@ -69,4 +81,4 @@ def test_a_slow_pair_becomes_a_finding(tmp_path, h200_facts):
     out = _summary(tmp_path, h200_facts, slow)
     (finding,) = out["findings"]
     assert finding["id"] == "p2p-link-slow" and finding["severity"] == "warn"
-    assert finding["title"].startswith("GPU 1 → GPU 0 copies at 40 GB/s, 9% of its 18 × 25 GB/s NVLink")
+    assert finding["title"].startswith("GPU 1 → GPU 0 copies at 40 GB/s, 8% of its 18 × 26.562 GB/s NVLink")
