@@ -177,3 +177,13 @@ def test_verdicts_may_be_finding_objects(doc):
 
     doc["verdicts"] = [Finding(id="input-bound", severity="warn", title="input-bound: data wait is 41% of step time")]
     assert "input-bound: data wait is 41%" in render_report(doc)
+
+
+def test_a_balanced_run_keeps_balanced_as_the_headline_over_advice(doc):
+    doc["verdicts"] = [
+        {"id": "training-balanced", "severity": "ok", "title": "balanced: no bottleneck found", "fix": ""},
+        {"id": "memory-headroom", "severity": "info", "title": "memory headroom unused", "fix": "--set data.batch_size=512"},
+    ]
+    html = render_report(doc)
+    headline = html[html.index('id="headline"'):]
+    assert headline.index("balanced: no bottleneck found") < headline.index("</div>")

@@ -200,7 +200,13 @@ def render_report(data: dict[str, Any]) -> str:
     bench_train = data.get("bench_train") if isinstance(data.get("bench_train"), dict) else None
     train = data.get("train") if isinstance(data.get("train"), dict) else None
 
-    verdicts = _findings(data.get("verdicts"))
+    # The headline is the worst bottleneck (error/warn); without one, the first verdict as the verdicts
+    # module ordered them ("balanced" before advice such as unused memory headroom).
+    verdicts = [f for f in (v.to_dict() if hasattr(v, "to_dict") else v for v in data.get("verdicts") or [])
+                if isinstance(f, dict)]
+    bad = _findings([v for v in verdicts if v.get("severity") in ("error", "warn")])
+    if bad:
+        verdicts = bad + [v for v in verdicts if v not in bad]
     if not verdicts and train is not None:
         from gpurig.diagnose.verdicts import training_verdicts
 
