@@ -88,6 +88,13 @@ def _step_verify(ctx: CheckContext) -> StepResult:
     return StepResult("verify", "failed", reason="failed: " + ", ".join(failed), data=data)
 
 
+def _size(nbytes: int) -> str:
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= factor and nbytes % factor == 0:
+            return f"{nbytes // factor} {unit}"
+    return f"{nbytes} B"
+
+
 def _step_bench_comm(ctx: CheckContext) -> StepResult:
     from gpurig.comm.bench import run_bench_comm
 
@@ -102,7 +109,8 @@ def _step_bench_comm(ctx: CheckContext) -> StepResult:
     return StepResult(
         "bench comm",
         "passed",
-        reason=f"{len(results)} points; best {best['op']} busbw {best.get('busbw_gbps', 0):.2f} GB/s at {best['bytes']} B",
+        reason=f"{len(results)} points; best {best['op']} busbw {best.get('busbw_gbps', 0):.2f} GB/s"
+               f" at {_size(best['bytes'])}",
         data=data,
     )
 
@@ -119,7 +127,8 @@ def _step_bench_train(ctx: CheckContext) -> StepResult:
         return StepResult("bench train", "failed", reason="no training run completed", data=data)
     last = rows[-1]
     eff = last.get("scaling_efficiency")
-    reason = f"{data.get('workload', 'workload')}: {last.get('samples_per_s_per_device', 0):.0f} samples/s per device at {last.get('nproc')}"
+    reason = (f"{data.get('workload', 'workload')}: {last.get('samples_per_s_per_device', 0):,.0f} samples/s"
+              f" per device at {last.get('nproc')} process(es)")
     if eff is not None:
         reason += f", scaling efficiency {eff:.2f}"
     return StepResult("bench train", "passed", reason=reason, data=data)
