@@ -137,3 +137,12 @@ def test_imagefolder_scans_and_decodes_on_cpu(tmp_path, monkeypatch):
 def test_empty_imagefolder_is_named(tmp_path):
     with pytest.raises(BadInput, match="no class sub-directories"):
         D.scan_imagefolder(tmp_path)
+
+
+def test_jpeg_bytes_travel_packed_in_one_tensor():
+    # One tensor (and one file descriptor) per batch from a worker, not one per image.
+    batch = [(torch.randint(0, 255, (n,), dtype=torch.uint8), i) for i, n in enumerate([5, 9, 3])]
+    xs, ys = D._collate(batch)
+    assert isinstance(xs, tuple) and xs[0].shape == (17,)
+    assert [torch.equal(a, b[0]) for a, b in zip(D.unpack_bytes(xs), batch, strict=True)] == [True] * 3
+    assert ys.tolist() == [0, 1, 2]

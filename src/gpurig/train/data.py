@@ -456,7 +456,21 @@ def _collate(batch: list[tuple[torch.Tensor, int]]) -> tuple[Any, torch.Tensor]:
     ys = torch.tensor([b[1] for b in batch], dtype=torch.long)
     if all(x.dim() == 3 for x in xs):
         return torch.stack(xs), ys
-    return xs, ys  # raw JPEG bytes (1-D) for GPU decoding, or a mix
+    if all(x.dim() == 1 for x in xs):
+        # Raw JPEG bytes for GPU decoding, packed into one tensor plus lengths: a worker hands each
+        # tensor to the main process through its own file descriptor, and 256 per batch times the
+        # prefetched batches runs out of descriptors ("Bad file descriptor").
+        return (torch.cat(xs), torch.tensor([len(x) for x in xs], dtype=torch.long)), ys
+    return xs, ys  # a mix of JPEG bytes and decoded PNGs
+
+
+def unpack_bytes(xs: Any) -> Any:
+    """The list of per-image byte tensors from a packed (bytes, lengths) pair; anything else as is."""
+    if isinstance(xs, (tuple, list)) and len(xs) == 2 and isinstance(xs[0], torch.Tensor) and xs[0].dim() == 1 \
+            and isinstance(xs[1], torch.Tensor) and xs[1].dtype == torch.long and xs[1].dim() == 1 \
+            and int(xs[1].sum()) == xs[0].numel():
+        return list(torch.split(xs[0], xs[1].tolist()))
+    return xs
 
 
 class _EpochBatchSampler(torch.utils.data.Sampler):
@@ -487,6 +501,7 @@ def gpu_decode_batch(xs: Any, size: int, augment: bool, device: torch.device, ge
 
     if isinstance(xs, torch.Tensor):
         return xs.to(device, non_blocking=True)
+    xs = unpack_bytes(xs)
     raw = [x for x in xs if x.dim() == 1]
     decoded = decode_jpeg(raw, mode=ImageReadMode.RGB, device=device) if raw else []
     it = iter(decoded)
