@@ -245,8 +245,10 @@ def test_preflight_takes_the_cause_from_the_doctor():
     facts = _rig(["9.0", "9.0"], tf=tf)
     facts.driver.driver_version = "470.82.01"
     facts.driver.cuda_driver_version = "11.4"
+    from gpurig.diagnose.rules import judge  # the command layer judges; the preflight quotes it
+
     with pytest.raises(BadInput) as exc:
-        tf_preflight(facts)
+        tf_preflight(facts, findings=judge(facts))
     text = str(exc.value)
     assert "sees 0 GPU(s) but the machine shows 2" in text
     assert "the doctor says" in text and "driver" in text

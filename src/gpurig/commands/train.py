@@ -218,11 +218,22 @@ def register(app: typer.Typer) -> None:
         console = console_for(json_out)
         if cfg.framework == "tf":
             from gpurig.train.run import default_run_dir
-            from gpurig.train.tf.runner import run_tf_training
+            from gpurig.train.tf.runner import adapt_verdicts, run_tf_training
 
+            facts = findings = None
+            if device != "cpu":
+                # The doctor's facts and findings, so a TensorFlow blind to the GPUs is refused with
+                # the likely cause (gpurig.diagnose sits above train: it is judged here).
+                from gpurig.diagnose.rules import judge
+                from gpurig.probe.collect import collect_facts
+
+                facts = collect_facts(frameworks=True)
+                findings = judge(facts)
             summary = run_tf_training(cfg, out or cfg.out_dir or default_run_dir(), device=device, nproc=nproc,
-                                      resume=resume or False, timeout=timeout,
+                                      resume=resume or False, timeout=timeout, facts=facts, findings=findings,
                                       echo=lambda line: console.print(line, markup=False, highlight=False))
+            attach_verdicts(summary)
+            summary["verdicts"] = adapt_verdicts(summary["verdicts"])
         else:
             renderer = Renderer(console)
             try:

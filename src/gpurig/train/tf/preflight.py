@@ -16,15 +16,15 @@ INSTALL_CPU = "pip install 'gpurig[tf]'"
 INSTALL_GPU = "pip install 'tensorflow[and-cuda]'"
 
 
-def _doctor_causes(facts: RigFacts) -> list[str]:
-    """The doctor's error/warn findings about TensorFlow, the driver or GPU visibility, worst first."""
-    try:
-        from gpurig.diagnose.findings import sort_findings
-        from gpurig.diagnose.rules import judge
-    except ImportError:  # a doctor without rules still lets the check below speak
-        return []
+def _doctor_causes(findings: list | None) -> list[str]:
+    """The doctor's error/warn findings about TensorFlow, the driver or GPU visibility, worst first.
+
+    The caller (the command layer) judges the facts and passes the findings in: this module sits
+    below `gpurig.diagnose` and does not import it.
+    """
+    order = {"error": 0, "warn": 1}
     causes = []
-    for f in sort_findings(judge(facts)):
+    for f in sorted(findings or [], key=lambda f: order.get(f.severity, 2)):
         if f.severity not in ("error", "warn") or f.id.startswith("torch-"):
             continue
         text = f"{f.id} {f.title} {f.area}".lower()
@@ -33,10 +33,11 @@ def _doctor_causes(facts: RigFacts) -> list[str]:
     return causes
 
 
-def tf_preflight(facts: RigFacts | None, device: str = "auto") -> None:
+def tf_preflight(facts: RigFacts | None, device: str = "auto", findings: list | None = None) -> None:
     """Raise `BadInput` when TensorFlow is missing or cannot see the GPUs NVML shows; else return.
 
-    `device` is the run's `--device`: with "cpu" only the installation matters.
+    `device` is the run's `--device`: with "cpu" only the installation matters. `findings` are the
+    doctor's findings on `facts` (`gpurig.diagnose.rules.judge`), quoted as the likely cause.
     """
     tf_facts = facts.frameworks.tensorflow if facts is not None else None
     probed = facts is not None and facts.frameworks.probed
@@ -65,7 +66,7 @@ def tf_preflight(facts: RigFacts | None, device: str = "auto") -> None:
         cause = (f"TensorFlow {tf_facts.version or ''} is a CPU-only build (tensorflow-cpu, or a wheel without "
                  f"CUDA); install {INSTALL_GPU}").replace("  ", " ")
     else:
-        causes = _doctor_causes(facts)
+        causes = _doctor_causes(findings)
         cause = ("the doctor says: " + "; ".join(causes[:3])) if causes else (
             f"TensorFlow {tf_facts.version or ''} could not load its CUDA/cuDNN libraries or the driver is too old "
             f"for them; run `gpurig doctor` and check {INSTALL_GPU}"

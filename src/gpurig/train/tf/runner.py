@@ -227,14 +227,13 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, old)
 
 
-def verdicts_for(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """Where the step time went: the same bottleneck verdicts as the PyTorch trainer's."""
-    try:
-        from gpurig.diagnose.verdicts import training_verdicts
-    except ImportError:
-        return []
-    out = [f.to_dict() for f in training_verdicts(summary)]
-    for v in out:  # the shared verdicts speak of DataLoaders; say what helps a tf.data pipeline instead
+def adapt_verdicts(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The shared bottleneck verdicts speak of DataLoaders; say what helps a tf.data pipeline instead.
+
+    The verdicts themselves are judged in the command layer (`gpurig.diagnose` sits above train).
+    """
+    out = [dict(v) for v in verdicts]
+    for v in out:
         if v.get("id") in TF_FIXES:
             v["fix"] = TF_FIXES[v["id"]]
             v["title"] = v["title"].split(";")[0]
@@ -262,6 +261,7 @@ def run_tf_training(
     echo: Callable[[str], None] | None = None,
     timeout: float | None = None,
     nproc: str | int = "auto",
+    findings: list | None = None,
 ) -> dict[str, Any]:
     """Train `config` (a `TrainConfig` with framework tf) in a TensorFlow worker; return the summary.
 
@@ -277,7 +277,7 @@ def run_tf_training(
     from gpurig.train.tf.preflight import tf_preflight
 
     # TensorFlow missing, or blind to the GPUs the doctor sees: refuse before writing anything.
-    tf_preflight(facts, device="cpu" if device == "cpu" else "auto")
+    tf_preflight(facts, device="cpu" if device == "cpu" else "auto", findings=findings)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out}: exists and is not a directory")
@@ -330,7 +330,7 @@ def run_tf_training(
         raise ProblemFound(f"TensorFlow training {why}{': ' + err if err else ''}; log {run.log_path}\n{tail}")
     result = json.loads(result_path.read_text())
     result["choices"] = job["choices"]
-    result["verdicts"] = verdicts_for(result)
+    result["verdicts"] = []  # judged by the command layer (gpurig.commands.train.attach_verdicts)
     result["run_dir"] = str(out)
     result["log"] = run.log_path
     # As the PyTorch summary says it: how the worker ended (a SIGTERMed run is "interrupted").
