@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from gpurig.comm.results import VerifyResult
+from gpurig.errors import BadInput
 from gpurig.report.output import console_for, emit_json
 
 HELP = """Prove that the GPUs exchange data correctly and that data-parallel training stays in sync.
@@ -73,15 +74,29 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Keep the run folder (logs, per-rank results) under DIR."),
         timeout: float = typer.Option(60.0, "--timeout", metavar="SECONDS", help="How long one collective may wait before it is a hang."),
         quick: bool = typer.Option(False, "--quick", help="Largest GPU message 64 MB instead of 400 MB."),
+        framework: str = typer.Option("torch", "--framework", help="torch (DDP over torchrun) or tf "
+                                      "(MirroredStrategy replicas equal and equal to one device)."),
     ) -> None:
         from gpurig.comm.verify import run_verify
 
+        if framework not in ("torch", "tf"):
+            raise BadInput(f"--framework must be torch or tf, got {framework!r}")
         console = console_for(json_out)
         with console.status("starting the workers...") as status:
-            result = run_verify(
-                device=device, nproc=nproc, out_dir=out, timeout=timeout, quick=quick,
-                echo=lambda line: status.update(f"verify: {line}"),
-            )
+            if framework == "tf":
+                from gpurig.comm.tf_verify import as_verify_result, run_tf_verify
+                from gpurig.launch.plan import parse_nproc
+
+                # --timeout bounds one collective for torch; TensorFlow's run is bounded as a whole.
+                result = as_verify_result(run_tf_verify(
+                    device=device, replicas=parse_nproc(nproc), out_dir=out,
+                    echo=lambda line: status.update(f"verify: {line}"),
+                ))
+            else:
+                result = run_verify(
+                    device=device, nproc=nproc, out_dir=out, timeout=timeout, quick=quick,
+                    echo=lambda line: status.update(f"verify: {line}"),
+                )
         if json_out:
             emit_json(verify_document(result))
         else:
