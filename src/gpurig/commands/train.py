@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from gpurig.errors import ProblemFound
+from gpurig.errors import BadInput, ProblemFound
 from gpurig.report.output import console_for, emit_json
 
 HELP = """Train a model on every GPU of this machine (DDP or FSDP through torchrun), fast by default.
@@ -199,6 +199,12 @@ def register(app: typer.Typer) -> None:
         timeout: float | None = typer.Option(None, "--timeout", help="Stop every worker after this many seconds."),
         max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the workers up to K times after a failure, "
                                          "resuming from the newest checkpoint (torchrun's --max-restarts)."),
+        nnodes: int = typer.Option(1, "--nnodes", help="Machines in the job (TensorFlow: MultiWorkerMirroredStrategy "
+                                   "from a TF_CONFIG gpurig writes)."),
+        node_rank: int = typer.Option(0, "--node-rank", help="This machine's index, 0 .. nnodes-1."),
+        master_addr: str | None = typer.Option(None, "--master-addr", help="Host of worker 0 (with --nnodes > 1)."),
+        master_port: int | None = typer.Option(None, "--master-port", help="Port of worker 0 (default: a free one "
+                                               "on a single machine, 12345 across machines)."),
         show_config: bool = typer.Option(False, "--show-config", help="Print the resolved config as TOML and exit."),
         json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout (progress goes to stderr)."),
     ) -> None:
@@ -216,6 +222,14 @@ def register(app: typer.Typer) -> None:
             typer.echo(to_toml(cfg), nl=False)
             return
         console = console_for(json_out)
+        if nnodes < 1:
+            raise BadInput(f"--nnodes must be at least 1, got {nnodes}")
+        if not 0 <= node_rank < nnodes:
+            raise BadInput(f"--node-rank {node_rank} is outside 0..{nnodes - 1} (--nnodes {nnodes})")
+        if nnodes > 1 and cfg.framework != "tf":
+            raise BadInput("--nnodes > 1: the PyTorch trainer runs on one machine; across machines start one "
+                           "`gpurig launch --nnodes N --node-rank R --rdzv-endpoint HOST:PORT` per node with your "
+                           "script (docs/launch.md), or see `gpurig env slurm`")
         if cfg.framework == "tf":
             from gpurig.train.run import default_run_dir
             from gpurig.train.tf.runner import adapt_verdicts, run_tf_training
@@ -231,6 +245,8 @@ def register(app: typer.Typer) -> None:
                 findings = judge(facts)
             summary = run_tf_training(cfg, out or cfg.out_dir or default_run_dir(), device=device, nproc=nproc,
                                       resume=resume or False, timeout=timeout, facts=facts, findings=findings,
+                                      nnodes=nnodes, node_rank=node_rank, master_addr=master_addr,
+                                      master_port=master_port,
                                       echo=lambda line: console.print(line, markup=False, highlight=False))
             attach_verdicts(summary)
             summary["verdicts"] = adapt_verdicts(summary["verdicts"])

@@ -184,6 +184,9 @@ class TFConfig:
     cross_device_ops: str = _f("nccl", "MirroredStrategy's all-reduce: nccl (NcclAllReduce), hierarchical "
                                "(HierarchicalCopyAllReduce, for GPUs without P2P) or reduce_to_one "
                                "(ReductionToOneDevice).", choices=("nccl", "hierarchical", "reduce_to_one"))
+    worker_hosts: str = _f("", "MultiWorkerMirroredStrategy across machines: host[:port] of every worker, "
+                           "comma-separated, in node-rank order (with --nnodes/--node-rank); empty = "
+                           "--master-addr with consecutive ports, or a TF_CONFIG / Slurm allocation.")
 
 
 @dataclass
