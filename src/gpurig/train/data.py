@@ -30,6 +30,7 @@ import torch
 
 from gpurig.errors import BadInput
 from gpurig.train.config import TrainConfig
+from gpurig.train.formats import read_cifar_batch
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png")
 JPEG_EXTS = (".jpg", ".jpeg")
@@ -185,34 +186,6 @@ def load_mnist_data(cfg: TrainConfig) -> ArrayData:
                      num_classes=10, mean=[0.1307], std=[0.3081], name="mnist")
 
 
-class _CifarUnpickler(pickle.Unpickler):
-    """Only what the CIFAR-10 pickles need (numpy arrays and plain containers): no code execution."""
-
-    ALLOWED = {
-        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "scalar"), ("_codecs", "encode"),
-    }
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in self.ALLOWED:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
-
-
-def _load_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    try:
-        with open(path, "rb") as fh:
-            d = _CifarUnpickler(fh, encoding="bytes").load()
-        data = np.asarray(d[b"data"], dtype=np.uint8)
-        labels = np.asarray(d[b"labels"], dtype=np.int64)
-    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise BadInput(f"data.path: {path} is not a CIFAR-10 python batch ({type(exc).__name__}: {exc})") from None
-    if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
-        raise BadInput(f"data.path: {path}: expected data (N, 3072) and N labels, got {data.shape} and {labels.shape}")
-    return data.reshape(-1, 3, 32, 32), labels
-
-
 def load_cifar10_data(cfg: TrainConfig) -> ArrayData:
     root = Path(cfg.data.path).expanduser()
     if (root / "cifar-10-batches-py").is_dir():
@@ -221,11 +194,11 @@ def load_cifar10_data(cfg: TrainConfig) -> ArrayData:
     present = [p for p in train_files if p.is_file()]
     if not present:
         raise BadInput(f"data.path: {root} has no data_batch_1..5; expected a cifar-10-batches-py directory")
-    parts = [_load_cifar_batch(p) for p in present]
+    parts = [read_cifar_batch(p) for p in present]
     xs = np.concatenate([p[0] for p in parts])
     ys = np.concatenate([p[1] for p in parts])
     test = root / "test_batch"
-    xt, yt = _load_cifar_batch(test) if test.is_file() else (None, None)
+    xt, yt = read_cifar_batch(test) if test.is_file() else (None, None)
     return ArrayData("image", torch.from_numpy(xs), torch.from_numpy(ys),
                      torch.from_numpy(xt) if xt is not None else None,
                      torch.from_numpy(yt) if yt is not None else None, num_classes=10,
