@@ -240,17 +240,26 @@ def register(app: typer.Typer) -> None:
             device=choice.device, nproc=str(choice.nproc), out_dir=out_dir, quick=True, echo=console.print,
             device_choice=choice,
         )
-        starts: dict[str, float] = {}
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        # One line per step: a spinner and a pulsing bar while it runs (a step's length is not known
+        # ahead), its elapsed time, then its result. On a pipe or in a log, plain lines only.
+        progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24),
+                            TimeElapsedColumn(), console=console, transient=True,
+                            disable=not console.is_terminal)
+        tasks: dict[str, int] = {}
 
         def on_step(name: str, res: StepResult | None) -> None:
             if res is None:
-                starts[name] = time.monotonic()
-                console.print(f"[bold]▶ {name}[/bold] …")
+                tasks[name] = progress.add_task(f"{name} …", total=None)
+                if not console.is_terminal:
+                    console.print(f"▶ {name} …")
                 return
+            progress.remove_task(tasks.pop(name))
             style = {"passed": "green", "failed": "bold red", "skipped": "dim"}[res.status]
             console.print(f"  [{style}]{res.status.upper()}[/{style}] {name} ({res.seconds:.1f} s): {res.reason}")
 
-        with console.status("running", spinner="dots") if not json_out else _nullcontext():
+        with progress:
             doc = run_check(ctx, on_step)
         from gpurig.report.output import to_json
 
@@ -297,11 +306,3 @@ def _writable_file(path: Path, flag: str) -> None:
             path.unlink()
     except OSError as exc:
         raise BadInput(f"{flag} {path}: cannot write it ({exc.strerror or exc})") from None
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
