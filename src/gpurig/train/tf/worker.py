@@ -326,6 +326,16 @@ def train(job: dict[str, Any]) -> int:
         if chief:
             print(f"checkpoint {path} ({reason})", flush=True)
 
+    def evaluate_and_log() -> float | None:
+        """Evaluate at an epoch's end (both loops): keep it, write it to TensorBoard, say it."""
+        result = evaluate()
+        evals.append({"epoch": epoch, "step": step, "accuracy": result})
+        if writer:
+            with writer.as_default(step=step):
+                tf.summary.scalar("eval/accuracy", result)
+        say(f"epoch {epoch}: test accuracy {result:.4f}")
+        return result
+
     def run_custom() -> int | None:
         nonlocal step, final_loss, accuracy, stopped, epoch
         epoch = start_epoch
@@ -391,12 +401,7 @@ def train(job: dict[str, Any]) -> int:
             epoch += 1
             last_epoch = epoch >= epochs or step >= total_steps
             if eval_ds is not None and (epoch % cfg.eval.every_epochs == 0 or last_epoch):
-                accuracy = evaluate()
-                evals.append({"epoch": epoch, "step": step, "accuracy": accuracy})
-                if writer:
-                    with writer.as_default(step=step):
-                        tf.summary.scalar("eval/accuracy", accuracy)
-                say(f"epoch {epoch}: test accuracy {accuracy:.4f}")
+                accuracy = evaluate_and_log()
         return None
 
     def run_fit() -> int | None:
@@ -464,12 +469,7 @@ def train(job: dict[str, Any]) -> int:
             epoch += 1
             last_epoch = epoch >= epochs or step >= total_steps
             if eval_ds is not None and (epoch % cfg.eval.every_epochs == 0 or last_epoch):
-                accuracy = evaluate()
-                evals.append({"epoch": epoch, "step": step, "accuracy": accuracy})
-                if writer:
-                    with writer.as_default(step=step):
-                        tf.summary.scalar("eval/accuracy", accuracy)
-                say(f"epoch {epoch}: test accuracy {accuracy:.4f}")
+                accuracy = evaluate_and_log()
         return None
 
     epoch = start_epoch
