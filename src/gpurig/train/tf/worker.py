@@ -326,15 +326,20 @@ def train(job: dict[str, Any]) -> int:
         if chief:
             print(f"checkpoint {path} ({reason})", flush=True)
 
-    def evaluate_and_log() -> float | None:
-        """Evaluate at an epoch's end (both loops): keep it, write it to TensorBoard, say it."""
-        result = evaluate()
-        evals.append({"epoch": epoch, "step": step, "accuracy": result})
+    def finish_epoch() -> None:
+        """An epoch ended (both loops): count it, and evaluate when due (every N epochs and at the end):
+        keep the accuracy, write it to TensorBoard, say it."""
+        nonlocal epoch, accuracy
+        epoch += 1
+        last_epoch = epoch >= epochs or step >= total_steps
+        if eval_ds is None or not (epoch % cfg.eval.every_epochs == 0 or last_epoch):
+            return
+        accuracy = evaluate()
+        evals.append({"epoch": epoch, "step": step, "accuracy": accuracy})
         if writer:
             with writer.as_default(step=step):
-                tf.summary.scalar("eval/accuracy", result)
-        say(f"epoch {epoch}: test accuracy {result:.4f}")
-        return result
+                tf.summary.scalar("eval/accuracy", accuracy)
+        say(f"epoch {epoch}: test accuracy {accuracy:.4f}")
 
     def run_custom() -> int | None:
         nonlocal step, final_loss, accuracy, stopped, epoch
@@ -398,10 +403,7 @@ def train(job: dict[str, Any]) -> int:
                     break
             if stopped:
                 break
-            epoch += 1
-            last_epoch = epoch >= epochs or step >= total_steps
-            if eval_ds is not None and (epoch % cfg.eval.every_epochs == 0 or last_epoch):
-                accuracy = evaluate_and_log()
+            finish_epoch()
         return None
 
     def run_fit() -> int | None:
@@ -466,10 +468,7 @@ def train(job: dict[str, Any]) -> int:
                 return 1
             if stopped:
                 break
-            epoch += 1
-            last_epoch = epoch >= epochs or step >= total_steps
-            if eval_ds is not None and (epoch % cfg.eval.every_epochs == 0 or last_epoch):
-                accuracy = evaluate_and_log()
+            finish_epoch()
         return None
 
     epoch = start_epoch
