@@ -16,26 +16,19 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import alive
 
 SCRIPTS = Path(__file__).parent / "scripts"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "\nState:\tZ" not in f.read()
-    except FileNotFoundError:
-        return False
 
 
 def _assert_no_process_left(pid_dir: Path, expected: int) -> None:
     pids = [int(p.read_text()) for p in pid_dir.glob("*.pid")]
     assert len(pids) >= expected, f"only {len(pids)} pid files: {sorted(p.name for p in pid_dir.glob('*'))}"
     deadline = time.monotonic() + 10
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not [p for p in pids if _alive(p)], "processes left behind"
+    assert not [p for p in pids if alive(p)], "processes left behind"
 
 
 @pytest.fixture

@@ -11,18 +11,12 @@ import threading
 import time
 from pathlib import Path
 
+from procs import alive
+
 from gpurig.launch.plan import DeviceChoice, LaunchOptions, plan_launch
 from gpurig.launch.runner import _Descendants, run_launch
 
 SCRIPTS = Path(__file__).parent / "scripts"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "\nState:\tZ" not in f.read()
-    except FileNotFoundError:
-        return False
 
 
 def _torchrun_child() -> int | None:
@@ -68,9 +62,9 @@ def test_torchrun_killed_outright_leaves_no_worker_or_dataloader_child(tmp_path,
     pids = [int(p.read_text()) for p in pid_dir.glob("*.pid")]
     assert len(pids) == 6
     end = time.monotonic() + 10
-    while any(_alive(p) for p in pids) and time.monotonic() < end:
+    while any(alive(p) for p in pids) and time.monotonic() < end:
         time.sleep(0.2)
-    assert not [p for p in pids if _alive(p)]
+    assert not [p for p in pids if alive(p)]
 
 
 def test_descendants_in_their_own_session_are_killed_after_the_parent_died(tmp_path):
@@ -96,12 +90,12 @@ def test_descendants_in_their_own_session_are_killed_after_the_parent_died(tmp_p
         assert grandchild in dict(tree.alive())
         parent.kill()  # the parent dies first, as torchrun does when it is SIGKILLed
         parent.wait()
-        assert _alive(grandchild)  # an orphan now, in a session of its own
+        assert alive(grandchild)  # an orphan now, in a session of its own
         tree.kill(signal.SIGKILL)
         end = time.monotonic() + 10
-        while _alive(grandchild) and time.monotonic() < end:
+        while alive(grandchild) and time.monotonic() < end:
             time.sleep(0.1)
-        assert not _alive(grandchild)
+        assert not alive(grandchild)
     finally:
         if parent.poll() is None:
             parent.kill()
