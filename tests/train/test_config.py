@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch._dynamo  # imported once here: its import sets TORCHINDUCTOR_CACHE_DIR
 
 from gpurig.errors import BadInput
 from gpurig.train.config import (
@@ -59,6 +60,7 @@ def test_override_types_follow_the_field():
         ("data.batch_size=0", "data.batch_size"),
         ("data.workers=-2", "data.workers"),
         ("tf.loop=keras", "tf.loop"),
+        ("train.compile_ddp=overlap", "train.compile_ddp"),
     ],
 )
 def test_bad_overrides_name_the_key(override, key):
@@ -111,3 +113,14 @@ def test_every_field_is_documented():
     assert {r["key"] for r in rows} >= {"model.name", "data.path", "optim.lr", "train.precision", "tf.loop"}
     assert all(r["doc"] for r in rows), [r["key"] for r in rows if not r["doc"]]
     assert TrainConfig().to_dict()["train"]["strategy"] == "ddp"
+
+
+@pytest.mark.parametrize("asked, mode", [("auto", "ddp_optimizer"), ("no_optimization", "no_optimization"),
+                                         ("ddp_optimizer", "ddp_optimizer")])
+def test_compile_ddp_sets_dynamos_mode_and_says_why(asked, mode):
+    from gpurig.train.loop import apply_compile_ddp
+
+    with torch._dynamo.config.patch(optimize_ddp=True, compiled_autograd=False):
+        choice = apply_compile_ddp(load_config(overrides=[f"train.compile_ddp={asked}"]))
+        assert choice.value == mode and torch._dynamo.config.optimize_ddp == mode
+    assert ("default" in choice.reason) == (asked == "auto")

@@ -139,6 +139,11 @@ class LoopConfig:
                        "gradients and optimizer state with fully_shard).", choices=("ddp", "fsdp"))
     ddp_bucket_mb: int = _f(25, "DDP gradient bucket size in MiB (all-reduce starts as each bucket fills, "
                             "overlapping the backward pass).", minimum=1)
+    compile_ddp: str = _f("auto", "How torch.compile treats DDP (torch._dynamo.config.optimize_ddp): "
+                          "ddp_optimizer (split the graph at bucket boundaries so each all-reduce overlaps the "
+                          "rest of the backward), no_optimization (one graph; all-reduce after the backward), "
+                          "python_reducer (compiled autograd traces the reducer); auto = ddp_optimizer.",
+                          choices=("auto", "ddp_optimizer", "no_optimization", "python_reducer"))
     static_graph: str = _f("auto", "DDP static_graph (the same parameters get gradients every step, which lets "
                            "DDP skip per-step bookkeeping): auto (on for the built-in models), on, off.",
                            choices=("auto", "on", "off"))

@@ -177,6 +177,27 @@ def choose_channels_last(cfg: TrainConfig, device: torch.device) -> Choice:
     return Choice("channels_last", cfg.train.channels_last == "on", "asked for in the config")
 
 
+def apply_compile_ddp(cfg: TrainConfig) -> Choice:
+    """Set dynamo's DDP mode for this process (it is a global of torch._dynamo) and say why."""
+    import torch._dynamo
+
+    mode = cfg.train.compile_ddp
+    reasons = {
+        "ddp_optimizer": "graph split at DDP bucket boundaries: each all-reduce overlaps the rest of the backward",
+        "no_optimization": "one graph: the all-reduce runs after the whole backward (no overlap)",
+        "python_reducer": "compiled autograd traces DDP's reducer into the backward graph",
+    }
+    if mode == "auto":
+        mode = "ddp_optimizer"
+        why = reasons[mode] + " (the default)"
+    else:
+        why = reasons[mode] + " (asked for in the config)"
+    torch._dynamo.config.optimize_ddp = mode
+    if mode == "python_reducer":
+        torch._dynamo.config.compiled_autograd = True
+    return Choice("compile_ddp", mode, why)
+
+
 def choose_compile(cfg: TrainConfig, device: torch.device, total_steps: int) -> Choice:
     if cfg.train.compile != "auto":
         return Choice("compile", cfg.train.compile == "on", "asked for in the config")
@@ -378,6 +399,9 @@ class Trainer:
         # (compiling the DDP module lets dynamo split graphs at bucket boundaries and keep the
         # all-reduce overlapped with the backward pass).
         self.fsdp = cfg.train.strategy == "fsdp"
+        compile_on = self.choose(choose_compile(cfg, dev, self.total_steps)).value
+        if compile_on and ctx.world > 1 and not self.fsdp:
+            self.choose(apply_compile_ddp(cfg))  # before DDP(): it reads the mode when built
         if self.fsdp:
             from torch.distributed.fsdp import fully_shard
 
@@ -406,7 +430,6 @@ class Trainer:
         else:
             self.dist_model = model
             self.choose(Choice("strategy", "single", "one process: no gradient synchronisation"))
-        compile_on = self.choose(choose_compile(cfg, dev, self.total_steps)).value
         self.step_model = torch.compile(self.dist_model) if compile_on else self.dist_model
 
         fused = self.choose(choose_fused(cfg, dev)).value
