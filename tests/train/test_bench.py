@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpurig.errors import BadInput
-from gpurig.train.bench import counts_up_to, run_bench_train, workload_config
+from gpurig.train.bench import counts_up_to, describe_workload, run_bench_train, workload_config
 
 
 def test_counts_double_up_to_n_and_include_n():
@@ -22,6 +22,13 @@ def test_long_workloads_compile_and_short_ones_do_not():
     assert workload_config("resnet50-cifar", "cuda", short=False).train.compile == "auto"  # launch-bound: eager
     cpu = workload_config("cpu-cnn", "cpu", short=True, overrides=["data.batch_size=8"])
     assert cpu.model.name == "cnn" and cpu.data.batch_size == 8 and not cpu.checkpoint.enabled
+
+
+def test_the_workload_line_says_whether_it_ran_compiled():
+    assert describe_workload("gpt", workload_config("gpt", "cuda", short=False)).endswith(", compiled")
+    eager = workload_config("gpt", "cuda", short=False, overrides=["train.compile=off"])
+    assert describe_workload("gpt", eager).endswith(", eager (compile off)")
+    assert "compile" not in describe_workload("resnet50-cifar", workload_config("resnet50-cifar", "cuda", short=False))
 
 
 def test_bad_bench_input_is_named():

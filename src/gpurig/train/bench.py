@@ -27,16 +27,22 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     # resnet50 and gpt compile, as `gpurig train` does by default for runs of 2000+ steps: the
     # benchmark measures the steady state of such a run without running it for that long.
     "resnet50": {"preset": "resnet50", "set": ["train.compile=on"],
-                 "doc": "ResNet-50, synthetic 224x224 images, batch 256 per GPU, compiled"},
+                 "doc": "ResNet-50, synthetic 224x224 images, batch 256 per GPU"},
     "resnet50-cifar": {"preset": "resnet50-cifar", "set": [],
                        "doc": "ResNet-50, synthetic 32x32 images (the seeds' CIFAR-10 workload), batch 512 per GPU"},
     "gpt": {"preset": "gpt", "set": ["train.compile=on"],
-            "doc": "GPT-style decoder (124M), synthetic tokens, 16 x 1024 per GPU, compiled"},
+            "doc": "GPT-style decoder (124M), synthetic tokens, 16 x 1024 per GPU"},
     "cpu-cnn": {"preset": "resnet50-cifar", "doc": "small CNN, synthetic 32x32 images, batch 32 per process (CPU)",
                 "set": ["model.name=cnn", "model.width=16", "data.batch_size=32", "data.image_size=32"]},
     "demo": {"preset": "demo", "set": ["eval.enabled=false", "checkpoint.enabled=false"],
              "doc": "the digits MLP of --preset demo"},
 }
+
+
+def describe_workload(workload: str, cfg: TrainConfig) -> str:
+    """The workload's one-line description, with whether it ran compiled (overrides can change it)."""
+    mode = {"on": ", compiled", "off": ", eager (compile off)"}.get(cfg.train.compile, "")
+    return WORKLOADS[workload]["doc"] + mode
 
 
 def counts_up_to(n: int) -> list[int]:
@@ -181,7 +187,7 @@ def run_bench_train(
         rows.append(row)
     result = {
         "scaling_findings": scaling_findings(rows, choice.device),
-        "workload": workload, "workload_doc": WORKLOADS[workload]["doc"], "device": choice.device,
+        "workload": workload, "workload_doc": describe_workload(workload, cfg), "device": choice.device,
         "device_reason": choice.reason, "unit": (last_summary or {}).get("unit"),
         "batch_size_per_device": cfg.data.batch_size, "steps": cfg.train.steps, "results": rows,
         "summary": last_summary, "out_dir": str(base),
