@@ -29,6 +29,8 @@ Examples:
   gpurig train --out runs/r1 --resume auto         # continue exactly where runs/r1 stopped
   gpurig train --show-config --preset resnet50     # print the config as TOML and exit
   gpurig train --max-restarts 3 --set checkpoint.every_steps=500   # survive a dead worker
+  gpurig train --nnodes 2 --node-rank 0 --master-addr node0 --max-restarts 3 --out /shared/runs/r1
+                                                   # on node0; node1 runs the same with --node-rank 1
 
 Faults (see docs/faults.md): --max-restarts K lets torchrun restart the workers up to K times,
 each time resuming from the newest checkpoint. SIGTERM (a scheduler's preemption) makes rank 0
@@ -40,6 +42,7 @@ naming the collective and the ranks that never arrived.
 
 
 _PREEMPTED = [False]
+TORCH_RDZV_PORT = 29400  # torchrun's c10d rendezvous port when --master-port is not given
 
 
 @contextmanager
@@ -184,6 +187,14 @@ def render_summary(console, s: dict[str, Any]) -> None:
                       f"{s.get('run_dir')} --resume auto[/yellow]")
 
 
+def _node_done(console: Any, summary: dict, json_out: bool) -> None:
+    if json_out:
+        emit_json(summary)
+    else:
+        console.print(f"node {summary['node_rank']} of {summary['nnodes']} finished; node 0 writes the summary "
+                      f"({summary['run_dir']}/summary.json on the shared run directory)")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("train", help=HELP)
     def train(
@@ -199,12 +210,15 @@ def register(app: typer.Typer) -> None:
         timeout: float | None = typer.Option(None, "--timeout", help="Stop every worker after this many seconds."),
         max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the workers up to K times after a failure, "
                                          "resuming from the newest checkpoint (torchrun's --max-restarts)."),
-        nnodes: int = typer.Option(1, "--nnodes", help="Machines in the job (TensorFlow: MultiWorkerMirroredStrategy "
-                                   "from a TF_CONFIG gpurig writes)."),
+        nnodes: int = typer.Option(1, "--nnodes", help="Machines in the job: run the same command on each with its "
+                                   "--node-rank (PyTorch: torchrun agents meeting at a c10d rendezvous on "
+                                   "--master-addr, run directory on a shared file system; TensorFlow: "
+                                   "MultiWorkerMirroredStrategy from a TF_CONFIG gpurig writes)."),
         node_rank: int = typer.Option(0, "--node-rank", help="This machine's index, 0 .. nnodes-1."),
         master_addr: str | None = typer.Option(None, "--master-addr", help="Host of worker 0 (with --nnodes > 1)."),
         master_port: int | None = typer.Option(None, "--master-port", help="Port of worker 0 (default: a free one "
-                                               "on a single machine, 12345 across machines)."),
+                                               "on a single machine; across machines 29400 for PyTorch's "
+                                               "rendezvous, 12345 for TensorFlow)."),
         show_config: bool = typer.Option(False, "--show-config", help="Print the resolved config as TOML and exit."),
         json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout (progress goes to stderr)."),
     ) -> None:
@@ -226,10 +240,6 @@ def register(app: typer.Typer) -> None:
             raise BadInput(f"--nnodes must be at least 1, got {nnodes}")
         if not 0 <= node_rank < nnodes:
             raise BadInput(f"--node-rank {node_rank} is outside 0..{nnodes - 1} (--nnodes {nnodes})")
-        if nnodes > 1 and cfg.framework != "tf":
-            raise BadInput("--nnodes > 1: the PyTorch trainer runs on one machine; across machines start one "
-                           "`gpurig launch --nnodes N --node-rank R --rdzv-endpoint HOST:PORT` per node with your "
-                           "script (docs/launch.md), or see `gpurig env slurm`")
         if cfg.framework == "tf":
             from gpurig.train.run import default_run_dir
             from gpurig.train.tf.runner import adapt_verdicts, run_tf_training
@@ -254,9 +264,11 @@ def register(app: typer.Typer) -> None:
             renderer = Renderer(console)
             try:
                 with _sigterm_as_interrupt():
+                    endpoint = f"{master_addr}:{master_port or TORCH_RDZV_PORT}" if master_addr else None
                     summary = run_training(cfg, device=device, nproc=nproc, out_dir=out, resume=resume,
                                            resume_fallback=resume_fallback, timeout=timeout, on_event=renderer,
-                                           max_restarts=max_restarts)
+                                           max_restarts=max_restarts, nnodes=nnodes, node_rank=node_rank,
+                                           rdzv_endpoint=endpoint)
             except ProblemFound as exc:
                 if not _PREEMPTED[0]:
                     raise
@@ -264,6 +276,9 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(143) from None
             finally:
                 renderer.close()
+            if "world_size" not in summary and summary.get("node_rank"):
+                _node_done(console, summary, json_out)  # node 0 judges and writes the summary
+                return
             attach_verdicts(summary)
         loss = summary.get("final_loss")
         if json_out:

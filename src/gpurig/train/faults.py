@@ -95,16 +95,14 @@ def restart_count() -> int:
 def init_kwargs() -> dict[str, Any]:
     """Extra arguments for init_process_group: a store private to this torchrun attempt.
 
-    torchrun keeps one key-value store for all attempts; the process group's keys (gloo's peer
-    addresses, NCCL's unique id) of a killed attempt are still there when the restarted workers
-    meet, and a rank that reads one before its peer overwrites it connects to a dead process
-    ("Gloo connectFullMesh failed ... Connection refused") or waits for a stale NCCL id. A prefix
-    per attempt keeps every attempt's keys apart (on every node: when a worker dies, every agent
-    restarts its workers and counts the same attempt number).
-
-    Known limit: an agent that was itself killed and started again counts from 0 while the others
-    do not, so its workers would not meet theirs; torch 2.14's rendezvous does not complete that
-    case either (docs/faults.md).
+    gpurig's launches set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, so every rendezvous round gets a
+    fresh store on a new port and this returns nothing. Where a launch shares the agent's store
+    across attempts (torchrun's default), the process group's keys of a killed attempt (gloo's
+    peer addresses, NCCL's unique id) are still there when the restarted workers meet, and a rank
+    that reads one before its peer overwrites it connects to a dead process ("Gloo
+    connectFullMesh failed ... Connection refused") or waits for a stale NCCL id. A prefix per
+    attempt keeps them apart on one node. Across nodes the attempt numbers can differ (an agent
+    restarting for a membership change counts no failure), which is why gpurig does not rely on it.
     """
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or "MASTER_PORT" not in os.environ:
         return {}
@@ -596,6 +594,12 @@ def describe_failure(exc: BaseException, rank: int, world: int) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def report() -> dict[str, Any]:
-    """What summary.json says about faults survived in this attempt."""
-    return {"restart_count": restart_count(), "checkpoint_write_failures": list(_CHECKPOINT_FAILURES)}
+def report(rank_restart_counts: list[int] | None = None) -> dict[str, Any]:
+    """What summary.json says about faults survived in this attempt.
+
+    `restart_count` is the highest attempt number of any rank: on several nodes, the agent whose
+    worker died counts a restart, while the others restart theirs for the membership change and
+    count none.
+    """
+    count = max([restart_count(), *(rank_restart_counts or [])])
+    return {"restart_count": count, "checkpoint_write_failures": list(_CHECKPOINT_FAILURES)}

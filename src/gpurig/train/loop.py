@@ -873,7 +873,8 @@ class Trainer:
         data_wait = timers.data_wait_s / steps if timers.steps else None
         peak, total = _memory(ctx)
         mine = {"rank": ctx.rank, "step_time_s": mean, "data_wait_s": data_wait, "compute_s": compute,
-                "comm_exposed_s": comm if timers.steps else None, "peak_memory_bytes": peak, "steps_timed": timers.steps}
+                "comm_exposed_s": comm if timers.steps else None, "peak_memory_bytes": peak, "steps_timed": timers.steps,
+                "restart_count": faults.restart_count()}
         per_rank: list[Any] = [None] * ctx.world
         dist.all_gather_object(per_rank, mine, group=ctx.control)
         if self.record:
@@ -974,7 +975,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer.build()
         summary = trainer.run()
         if ctx.main:
-            summary["faults"] = faults.report()
+            summary["faults"] = faults.report([r.get("restart_count", 0) for r in summary.get("per_rank") or []])
             tmp = run_dir / ".summary.json.tmp"
             tmp.write_text(json.dumps(summary, indent=2, default=str))
             os.replace(tmp, run_dir / "summary.json")

@@ -47,6 +47,8 @@ def plan_node(
     max_restarts: int = 3,
     rdzv_id: str = "gpurig-train",
     log_dir: str | os.PathLike | None = None,
+    env: dict[str, str] | None = None,
+    extra_args: list[str] | None = None,
 ) -> tuple[LaunchPlan, dict]:
     """The torchrun plan of one node of a multi-node training run (see the module docstring)."""
     from gpurig.launch.plan import plan_launch
@@ -57,7 +59,7 @@ def plan_node(
     options = LaunchOptions(
         script="gpurig.train.worker",
         module=True,
-        script_args=["--run-dir", str(run_dir), "--resume", "auto"],
+        script_args=["--run-dir", str(run_dir), "--resume", "auto", *(extra_args or [])],
         nproc_per_node=choice.nproc,
         device=choice.device,
         nnodes=nnodes,
@@ -67,6 +69,7 @@ def plan_node(
         max_restarts=max_restarts,
         run_dir=str(log_dir or Path(run_dir) / f"node{node_rank}"),
         use_slurm=False,
+        env_overrides=dict(env or {}),
     )
     plan, description = plan_launch(options, device_choice=choice)
     # The workers import gpurig from wherever this process did.

@@ -80,8 +80,18 @@ def run_training(
     record_indices: bool = False,
     env: dict[str, str] | None = None,
     max_restarts: int = 0,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    rdzv_endpoint: str | None = None,
 ) -> dict[str, Any]:
     """Train `config` on `nproc` processes of `device`; return the summary (also in <out>/summary.json).
+
+    With `nnodes` > 1 this is one node of the job: every node runs the same call with its own
+    `node_rank` and the same `rdzv_endpoint` (host:port on node 0), the run directory on a file
+    system all nodes share. Multi-node workers always resume from the newest checkpoint there, so
+    a node that died and is started again with the same command rejoins (torchrun's c10d
+    rendezvous; the surviving nodes need `max_restarts` > 0 to wait for it). Only node 0 gets the
+    summary; the other nodes get `{"node_rank": R, ...}` with their exit status.
 
     Raises BadInput (exit 2) for a bad config, data path or checkpoint, ProblemFound (exit 1) when
     the workers fail; an interrupted run returns its summary with `stopped` true.
@@ -89,9 +99,17 @@ def run_training(
     check_timeout(timeout)
     if config.framework != "torch":
         raise BadInput(f"framework: {config.framework!r} runs through the TensorFlow trainer, not the PyTorch one")
+    if nnodes < 1:
+        raise BadInput(f"--nnodes must be at least 1, got {nnodes}")
+    if not 0 <= node_rank < nnodes:
+        raise BadInput(f"--node-rank {node_rank} is outside 0..{nnodes - 1} (--nnodes {nnodes})")
+    if nnodes > 1 and not rdzv_endpoint:
+        raise BadInput("--master-addr: needed with --nnodes > 1 (the host of node 0, where the nodes meet)")
+    if nnodes > 1:
+        resume = resume or "auto"  # a node started again must continue, not refuse the run's checkpoints
     choice = resolve_device(device, nproc)
     check_data_path(config)
-    cfg = validate(config, choice.nproc)
+    cfg = validate(config, choice.nproc * nnodes)
     run_dir = Path(out_dir or cfg.out_dir or default_run_dir())
     if run_dir.exists() and not run_dir.is_dir():
         raise BadInput(f"--out {run_dir}: exists and is not a directory")
@@ -100,10 +118,10 @@ def run_training(
                        "or choose another --out")
     if resume and resume not in ("auto", "none") and not Path(resume).is_file():
         raise BadInput(f"--resume {resume}: no such checkpoint file")
-    launch = {"config": cfg.to_dict(), "device": choice.device, "nproc": choice.nproc, "reason": choice.reason}
+    launch = {"config": cfg.to_dict(), "device": choice.device, "nproc": choice.nproc * nnodes, "reason": choice.reason}
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        for stale in [run_dir / "summary.json", *run_dir.glob("error-rank*.json")]:
+        for stale in [run_dir / "summary.json", *run_dir.glob("error-rank*.json")] if node_rank == 0 else []:
             stale.unlink(missing_ok=True)
         (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
         (run_dir / "config.toml").write_text(to_toml(cfg))
@@ -123,13 +141,26 @@ def run_training(
     if max_restarts < 0:
         raise BadInput(f"--max-restarts must be 0 or more, got {max_restarts}")
     env = {**stop_env(env), **env}  # torchrun gives the workers as long as they need to checkpoint after SIGTERM
-    plan = plan_torchrun(args, choice.nproc, choice.device, run_dir=str(run_dir), env=env, max_restarts=max_restarts)
+    if nnodes > 1:
+        from gpurig.train.nodes import plan_node
+
+        plan, _ = plan_node(cfg, run_dir, nnodes, node_rank, rdzv_endpoint, nproc_per_node=choice.nproc,
+                            device=choice.device, max_restarts=max_restarts, env=env,
+                            extra_args=args[args.index("--resume") + 2:] if "--resume" in args else [])
+    else:
+        plan = plan_torchrun(args, choice.nproc, choice.device, run_dir=str(run_dir), env=env,
+                             max_restarts=max_restarts)
     if on_event:
         on_event("launch", {"device": choice.device, "nproc": choice.nproc, "reason": choice.reason,
                             "run_dir": str(run_dir), "command": plan.command_line()})
     result = run_plan(plan, timeout=timeout, echo=_handler(on_event), grace=parent_grace(env))
 
     summary_path = run_dir / "summary.json"
+    if node_rank > 0 and result.returncode == 0:
+        return {"node_rank": node_rank, "nnodes": nnodes, "run_dir": str(run_dir),
+                "summary_on": "node 0" if not summary_path.is_file() else str(summary_path),
+                "launch": {"device": choice.device, "nproc": choice.nproc, "reason": choice.reason,
+                           "returncode": result.returncode, "interrupted": result.interrupted}}
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text())
         summary["run_dir"] = str(run_dir)
