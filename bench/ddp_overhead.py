@@ -70,9 +70,9 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
         shape = (args["batch"], 3, 32, 32)
     wrapped = model
     if world > 1 and setup.get("ddp", True):
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         import inspect
+
+        from torch.nn.parallel import DistributedDataParallel as DDP
 
         # torch 2.14 renamed broadcast_buffers to forward_sync_buffers (the old name warns there).
         sync_kw = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
