@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 import torch._dynamo  # imported once here: its import sets TORCHINDUCTOR_CACHE_DIR
 
 from gpurig.errors import BadInput
@@ -124,3 +125,21 @@ def test_compile_ddp_sets_dynamos_mode_and_says_why(asked, mode):
         choice = apply_compile_ddp(load_config(overrides=[f"train.compile_ddp={asked}"]))
         assert choice.value == mode and torch._dynamo.config.optimize_ddp == mode
     assert ("default" in choice.reason) == (asked == "auto")
+
+
+def test_only_batchnorm_statistics_tells_which_models_can_skip_the_per_forward_broadcast():
+    import torchvision
+    from torch import nn
+
+    from gpurig.train.loop import only_batchnorm_statistics
+
+    assert only_batchnorm_statistics(torchvision.models.resnet18())
+    assert only_batchnorm_statistics(nn.Linear(2, 2))  # no buffers at all
+
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(2)
+            self.register_buffer("seen", torch.zeros(()))  # used in training: must stay in step
+
+    assert not only_batchnorm_statistics(Counter())

@@ -167,3 +167,48 @@ def test_unwritable_out_and_bad_timeout_exit_2(run_cli, command, args, flag):
     proc = run_cli(*command, "--device", "cpu", *args, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert flag in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_batchnorm_statistics_synced_before_evaluation_only_change_nothing_rank_0_keeps(tmp_path):
+    """ResNet-style nets: DDP skips the per-forward buffer broadcast (buffer_sync=eval). Rank 0's
+    state, hence every checkpoint, is bit for bit what per-forward syncing gives, and the
+    evaluation on two ranks scores exactly what the checkpointed model scores in one process."""
+    import numpy as np
+
+    from gpurig.train import data as D
+    from gpurig.train.models import build_model
+
+    root = tmp_path / "data" / "cifar-10-batches-py"
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(3)
+    for name, n in [("data_batch_1", 64), ("test_batch", 30)]:
+        D.write_cifar_batch(root / name, rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8),
+                            rng.integers(0, 10, n).tolist())
+    common = ["data.dataset=cifar10", f"data.path={root.parent}", "model.name=cnn", "model.width=8",
+              "data.batch_size=8", "train.steps=6", "model.dropout=0", "data.augment=off", "checkpoint.enabled=true", "eval.enabled=true"]
+    runs = {}
+    for mode in ("forward", "eval"):
+        cfg = load_config(preset_name="resnet50-cifar", overrides=common + [f"train.buffer_sync={mode}"])
+        runs[mode] = run_training(cfg, device="cpu", nproc=2, out_dir=tmp_path / mode, timeout=240)
+        assert {c["name"]: c["value"] for c in runs[mode]["choices"]}["buffer_sync"] == mode
+    auto = {c["name"]: c["value"] for c in runs["eval"]["choices"]}
+    a = torch.load(ckpt.checkpoint_path(tmp_path / "forward", 6), weights_only=True)["model"]
+    b = torch.load(ckpt.checkpoint_path(tmp_path / "eval", 6), weights_only=True)["model"]
+    assert a.keys() == b.keys() and any("running_mean" in k for k in a)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    # One process, the checkpoint's weights and statistics, the same 30 test images.
+    cfg = load_config(preset_name="resnet50-cifar", overrides=common)
+    arrays = D.load_cifar10_data(cfg)
+    model = build_model(cfg, tuple(arrays.x_test.shape[1:]), 10)
+    model.load_state_dict(b)
+    model.eval()
+    correct, loss = 0, 0.0
+    with torch.no_grad():
+        for x, y, mask in D.eval_batches(arrays, cfg, 0, 1, torch.device("cpu"), False):
+            out = model(x).float()
+            correct += int(((out.argmax(1) == y) & mask.bool()).sum())
+            loss += float((torch.nn.functional.cross_entropy(out, y, reduction="none") * mask).sum())
+    assert runs["eval"]["eval_samples"] == 30 and auto["buffer_sync"] == "eval"
+    assert runs["eval"]["accuracy"] == pytest.approx(correct / 30)
+    assert runs["eval"]["eval_loss"] == pytest.approx(loss / 30, rel=1e-6)  # the statistics, too

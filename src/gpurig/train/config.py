@@ -144,6 +144,10 @@ class LoopConfig:
                           "rest of the backward), no_optimization (one graph; all-reduce after the backward), "
                           "python_reducer (compiled autograd traces the reducer); auto = ddp_optimizer.",
                           choices=("auto", "ddp_optimizer", "no_optimization", "python_reducer"))
+    buffer_sync: str = _f("auto", "When DDP ranks agree on buffers: forward (rank 0's copied before every forward, "
+                          "DDP's default), eval (only before evaluation; right when the buffers are BatchNorm "
+                          "statistics, unused while training); auto = eval when every buffer is a BatchNorm "
+                          "statistic, else forward.", choices=("auto", "forward", "eval"))
     static_graph: str = _f("auto", "DDP static_graph (the same parameters get gradients every step, which lets "
                            "DDP skip per-step bookkeeping): auto (on for the built-in models), on, off.",
                            choices=("auto", "on", "off"))
