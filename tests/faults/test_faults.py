@@ -320,6 +320,7 @@ def test_two_nodes_train_together_survive_a_killed_rank_and_match_a_single_node_
     plans = [plan_node(_cfg(), shared, nnodes=2, node_rank=r, endpoint=endpoint, nproc_per_node=1, device="cpu",
                        max_restarts=3, log_dir=tmp_path / f"node{r}")[0] for r in (0, 1)]
     assert "--nnodes=2" in plans[0].argv and f"--rdzv-endpoint={endpoint}" in plans[1].argv
+    assert plans[0].full_env()["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"  # a fresh store per round
     killed = {"GPURIG_TRAIN_FAULT": "kill:step=25:rank=0,kill:step=25:rank=1"}  # whichever rank node 1 gets
     agents = [_start_node(plans[0])]
     try:
@@ -423,3 +424,12 @@ def test_gpurig_train_on_two_nodes_matches_the_single_node_run(reference, tmp_pa
 def test_two_nodes_need_the_address_of_node_0(tmp_path):
     with pytest.raises(BadInput, match="--master-addr"):
         run_training(_cfg(), device="cpu", nproc=1, out_dir=tmp_path, nnodes=2, node_rank=1)
+
+
+def test_a_fresh_store_per_round_is_the_users_to_turn_off(monkeypatch, tmp_path):
+    from gpurig.train.nodes import plan_node
+
+    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0")
+    plan = plan_node(_cfg(), tmp_path, nnodes=2, node_rank=0, endpoint="127.0.0.1:29400", nproc_per_node=1,
+                     device="cpu")[0]
+    assert plan.full_env()["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"

@@ -148,9 +148,6 @@ def plan_torchrun(
         threads = max(1, (os.cpu_count() or 1) // max(1, nproc))
         plan_env["OMP_NUM_THREADS"] = str(threads)
         notes.append(f"OMP_NUM_THREADS={threads}: {os.cpu_count()} cores / {nproc} processes")
-    if "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in os.environ and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in plan_env:
-        plan_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-        notes.append("a fresh rendezvous store per restart round (no stale keys of a dead attempt)")
     # torchrun's workers must import gpurig from wherever this process imported it.
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     pythonpath = os.environ.get("PYTHONPATH", "")
@@ -294,11 +291,6 @@ def _environment_defaults(
     wanted.append((
         "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1",
         "a failed or timed-out NCCL collective ends the process instead of hanging it",
-    ))
-    wanted.append((
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1",
-        "each rendezvous round gets a fresh store on a new port: after a restart, workers on every node "
-        "meet there and never read keys a dead attempt left behind",
     ))
     if collective_timeout_s:
         wanted.append((

@@ -95,14 +95,14 @@ def restart_count() -> int:
 def init_kwargs() -> dict[str, Any]:
     """Extra arguments for init_process_group: a store private to this torchrun attempt.
 
-    gpurig's launches set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, so every rendezvous round gets a
-    fresh store on a new port and this returns nothing. Where a launch shares the agent's store
-    across attempts (torchrun's default), the process group's keys of a killed attempt (gloo's
-    peer addresses, NCCL's unique id) are still there when the restarted workers meet, and a rank
-    that reads one before its peer overwrites it connects to a dead process ("Gloo
-    connectFullMesh failed ... Connection refused") or waits for a stale NCCL id. A prefix per
-    attempt keeps them apart on one node. Across nodes the attempt numbers can differ (an agent
-    restarting for a membership change counts no failure), which is why gpurig does not rely on it.
+    torchrun keeps one key-value store for all attempts; the process group's keys (gloo's peer
+    addresses, NCCL's unique id) of a killed attempt are still there when the restarted workers
+    meet, and a rank that reads one before its peer overwrites it connects to a dead process
+    ("Gloo connectFullMesh failed ... Connection refused") or waits for a stale NCCL id. A prefix
+    per attempt keeps every attempt's keys apart on one node, where one agent counts the attempts.
+    Across nodes the agents can count differently, so multi-node plans ask torchrun for a fresh
+    store per rendezvous round (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, `gpurig.train.nodes`); the
+    workers then do not use the agent's store and this returns nothing.
     """
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or "MASTER_PORT" not in os.environ:
         return {}
