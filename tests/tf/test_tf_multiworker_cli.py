@@ -41,7 +41,7 @@ def test_two_workers_through_the_cli_train_together(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1"], "PyTorch trainer runs on one machine"),
+    (["--nnodes", "2", "--node-rank", "1"], "--master-addr: needed with --nnodes > 1"),
     (["--framework", "tf", "--nnodes", "2", "--node-rank", "2"], "--node-rank 2 is outside 0..1"),
     (["--nnodes", "0"], "--nnodes must be at least 1"),
 ])
