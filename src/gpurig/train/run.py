@@ -128,13 +128,9 @@ def run_training(
     except OSError as exc:
         raise BadInput(f"--out {run_dir}: cannot write the run directory ({exc.strerror or exc})") from None
 
-    args = ["-m", "gpurig.train.worker", "--run-dir", str(run_dir)]
-    if resume:
-        args += ["--resume", str(resume)]
-    if resume_fallback:
-        args.append("--resume-fallback")
-    if record_indices:
-        args.append("--record-indices")
+    flags = (["--resume-fallback"] if resume_fallback else []) + (["--record-indices"] if record_indices else [])
+    args = ["-m", "gpurig.train.worker", "--run-dir", str(run_dir), *(["--resume", str(resume)] if resume else []),
+            *flags]
     env = dict(env or {})
     if choice.device == "cuda":
         env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
@@ -145,8 +141,7 @@ def run_training(
         from gpurig.train.nodes import plan_node
 
         plan, _ = plan_node(cfg, run_dir, nnodes, node_rank, rdzv_endpoint, nproc_per_node=choice.nproc,
-                            device=choice.device, max_restarts=max_restarts, env=env,
-                            extra_args=args[args.index("--resume") + 2:] if "--resume" in args else [])
+                            device=choice.device, max_restarts=max_restarts, env=env, extra_args=flags)
     else:
         plan = plan_torchrun(args, choice.nproc, choice.device, run_dir=str(run_dir), env=env,
                              max_restarts=max_restarts)
