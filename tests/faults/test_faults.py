@@ -414,6 +414,7 @@ def test_gpurig_train_on_two_nodes_matches_the_single_node_run(reference, tmp_pa
                 p.wait()
     assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
     assert "node 1 of 2 finished" in outs[1]
+    assert f"node 0 of 2: waiting at 127.0.0.1:{port}" in outs[0]
     summary = json.loads((shared / "summary.json").read_text())
     assert "world_size" in summary, (summary, outs[0][-2000:])
     assert summary["world_size"] == 2 and summary["steps"] == 40

@@ -87,6 +87,9 @@ class Renderer:
         if kind == "launch":
             c.print(f"[bold]gpurig train[/bold]: {p['nproc']} process(es) on {p['device']} ({p['reason']})")
             c.print(f"  run directory: {p['run_dir']}")
+            if p.get("nnodes"):
+                c.print(f"  node {p['node_rank']} of {p['nnodes']}: waiting at {p['rdzv_endpoint']} until every node "
+                        "has joined (start the same command on the others with their --node-rank)")
         elif kind == "choice":
             c.print(f"  [cyan]{p['name']}[/cyan] = {p['value']}  [dim]{p['reason']}[/dim]")
         elif kind == "start":

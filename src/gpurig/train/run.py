@@ -147,7 +147,9 @@ def run_training(
                              max_restarts=max_restarts)
     if on_event:
         on_event("launch", {"device": choice.device, "nproc": choice.nproc, "reason": choice.reason,
-                            "run_dir": str(run_dir), "command": plan.command_line()})
+                            "run_dir": str(run_dir), "command": plan.command_line(),
+                            **({"nnodes": nnodes, "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint}
+                               if nnodes > 1 else {})})
     result = run_plan(plan, timeout=timeout, echo=_handler(on_event), grace=parent_grace(env))
 
     summary_path = run_dir / "summary.json"
