@@ -390,16 +390,13 @@ def test_a_killed_node_started_again_rejoins_and_the_run_ends_as_a_single_node_r
     assert_no_process_left(str(shared))
 
 
-def test_gpurig_train_on_two_nodes_matches_the_single_node_run(reference, tmp_path):
-    """What a user types on each machine: `gpurig train --nnodes 2 --node-rank R --master-addr ...`."""
-    from gpurig.launch.plan import free_port
-
-    shared, port = tmp_path / "shared", free_port()
+def _two_node_cli(outs_dirs: list[Path], port: int) -> tuple[list[subprocess.Popen], list[str]]:
+    """`gpurig train --nnodes 2 --node-rank R --master-addr ...` typed on two "machines"."""
     procs = []
-    for rank in (0, 1):
+    for rank, out in enumerate(outs_dirs):
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200")
         args = [sys.executable, "-m", "gpurig", "train", "--preset", "demo", "--device", "cpu", "--nproc", "1",
-                "--out", str(shared), "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+                "--out", str(out), "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
                 "--master-port", str(port), "--max-restarts", "1"]
         for s in BASE:
             args += ["--set", s]
@@ -412,8 +409,16 @@ def test_gpurig_train_on_two_nodes_matches_the_single_node_run(reference, tmp_pa
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    return procs, outs
+
+
+def test_gpurig_train_on_two_nodes_matches_the_single_node_run(reference, tmp_path):
+    from gpurig.launch.plan import free_port
+
+    shared, port = tmp_path / "shared", free_port()
+    procs, outs = _two_node_cli([shared, shared], port)
     assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
-    assert "node 1 of 2 finished" in outs[1]
+    assert all("summary.json" in out for out in outs)  # a shared directory: both nodes see the summary
     assert f"node 0 of 2: waiting at 127.0.0.1:{port}" in outs[0]
     summary = json.loads((shared / "summary.json").read_text())
     assert "world_size" in summary, (summary, outs[0][-2000:])
@@ -434,3 +439,17 @@ def test_a_fresh_store_per_round_is_the_users_to_turn_off(monkeypatch, tmp_path)
     plan = plan_node(_cfg(), tmp_path, nnodes=2, node_rank=0, endpoint="127.0.0.1:29400", nproc_per_node=1,
                      device="cpu")[0]
     assert plan.full_env()["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
+
+
+def test_without_a_shared_directory_the_node_without_rank_0_says_where_the_summary_is(tmp_path):
+    """The rendezvous numbers nodes as they join, so either node may hold global rank 0."""
+    from gpurig.launch.plan import free_port
+
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    procs, outs = _two_node_cli(dirs, free_port())
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+    has = [(d / "summary.json").is_file() for d in dirs]
+    assert sorted(has) == [False, True]
+    other = has.index(False)
+    assert f"node {other} of 2 finished; the node that holds global rank 0 writes the summary" in outs[other]
+    assert "summary: " in outs[has.index(True)] and "throughput" in outs[has.index(True)]

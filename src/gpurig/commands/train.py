@@ -194,8 +194,8 @@ def _node_done(console: Any, summary: dict, json_out: bool) -> None:
     if json_out:
         emit_json(summary)
     else:
-        console.print(f"node {summary['node_rank']} of {summary['nnodes']} finished; node 0 writes the summary "
-                      f"({summary['run_dir']}/summary.json on the shared run directory)")
+        console.print(f"node {summary['node_rank']} of {summary['nnodes']} finished; the node that holds global "
+                      f"rank 0 writes the summary ({summary['run_dir']}/summary.json on the shared run directory)")
 
 
 def register(app: typer.Typer) -> None:
@@ -279,8 +279,8 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(143) from None
             finally:
                 renderer.close()
-            if "world_size" not in summary and summary.get("node_rank"):
-                _node_done(console, summary, json_out)  # node 0 judges and writes the summary
+            if "world_size" not in summary and "node_rank" in summary:
+                _node_done(console, summary, json_out)  # global rank 0's node judges and writes the summary
                 return
             attach_verdicts(summary)
         loss = summary.get("final_loss")

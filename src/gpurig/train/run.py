@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -66,6 +67,13 @@ def _handler(on_event: EventHandler | None) -> Callable[[str], None]:
         on_event("line", {"text": line})
 
     return echo
+
+
+def _written_since(path: Path, t: float) -> bool:
+    try:
+        return path.stat().st_mtime >= t - 1.0  # file systems round modification times
+    except OSError:
+        return False
 
 
 def run_training(
@@ -150,12 +158,14 @@ def run_training(
                             "run_dir": str(run_dir), "command": plan.command_line(),
                             **({"nnodes": nnodes, "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint}
                                if nnodes > 1 else {})})
+    started = time.time()
     result = run_plan(plan, timeout=timeout, echo=_handler(on_event), grace=parent_grace(env))
 
     summary_path = run_dir / "summary.json"
-    if node_rank > 0 and result.returncode == 0:
+    if nnodes > 1 and result.returncode == 0 and not _written_since(summary_path, started):
+        # The rendezvous numbers the nodes as they join: global rank 0, which writes the summary,
+        # may be on another node (and the run directory not shared with this one).
         return {"node_rank": node_rank, "nnodes": nnodes, "run_dir": str(run_dir),
-                "summary_on": "node 0" if not summary_path.is_file() else str(summary_path),
                 "launch": {"device": choice.device, "nproc": choice.nproc, "reason": choice.reason,
                            "returncode": result.returncode, "interrupted": result.interrupted}}
     if summary_path.is_file():
