@@ -451,5 +451,5 @@ def test_without_a_shared_directory_the_node_without_rank_0_says_where_the_summa
     has = [(d / "summary.json").is_file() for d in dirs]
     assert sorted(has) == [False, True]
     other = has.index(False)
-    assert f"node {other} of 2 finished; the node that holds global rank 0 writes the summary" in outs[other]
+    assert f"node {other} of 2 finished; the node that holds global rank 0 writes summary.json" in outs[other]
     assert "summary: " in outs[has.index(True)] and "throughput" in outs[has.index(True)]

@@ -195,7 +195,7 @@ def _node_done(console: Any, summary: dict, json_out: bool) -> None:
         emit_json(summary)
     else:
         console.print(f"node {summary['node_rank']} of {summary['nnodes']} finished; the node that holds global "
-                      f"rank 0 writes the summary ({summary['run_dir']}/summary.json on the shared run directory)")
+                      "rank 0 writes summary.json into its --out")
 
 
 def register(app: typer.Typer) -> None:
