@@ -33,8 +33,8 @@ def fresh_store_per_round() -> dict[str, str]:
     that keep their attempts apart by that number never meet: measured on two localhost nodes, 2 of
     4 restarts hung, against 10 of 10 passing with a fresh store. The trainer's workers wait for
     each other before exiting, which a worker-hosted store needs (rank 0 must not exit while the
-    others still talk to its store); that is why gpurig sets it for its own trainer only, not for
-    the scripts `gpurig launch` runs.
+    others still use its store); a user's script may not, which is why gpurig sets it for its own
+    trainer only, not for the scripts `gpurig launch` runs.
     """
     if "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in os.environ:
         return {}
