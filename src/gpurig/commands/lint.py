@@ -26,16 +26,10 @@ def lint_file(script: str) -> list:
     from pathlib import Path
 
     from gpurig.diagnose.lint import lint_source
-    from gpurig.errors import BadInput
+    from gpurig.errors import BadInput, read_user_text
 
     path = Path(script)
-    if not path.is_file():
-        what = "is a directory, not a script" if path.is_dir() else "no such file"
-        raise BadInput(f"SCRIPT {script}: {what}")
-    try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"SCRIPT {script}: cannot read it ({exc})") from None
+    source = read_user_text(script, f"SCRIPT {script}", "script")
     try:
         return lint_source(source, str(path))
     except SyntaxError as exc:

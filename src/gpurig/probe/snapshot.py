@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from gpurig.errors import BadInput
+from gpurig.errors import BadInput, read_user_text
 from gpurig.probe.facts import FactsError, RigFacts
 
 
@@ -16,14 +16,7 @@ def load_facts_file(path: str | os.PathLike, flag: str = "--facts") -> RigFacts:
     p = Path(path)
     if str(path) == "-":
         raise BadInput(f"{flag}: reading facts from stdin is not supported; give a file")
-    if not p.exists():
-        raise BadInput(f"{flag} {p}: no such file")
-    if p.is_dir():
-        raise BadInput(f"{flag} {p}: is a directory, not a facts file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{flag} {p}: cannot read it ({exc})") from None
+    text = read_user_text(str(p), f"{flag} {p}", "facts file")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
