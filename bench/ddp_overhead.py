@@ -13,13 +13,29 @@ small CNN on the CPU) in these setups, one after another in one command:
   ddp-keepgrad   ... zero_grad(set_to_none=False)         gradients stay views of DDP's buckets: no copy
                                                           of every gradient into its bucket each step
   ddp-both       both of the above
+  ddp-nostatic   ddp-nobb without static_graph
+  ddp-plain      DDP(model, device_ids, gradient_as_bucket_view=True) and nothing else, as most scripts
+                 write it (static_graph off, buffers broadcast before each forward)
+  ddp-hipri      ddp-nobb with TORCH_NCCL_HIGH_PRIORITY=1 (NCCL on a high-priority stream)
+  ddp-ctas8      ddp-nobb with NCCL_MAX_CTAS=8 (fewer SMs taken from the backward's kernels)
+  ddp-noopt      ddp-nobb, compiled as one graph (dynamo's optimize_ddp off: all-reduce after the backward)
+  ddp-inner      ddp-nobb around the compiled model (DDP(torch.compile(model))), --compile only
+  ddp-b50        ddp-nobb with 50 MiB buckets
+  ddp-b10        ddp-nobb with 10 MiB buckets
+  ddp-bf16       ddp-nobb with the bf16 compression hook (gradients summed in bf16: half the bytes)
 
     PYTHONPATH=src python bench/ddp_overhead.py                     # CUDA, eager
     PYTHONPATH=src python bench/ddp_overhead.py --compile           # the same under torch.compile
     PYTHONPATH=src python bench/ddp_overhead.py --device cpu --steps 5 --batch 8   # a quick check anywhere
+    PYTHONPATH=src python bench/ddp_overhead.py --compile --profile runs/prof    # + where each step's GPU time goes
+
+With --profile, rank 0 also records 5 more steps with torch.profiler per setup, writes the trace
+(chrome format) and prints per step: the GPU's busy span, compute kernel time, NCCL kernel time,
+how much of NCCL's time ran alongside compute, and the time no kernel ran (idle).
 
 Prints milliseconds per step and the efficiency against `1proc` for each setup (rank 0's timing;
-every rank runs the same steps).
+every rank runs the same steps), and how far the host ran ahead of the GPU when the timed steps
+were queued (near 0: the host sets the pace).
 """
 
 from __future__ import annotations
@@ -38,7 +54,52 @@ SETUPS = {
     "ddp-nobb": {"world": 2, "broadcast_buffers": False},
     "ddp-keepgrad": {"world": 2, "set_to_none": False},
     "ddp-both": {"world": 2, "broadcast_buffers": False, "set_to_none": False},
+    "ddp-nostatic": {"world": 2, "broadcast_buffers": False, "static_graph": False},
+    "ddp-plain": {"world": 2, "plain": True},
+    "ddp-hipri": {"world": 2, "broadcast_buffers": False, "env": {"TORCH_NCCL_HIGH_PRIORITY": "1"}},
+    "ddp-ctas8": {"world": 2, "broadcast_buffers": False, "env": {"NCCL_MAX_CTAS": "8"}},
+    "ddp-noopt": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False},
+    "ddp-inner": {"world": 2, "broadcast_buffers": False, "inner": True},
+    "ddp-b50": {"world": 2, "broadcast_buffers": False, "bucket_mb": 50},
+    "ddp-b10": {"world": 2, "broadcast_buffers": False, "bucket_mb": 10},
+    "ddp-bf16": {"world": 2, "broadcast_buffers": False, "hook": "bf16"},
 }
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def _overlap(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> float:
+    """Time covered by both sets of intervals."""
+    return _union(xs) + _union(ys) - _union(xs + ys)
+
+
+def profile_summary(trace_path: str, steps: int) -> dict:
+    """Per-step GPU time from a chrome trace: busy span, compute, NCCL, their overlap, idle (ms)."""
+    with open(trace_path) as f:
+        events = json.load(f).get("traceEvents", [])
+    compute, comm = [], []
+    for e in events:
+        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset") or "dur" not in e:
+            continue
+        iv = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        (comm if "nccl" in e.get("name", "").lower() else compute).append(iv)
+    if not compute:
+        return {}
+    every = compute + comm
+    span = max(b for _, b in every) - min(a for a, _ in every)
+    busy = _union(every)
+    ms = lambda us: us / 1000.0 / steps  # noqa: E731
+    return {"span_ms": ms(span), "compute_ms": ms(_union(compute)), "nccl_ms": ms(_union(comm)),
+            "nccl_alongside_compute_ms": ms(_overlap(compute, comm)), "idle_ms": ms(span - busy),
+            "compute_kernels_per_step": len(compute) / steps}
 
 
 def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> None:
@@ -52,6 +113,7 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
     else:
         torch.set_num_threads(max(1, (os.cpu_count() or 2) // world))
         dev = torch.device("cpu")
+    os.environ.update(setup.get("env", {}))
     if world > 1:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world,
@@ -68,7 +130,12 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
             torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
             torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10)).to(dev)
         shape = (args["batch"], 3, 32, 32)
-    wrapped = model
+    if "optimize_ddp" in setup:
+        import torch._dynamo
+
+        torch._dynamo.config.optimize_ddp = setup["optimize_ddp"]
+    inner = args["compile"] and setup.get("inner", False)
+    wrapped = torch.compile(model) if inner else model
     if world > 1 and setup.get("ddp", True):
         import inspect
 
@@ -77,9 +144,17 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
         # torch 2.14 renamed broadcast_buffers to forward_sync_buffers (the old name warns there).
         sync_kw = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
                    else "broadcast_buffers")
-        wrapped = DDP(model, device_ids=[rank] if cuda else None, gradient_as_bucket_view=True, static_graph=True,
-                      bucket_cap_mb=25, **{sync_kw: setup.get("broadcast_buffers", True)})
-    step_model = torch.compile(wrapped) if args["compile"] else wrapped
+        if setup.get("plain"):
+            wrapped = DDP(wrapped, device_ids=[rank] if cuda else None, gradient_as_bucket_view=True)
+        else:
+            wrapped = DDP(wrapped, device_ids=[rank] if cuda else None, gradient_as_bucket_view=True,
+                          static_graph=setup.get("static_graph", True), bucket_cap_mb=setup.get("bucket_mb", 25),
+                          **{sync_kw: setup.get("broadcast_buffers", True)})
+        if setup.get("hook") == "bf16":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            wrapped.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    step_model = torch.compile(wrapped) if args["compile"] and not inner else wrapped
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, fused=cuda or None)
     x = torch.randn(*shape, device=dev)
     if cuda:
@@ -106,18 +181,40 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
     t0 = time.perf_counter()
     for _ in range(args["steps"]):
         step()
+    t_enqueued = time.perf_counter()
     if cuda:
         torch.cuda.synchronize()
-    ms = (time.perf_counter() - t0) / args["steps"] * 1000
+    t_end = time.perf_counter()
+    ms = (t_end - t0) / args["steps"] * 1000
+    # How far the host ran ahead of the GPU: near 0 means the host (Python, launches) sets the pace.
+    ahead_ms = (t_end - t_enqueued) * 1000
+    prof = {"host_ahead_ms": ahead_ms}
+    if args["profile"]:
+        from torch.profiler import ProfilerActivity, profile
+
+        n = 5
+        sync()
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with profile(activities=acts) as p:
+            for _ in range(n):
+                step()
+            if cuda:
+                torch.cuda.synchronize()
+        if rank == 0:
+            os.makedirs(args["profile"], exist_ok=True)
+            path = os.path.join(args["profile"], f"{args['name']}{'-compiled' if args['compile'] else ''}.json")
+            p.export_chrome_trace(path)
+            prof.update(profile_summary(path, n) if cuda else {})
+            prof["trace"] = path
     if rank == 0:
-        out.put(ms)
+        out.put((ms, prof))
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
 
 
-def run_setup(name: str, args: dict, limit: float) -> float:
-    """Milliseconds per step of one setup; raises RuntimeError naming the setup if a rank fails."""
+def run_setup(name: str, args: dict, limit: float) -> tuple[float, dict]:
+    """Milliseconds per step of one setup and its profile summary; raises RuntimeError naming the setup if a rank fails."""
     import torch.multiprocessing as mp
 
     from gpurig.launch.plan import free_port
@@ -126,6 +223,7 @@ def run_setup(name: str, args: dict, limit: float) -> float:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port = free_port()
+    args = {**args, "name": name}
     procs = [ctx.Process(target=_worker, args=(r, setup["world"], setup, args, port, out), daemon=True)
              for r in range(setup["world"])]
     for p in procs:
@@ -134,7 +232,7 @@ def run_setup(name: str, args: dict, limit: float) -> float:
     try:
         while True:
             try:
-                ms = out.get(timeout=1.0)
+                ms, prof = out.get(timeout=1.0)
                 break
             except queue.Empty:
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
@@ -144,7 +242,7 @@ def run_setup(name: str, args: dict, limit: float) -> float:
                     raise RuntimeError(f"{name}: no result within {limit:.0f} s") from None
         for p in procs:
             p.join(timeout=60)
-        return ms
+        return ms, prof
     finally:
         for p in procs:
             if p.is_alive():
@@ -161,6 +259,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=0, help="untimed steps first (default 15 eager, 25 compiled)")
     ap.add_argument("--setups", default=",".join(SETUPS), help="comma-separated, from: " + ", ".join(SETUPS))
     ap.add_argument("--limit", type=float, default=300, help="seconds one setup may take")
+    ap.add_argument("--profile", default=None, metavar="DIR", help="also profile 5 steps per setup; traces go here")
     ap.add_argument("--json-out", default=None)
     a = ap.parse_args()
     names = [n for n in a.setups.split(",") if n]
@@ -173,23 +272,27 @@ def main() -> int:
         if torch.cuda.device_count() < 2:
             ap.error("--device cuda: needs 2 GPUs (use --device cpu for a quick check)")
     args = {"device": a.device, "compile": a.compile, "batch": a.batch, "steps": a.steps,
-            "warmup": a.warmup or (25 if a.compile else 15)}
+            "warmup": a.warmup or (25 if a.compile else 15), "profile": a.profile}
     print(f"{'compiled' if a.compile else 'eager'}, {a.device}, batch {a.batch} per process, {a.steps} timed steps",
           flush=True)
     rows, base = [], None
     for name in names:
         t = time.monotonic()
         try:
-            ms = run_setup(name, args, a.limit)
+            ms, prof = run_setup(name, args, a.limit)
         except RuntimeError as exc:
             print(f"{name:14s} failed: {exc}", flush=True)
             rows.append({"setup": name, "error": str(exc)})
             continue
         base = base or (ms if name == "1proc" else None)
         eff = base / ms if base else None
-        rows.append({"setup": name, "ms_per_step": ms, "efficiency": eff})
+        rows.append({"setup": name, "ms_per_step": ms, "efficiency": eff, "profile": prof})
         print(f"{name:14s} {ms:8.2f} ms/step  " + (f"efficiency {eff:.3f}  " if eff else "")
-              + f"({time.monotonic() - t:.0f} s)", flush=True)
+              + f"host ahead {prof['host_ahead_ms']:.1f} ms  ({time.monotonic() - t:.0f} s)", flush=True)
+        if prof.get("span_ms") is not None:
+            print(f"{'':14s} per step: span {prof['span_ms']:.2f} ms, compute {prof['compute_ms']:.2f}, "
+                  f"nccl {prof['nccl_ms']:.2f} (alongside compute {prof['nccl_alongside_compute_ms']:.2f}), "
+                  f"idle {prof['idle_ms']:.2f}, {prof['compute_kernels_per_step']:.0f} kernels", flush=True)
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump({"args": args, "rows": rows}, f, indent=2)
