@@ -116,15 +116,27 @@ def test_every_field_is_documented():
     assert TrainConfig().to_dict()["train"]["strategy"] == "ddp"
 
 
-@pytest.mark.parametrize("asked, mode", [("auto", "ddp_optimizer"), ("no_optimization", "no_optimization"),
-                                         ("ddp_optimizer", "ddp_optimizer")])
-def test_compile_ddp_sets_dynamos_mode_and_says_why(asked, mode):
+R50_GRAD_BYTES = 25_557_032 * 4  # ResNet-50's fp32 gradients
+GPT_GRAD_BYTES = 1_500_000_000 * 4  # a 1.5B-parameter decoder
+
+
+@pytest.mark.parametrize("asked, grad_bytes, world, mode", [
+    ("auto", R50_GRAD_BYTES, 2, "no_optimization"),  # small gradients: one graph, all-reduce after the backward
+    ("auto", R50_GRAD_BYTES, 8, "no_optimization"),
+    ("auto", GPT_GRAD_BYTES, 2, "ddp_optimizer"),  # large ones: split the graph to overlap the all-reduce
+    ("no_optimization", GPT_GRAD_BYTES, 2, "no_optimization"),  # what the config asks for wins
+    ("ddp_optimizer", R50_GRAD_BYTES, 2, "ddp_optimizer"),
+])
+def test_compile_ddp_sets_dynamos_mode_and_says_why(asked, grad_bytes, world, mode):
     from gpurig.train.loop import apply_compile_ddp
 
     with torch._dynamo.config.patch(optimize_ddp=True, compiled_autograd=False):
-        choice = apply_compile_ddp(load_config(overrides=[f"train.compile_ddp={asked}"]))
+        choice = apply_compile_ddp(load_config(overrides=[f"train.compile_ddp={asked}"]), grad_bytes, world)
         assert choice.value == mode and torch._dynamo.config.optimize_ddp == mode
-    assert ("default" in choice.reason) == (asked == "auto")
+    if asked == "auto":
+        assert f"{grad_bytes / 1e6:,.0f} MB of gradients" in choice.reason
+    else:
+        assert "asked for in the config" in choice.reason
 
 
 def test_only_batchnorm_statistics_tells_which_models_can_skip_the_per_forward_broadcast():
