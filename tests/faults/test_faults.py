@@ -161,6 +161,42 @@ def test_a_rank_that_stops_taking_part_ends_by_the_timeout_naming_the_op_and_the
     assert_no_process_left(str(out))
 
 
+class _Exited(Exception):
+    pass
+
+
+@pytest.mark.parametrize("backend, code, leaves_at_once", [
+    ("nccl", 1, True),  # a failed NCCL collective: destroying the group would wait for its kernel forever
+    ("nccl", 0, False),  # a run that ended well destroys its group as usual
+    ("gloo", 1, False),  # gloo's collectives time out on the host: destroying the group is safe
+])
+def test_a_worker_that_failed_on_nccl_leaves_without_destroying_its_group(monkeypatch, backend, code,
+                                                                          leaves_at_once):
+    from gpurig.train import loop
+
+    destroyed, closed = [], []
+
+    def exit_now(c):
+        raise _Exited(c)
+
+    monkeypatch.setattr(loop.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(loop.dist, "get_backend", lambda *a: backend)
+    monkeypatch.setattr(loop.dist, "destroy_process_group", lambda *a: destroyed.append(True))
+    monkeypatch.setattr(loop.os, "_exit", exit_now)
+
+    class Trainer:
+        class tb:
+            close = staticmethod(lambda: closed.append(True))
+
+    if leaves_at_once:
+        with pytest.raises(_Exited) as exited:
+            loop.leave_process_group(code, Trainer())
+        assert exited.value.args == (code,) and not destroyed and closed  # TensorBoard's scalars kept
+    else:
+        loop.leave_process_group(code, Trainer())
+        assert destroyed
+
+
 # --- the checkpoint cannot be written -----------------------------------------------------------
 
 

@@ -1029,6 +1029,7 @@ def main(argv: list[str] | None = None) -> int:
     faults.install(ctx.rank, ctx.world)  # bounded exit after SIGTERM, the hang ledger, injected faults
     args.resume, args.resume_fallback = faults.resume_after_restart(args.resume, args.resume_fallback, run_dir)
     code = 0
+    trainer = None
     try:
         trainer = Trainer(cfg, ctx, run_dir, args.resume, args.resume_fallback, args.record_indices)
         trainer.build()
@@ -1065,8 +1066,26 @@ def main(argv: list[str] | None = None) -> int:
             ledger.thread.join(timeout=5)
             ledger.group = ledger.store = None
             faults.Ledger.current = None
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
+        leave_process_group(code, trainer)
+    return code
+
+
+def leave_process_group(code: int, trainer: Trainer | None = None) -> None:
+    """End this worker's part in the process group; after a failure on NCCL, end the process too.
+
+    A collective that failed or timed out on NCCL leaves a kernel waiting for the missing peer, and
+    destroy_process_group() then waits for it without end (seen on 2 H200s: rank 0 spun there after
+    its collective timeout, so the run never ended). A failed worker leaves at once instead; the
+    operating system frees its GPU memory and communicators, and torchrun sees its exit code.
+    """
+    if code != 0 and dist.is_initialized() and dist.get_backend() == "nccl":
+        if trainer is not None and trainer.tb is not None:
+            with contextlib.suppress(Exception):
+                trainer.tb.close()  # keep the scalars logged so far
         sys.stdout.flush()
         sys.stderr.flush()
-    return code
+        os._exit(code)
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
