@@ -1078,7 +1078,7 @@ def leave_process_group(code: int, trainer: Trainer | None = None) -> None:
     its collective timeout, so the run never ended). A failed worker leaves at once instead; the
     operating system frees its GPU memory and communicators, and torchrun sees its exit code.
     """
-    if code != 0 and dist.is_initialized() and dist.get_backend() == "nccl":
+    if code != 0 and dist.is_initialized() and "nccl" in str(dist.get_backend()):  # also "cpu:gloo,cuda:nccl"
         if trainer is not None and trainer.tb is not None:
             with contextlib.suppress(Exception):
                 trainer.tb.close()  # keep the scalars logged so far
