@@ -207,8 +207,11 @@ def ddp_buffer_sync(per_forward: bool) -> dict[str, bool]:
 ONE_GRAPH_MAX_WIRE_BYTES = 256 * 2**20
 
 
-def apply_compile_ddp(cfg: TrainConfig, grad_bytes: int = 0, world: int = 2) -> Choice:
-    """Set dynamo's DDP mode for this process (it is a global of torch._dynamo) and say why."""
+def apply_compile_ddp(cfg: TrainConfig, grad_bytes: int, world: int) -> Choice:
+    """Set dynamo's DDP mode for this process (it is a global of torch._dynamo) and say why.
+
+    `grad_bytes`: the model's trainable parameters in bytes (its gradients); `world`: processes.
+    """
     import torch._dynamo
 
     mode = cfg.train.compile_ddp
