@@ -23,6 +23,10 @@ small CNN on the CPU) in these setups, one after another in one command:
   ddp-b50        ddp-nobb with 50 MiB buckets
   ddp-b10        ddp-nobb with 10 MiB buckets
   ddp-bf16       ddp-nobb with the bf16 compression hook (gradients summed in bf16: half the bytes)
+  ddp-ca         ddp-nobb with compiled autograd tracing DDP's Python reducer into the backward graph
+                 (optimize_ddp=python_reducer): gradient accumulation and bucketed all-reduces are
+                 compiled with the backward, waits placed late; --compile only
+  1proc-ca       one process, backward under compiled autograd (the reference for ddp-ca), --compile only
 
     PYTHONPATH=src python bench/ddp_overhead.py                     # CUDA, eager
     PYTHONPATH=src python bench/ddp_overhead.py --compile           # the same under torch.compile
@@ -63,6 +67,8 @@ SETUPS = {
     "ddp-b50": {"world": 2, "broadcast_buffers": False, "bucket_mb": 50},
     "ddp-b10": {"world": 2, "broadcast_buffers": False, "bucket_mb": 10},
     "ddp-bf16": {"world": 2, "broadcast_buffers": False, "hook": "bf16"},
+    "ddp-ca": {"world": 2, "broadcast_buffers": False, "optimize_ddp": "python_reducer", "ca": True},
+    "1proc-ca": {"world": 1, "ca": True},
 }
 
 
@@ -156,16 +162,26 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
             wrapped.register_comm_hook(None, default_hooks.bf16_compress_hook)
     step_model = torch.compile(wrapped) if args["compile"] and not inner else wrapped
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, fused=cuda or None)
+    torch.manual_seed(1 + rank)  # each rank its own batch, so unsynchronised weights would drift apart
     x = torch.randn(*shape, device=dev)
     if cuda:
         x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 10, (shape[0],), device=dev)
     set_to_none = setup.get("set_to_none", True)
+    import contextlib
+
+    backward_ctx = contextlib.nullcontext
+    if setup.get("ca") and args["compile"]:
+        from torch._dynamo.utils import maybe_enable_compiled_autograd
+
+        # Static shapes: the batch never changes, and dynamic ones cost kernel quality.
+        backward_ctx = lambda: maybe_enable_compiled_autograd(True, fullgraph=True, dynamic=False)  # noqa: E731
 
     def step() -> None:
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
             loss = torch.nn.functional.cross_entropy(step_model(x).float(), y)
-        loss.backward()
+        with backward_ctx():
+            loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=set_to_none)
 
@@ -189,6 +205,15 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
     # How far the host ran ahead of the GPU: near 0 means the host (Python, launches) sets the pace.
     ahead_ms = (t_end - t_enqueued) * 1000
     prof = {"host_ahead_ms": ahead_ms}
+    if world > 1:
+        # Every rank must hold the same weights after the same steps, or the setup did not synchronise.
+        with torch.no_grad():
+            mine = torch.stack([p.detach().float().sum() for p in model.parameters()]).double()
+            theirs = mine.clone()
+            dist.broadcast(theirs, 0)
+            diff = (mine - theirs).abs().max()
+            dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+            prof["max_param_diff"] = float(diff)
     if args["profile"]:
         from torch.profiler import ProfilerActivity, profile
 
@@ -266,6 +291,9 @@ def main() -> int:
     unknown = [n for n in names if n not in SETUPS]
     if unknown:
         ap.error(f"--setups: unknown {', '.join(unknown)}; known: {', '.join(SETUPS)}")
+    needs_compile = [n for n in names if SETUPS[n].get("ca")]
+    if needs_compile and not a.compile:
+        ap.error(f"--setups: {', '.join(needs_compile)} need --compile (compiled autograd)")
     if a.device == "cuda":
         import torch
 
@@ -287,8 +315,11 @@ def main() -> int:
         base = base or (ms if name == "1proc" else None)
         eff = base / ms if base else None
         rows.append({"setup": name, "ms_per_step": ms, "efficiency": eff, "profile": prof})
+        diff = prof.get("max_param_diff")
         print(f"{name:14s} {ms:8.2f} ms/step  " + (f"efficiency {eff:.3f}  " if eff else "")
-              + f"host ahead {prof['host_ahead_ms']:.1f} ms  ({time.monotonic() - t:.0f} s)", flush=True)
+              + f"host ahead {prof['host_ahead_ms']:.1f} ms  ({time.monotonic() - t:.0f} s)"
+              + ("" if diff is None else f"  ranks' weights differ by {diff:.1e}" if diff > 1e-3 else "  in sync"),
+              flush=True)
         if prof.get("span_ms") is not None:
             print(f"{'':14s} per step: span {prof['span_ms']:.2f} ms, compute {prof['compute_ms']:.2f}, "
                   f"nccl {prof['nccl_ms']:.2f} (alongside compute {prof['nccl_alongside_compute_ms']:.2f}), "

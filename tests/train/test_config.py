@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch._dynamo  # imported once here: its import sets TORCHINDUCTOR_CACHE_DIR
@@ -155,3 +157,26 @@ def test_only_batchnorm_statistics_tells_which_models_can_skip_the_per_forward_b
             self.register_buffer("seen", torch.zeros(()))  # used in training: must stay in step
 
     assert not only_batchnorm_statistics(Counter())
+
+
+def test_compiled_autograd_backward_compiles_the_backward_and_gives_eager_gradients(monkeypatch):
+    from torch import nn
+
+    # inductor passes an address to the modules it loads through this variable; put it back after.
+    var = "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"
+    monkeypatch.setenv(var, os.environ.get(var, ""))
+    monkeypatch.delenv(var)
+
+    from gpurig.train.loop import compiled_autograd_backward
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), torch.randn(5, 4)
+    model(x).square().sum().backward()
+    eager = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    torch._dynamo.utils.counters.clear()
+    with compiled_autograd_backward():
+        model(x).square().sum().backward()
+    assert torch._dynamo.utils.counters["compiled_autograd"]["compiles"] >= 1
+    for p, g in zip(model.parameters(), eager):
+        torch.testing.assert_close(p.grad, g)

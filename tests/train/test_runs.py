@@ -66,6 +66,21 @@ def test_ddp_on_two_ranks_equals_one_process_on_the_whole_batch(ddp_run, tmp_pat
         torch.testing.assert_close(two[k], one[k], rtol=1e-4, atol=1e-5)
 
 
+def test_compiled_ddp_with_compiled_autograd_equals_one_compiled_process(tmp_path):
+    """train.compile_ddp=python_reducer: the backward, and DDP's all-reduces in it, run under compiled
+    autograd; two ranks must still end where one process on the whole batch does."""
+    steps = ["train.steps=20", "checkpoint.every_steps=20", "train.compile=on"]
+    two = load_config(preset_name="demo", overrides=BASE + steps + ["data.batch_size=16",
+                                                                   "train.compile_ddp=python_reducer"])
+    s = run_training(two, device="cpu", nproc=2, out_dir=tmp_path / "two", timeout=240)
+    assert {c["name"]: c["value"] for c in s["choices"]}["compile_ddp"] == "python_reducer"
+    run_training(load_config(preset_name="demo", overrides=BASE + steps + ["data.batch_size=32"]),
+                 device="cpu", nproc=1, out_dir=tmp_path / "one", timeout=240)
+    a, b = _params(ckpt.checkpoint_path(tmp_path / "two", 20)), _params(ckpt.checkpoint_path(tmp_path / "one", 20))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+
+
 def test_stop_and_resume_equals_a_straight_run_and_a_corrupt_checkpoint_is_named(ddp_run, tmp_path):
     from gpurig.errors import BadInput
 

@@ -234,9 +234,17 @@ def apply_compile_ddp(cfg: TrainConfig, grad_bytes: int, world: int) -> Choice:
     else:
         why = reasons[mode] + " (asked for in the config)"
     torch._dynamo.config.optimize_ddp = mode
-    if mode == "python_reducer":
-        torch._dynamo.config.compiled_autograd = True
     return Choice("compile_ddp", mode, why)
+
+
+def compiled_autograd_backward():
+    """A context for `loss.backward()` that compiles the backward, AccumulateGrad and DDP's Python
+    reducer (optimize_ddp=python_reducer) into one graph. Without it that mode all-reduces every
+    gradient on its own, eagerly (measured 0.347 of one GPU's rate on 2 H200s)."""
+    from torch._dynamo.utils import maybe_enable_compiled_autograd
+
+    # Static shapes: every step has the same batch, and dynamic ones cost kernel quality.
+    return maybe_enable_compiled_autograd(True, fullgraph=True, dynamic=False)
 
 
 def choose_compile(cfg: TrainConfig, device: torch.device, total_steps: int) -> Choice:
@@ -442,9 +450,10 @@ class Trainer:
         self.fsdp = cfg.train.strategy == "fsdp"
         self.buffers_from_rank0_at_eval = False
         compile_on = self.choose(choose_compile(cfg, dev, self.total_steps)).value
+        ddp_mode = None
         if compile_on and ctx.world > 1 and not self.fsdp:
             grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-            self.choose(apply_compile_ddp(cfg, grad_bytes, ctx.world))  # before DDP(): it reads the mode when built
+            ddp_mode = self.choose(apply_compile_ddp(cfg, grad_bytes, ctx.world)).value  # before DDP(): read when built
         if self.fsdp:
             from torch.distributed.fsdp import fully_shard
 
@@ -487,6 +496,7 @@ class Trainer:
             self.dist_model = model
             self.choose(Choice("strategy", "single", "one process: no gradient synchronisation"))
         self.step_model = torch.compile(self.dist_model) if compile_on else self.dist_model
+        self.backward_ctx = compiled_autograd_backward if ddp_mode == "python_reducer" else contextlib.nullcontext
 
         fused = self.choose(choose_fused(cfg, dev)).value
         self.optimizer = build_optimizer(cfg, model.parameters(), fused)
@@ -630,10 +640,11 @@ class Trainer:
         return contextlib.nullcontext()
 
     def backward(self, loss: torch.Tensor) -> None:
-        if self.scaler:
-            self.scaler.scale(loss).backward()
-        else:
-            loss.backward()
+        with self.backward_ctx():
+            if self.scaler:
+                self.scaler.scale(loss).backward()
+            else:
+                loss.backward()
 
     def optimizer_step(self) -> None:
         clip = self.cfg.optim.clip_grad_norm
