@@ -23,6 +23,12 @@ small CNN on the CPU) in these setups, one after another in one command:
   ddp-b50        ddp-nobb with 50 MiB buckets
   ddp-b10        ddp-nobb with 10 MiB buckets
   ddp-bf16       ddp-nobb with the bf16 compression hook (gradients summed in bf16: half the bytes)
+  ddp-noopt-b100 ddp-noopt with one 100 MiB bucket (one all-reduce per step)
+  ddp-noopt-bgc  ddp-noopt with DDP(batched_grad_copy=True): gradients copied into each bucket by one
+                 kernel, not one per parameter (PyTorch versions that have it)
+  1proc-nb, 2proc-nodp-nb, ddp-noopt-nb
+                 the same with cudnn.benchmark off: cuDNN's heuristics pick each convolution's algorithm,
+                 the same on every rank, instead of timing candidates on each rank
   ddp-ca         ddp-nobb with compiled autograd tracing DDP's Python reducer into the backward graph
                  (optimize_ddp=python_reducer): gradient accumulation and bucketed all-reduces are
                  compiled with the backward, waits placed late; --compile only
@@ -38,7 +44,7 @@ With --profile, rank 0 also records 5 more steps with torch.profiler per setup, 
 how much of NCCL's time ran alongside compute, and the time no kernel ran (idle).
 
 Prints milliseconds per step and the efficiency against `1proc` for each setup (rank 0's timing;
-every rank runs the same steps), and how far the host ran ahead of the GPU when the timed steps
+every rank runs the same steps; each rank's own timing follows), and how far the host ran ahead of the GPU when the timed steps
 were queued (near 0: the host sets the pace).
 """
 
@@ -67,6 +73,11 @@ SETUPS = {
     "ddp-b50": {"world": 2, "broadcast_buffers": False, "bucket_mb": 50},
     "ddp-b10": {"world": 2, "broadcast_buffers": False, "bucket_mb": 10},
     "ddp-bf16": {"world": 2, "broadcast_buffers": False, "hook": "bf16"},
+    "ddp-noopt-b100": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "bucket_mb": 100},
+    "ddp-noopt-bgc": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "batched_grad_copy": True},
+    "1proc-nb": {"world": 1, "cudnn_benchmark": False},
+    "2proc-nodp-nb": {"world": 2, "ddp": False, "cudnn_benchmark": False},
+    "ddp-noopt-nb": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "cudnn_benchmark": False},
     "ddp-ca": {"world": 2, "broadcast_buffers": False, "optimize_ddp": "python_reducer", "ca": True},
     "1proc-ca": {"world": 1, "ca": True},
 }
@@ -92,10 +103,12 @@ def profile_summary(trace_path: str, steps: int) -> dict:
     with open(trace_path) as f:
         events = json.load(f).get("traceEvents", [])
     compute, comm = [], []
+    by_name: dict[str, float] = {}
     for e in events:
         if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset") or "dur" not in e:
             continue
         iv = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        by_name[e.get("name", "?")[:120]] = by_name.get(e.get("name", "?")[:120], 0.0) + float(e["dur"])
         (comm if "nccl" in e.get("name", "").lower() else compute).append(iv)
     if not compute:
         return {}
@@ -105,7 +118,9 @@ def profile_summary(trace_path: str, steps: int) -> dict:
     ms = lambda us: us / 1000.0 / steps  # noqa: E731
     return {"span_ms": ms(span), "compute_ms": ms(_union(compute)), "nccl_ms": ms(_union(comm)),
             "nccl_alongside_compute_ms": ms(_overlap(compute, comm)), "idle_ms": ms(span - busy),
-            "compute_kernels_per_step": len(compute) / steps}
+            "compute_kernels_per_step": len(compute) / steps,
+            # GPU time per kernel name and step (ms), for comparing setups kernel by kernel
+            "kernel_ms": {k: ms(v) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])}}
 
 
 def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> None:
@@ -128,7 +143,7 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
     if cuda:
         import torchvision
 
-        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.benchmark = setup.get("cudnn_benchmark", True)
         model = torchvision.models.resnet50().to(dev, memory_format=torch.channels_last)
         shape = (args["batch"], 3, 224, 224)
     else:
@@ -153,9 +168,14 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
         if setup.get("plain"):
             wrapped = DDP(wrapped, device_ids=[rank] if cuda else None, gradient_as_bucket_view=True)
         else:
+            extra = {sync_kw: setup.get("broadcast_buffers", True)}
+            if setup.get("batched_grad_copy"):
+                if "batched_grad_copy" not in inspect.signature(DDP.__init__).parameters:
+                    raise RuntimeError(f"DDP of torch {torch.__version__} has no batched_grad_copy")
+                extra["batched_grad_copy"] = True
             wrapped = DDP(wrapped, device_ids=[rank] if cuda else None, gradient_as_bucket_view=True,
                           static_graph=setup.get("static_graph", True), bucket_cap_mb=setup.get("bucket_mb", 25),
-                          **{sync_kw: setup.get("broadcast_buffers", True)})
+                          **extra)
         if setup.get("hook") == "bf16":
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -231,8 +251,7 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
             p.export_chrome_trace(path)
             prof.update(profile_summary(path, n) if cuda else {})
             prof["trace"] = path
-    if rank == 0:
-        out.put((ms, prof))
+    out.put((rank, ms, prof if rank == 0 else {}))
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
@@ -254,11 +273,16 @@ def run_setup(name: str, args: dict, limit: float) -> tuple[float, dict]:
     for p in procs:
         p.start()
     deadline = time.monotonic() + limit
+    per_rank: dict[int, float] = {}
+    prof: dict = {}
     try:
-        while True:
+        while len(per_rank) < setup["world"]:
             try:
-                ms, prof = out.get(timeout=1.0)
-                break
+                rank, ms, got = out.get(timeout=1.0)
+                per_rank[rank] = ms
+                if rank == 0:
+                    prof.update(got)
+                continue
             except queue.Empty:
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
                 if dead:
@@ -267,7 +291,8 @@ def run_setup(name: str, args: dict, limit: float) -> tuple[float, dict]:
                     raise RuntimeError(f"{name}: no result within {limit:.0f} s") from None
         for p in procs:
             p.join(timeout=60)
-        return ms, prof
+        prof["rank_ms"] = [per_rank[r] for r in sorted(per_rank)]
+        return per_rank[0], prof
     finally:
         for p in procs:
             if p.is_alive():
@@ -318,7 +343,8 @@ def main() -> int:
         diff = prof.get("max_param_diff")
         print(f"{name:14s} {ms:8.2f} ms/step  " + (f"efficiency {eff:.3f}  " if eff else "")
               + f"host ahead {prof['host_ahead_ms']:.1f} ms  ({time.monotonic() - t:.0f} s)"
-              + ("" if diff is None else f"  ranks' weights differ by {diff:.1e}" if diff > 1e-3 else "  in sync"),
+              + ("" if diff is None else f"  ranks' weights differ by {diff:.1e}" if diff > 1e-3 else "  in sync")
+              + ("" if len(prof["rank_ms"]) < 2 else "  per rank " + " / ".join(f"{m:.2f}" for m in prof["rank_ms"])),
               flush=True)
         if prof.get("span_ms") is not None:
             print(f"{'':14s} per step: span {prof['span_ms']:.2f} ms, compute {prof['compute_ms']:.2f}, "
