@@ -29,6 +29,9 @@ small CNN on the CPU) in these setups, one after another in one command:
   1proc-nb, 2proc-nodp-nb, ddp-noopt-nb
                  the same with cudnn.benchmark off: cuDNN's heuristics pick each convolution's algorithm,
                  the same on every rank, instead of timing candidates on each rank
+  flat-sync      no DDP: after the (one-graph) backward, per 25 MiB bucket one kernel gathers the
+                 gradients, one all-reduce averages them (NCCL AVG), one foreach copy puts them back
+  flat-sync-b100 the same with one 100 MiB bucket
   ddp-ca         ddp-nobb with compiled autograd tracing DDP's Python reducer into the backward graph
                  (optimize_ddp=python_reducer): gradient accumulation and bucketed all-reduces are
                  compiled with the backward, waits placed late; --compile only
@@ -78,6 +81,8 @@ SETUPS = {
     "1proc-nb": {"world": 1, "cudnn_benchmark": False},
     "2proc-nodp-nb": {"world": 2, "ddp": False, "cudnn_benchmark": False},
     "ddp-noopt-nb": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "cudnn_benchmark": False},
+    "flat-sync": {"world": 2, "manual": True},
+    "flat-sync-b100": {"world": 2, "manual": True, "bucket_mb": 100},
     "ddp-ca": {"world": 2, "broadcast_buffers": False, "optimize_ddp": "python_reducer", "ca": True},
     "1proc-ca": {"world": 1, "ca": True},
 }
@@ -123,6 +128,47 @@ def profile_summary(trace_path: str, steps: int) -> dict:
             "kernel_ms": {k: ms(v) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])}}
 
 
+def flat_grad_sync(model, bucket_mb: float, average_op: bool):
+    """Gradient averaging without DDP's reducer, after the whole backward: per bucket of about
+    `bucket_mb`, one kernel gathers the gradients into a flat buffer, one all-reduce averages it
+    (NCCL's AVG: no division kernel), and one foreach copy puts it back after all have been launched.
+    DDP instead copies (and scales) each gradient into its bucket with a kernel of its own."""
+    import torch
+    import torch.distributed as dist
+
+    params = [p for p in model.parameters() if p.requires_grad][::-1]  # the backward's order
+    buckets, cur, size = [], [], 0
+    for p in params:
+        cur.append(p)
+        size += p.numel() * p.element_size()
+        if size >= bucket_mb * 2**20:
+            buckets.append(cur)
+            cur, size = [], 0
+    if cur:
+        buckets.append(cur)
+    world = dist.get_world_size()
+
+    def flat_view(t):  # storage-order 1-D view of a dense tensor (channels_last included): no copy
+        return t.as_strided((t.numel(),), (1,))
+
+    def sync() -> None:
+        pending = []
+        for b in buckets:
+            grads = [flat_view(p.grad) for p in b]
+            flat = torch.cat(grads)
+            if average_op:
+                work = dist.all_reduce(flat, op=dist.ReduceOp.AVG, async_op=True)
+            else:  # gloo has no AVG
+                flat.div_(world)
+                work = dist.all_reduce(flat, async_op=True)
+            pending.append((work, flat, grads))
+        for work, flat, grads in pending:
+            work.wait()
+            torch._foreach_copy_(grads, list(flat.split([g.numel() for g in grads])))
+
+    return sync
+
+
 def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> None:
     import torch
     import torch.distributed as dist
@@ -157,7 +203,7 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
         torch._dynamo.config.optimize_ddp = setup["optimize_ddp"]
     inner = args["compile"] and setup.get("inner", False)
     wrapped = torch.compile(model) if inner else model
-    if world > 1 and setup.get("ddp", True):
+    if world > 1 and setup.get("ddp", True) and not setup.get("manual"):
         import inspect
 
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -197,11 +243,17 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
         # Static shapes: the batch never changes, and dynamic ones cost kernel quality.
         backward_ctx = lambda: maybe_enable_compiled_autograd(True, fullgraph=True, dynamic=False)  # noqa: E731
 
+    grad_sync = None
+    if world > 1 and setup.get("manual"):
+        grad_sync = flat_grad_sync(model, setup.get("bucket_mb", 25), average_op=cuda)
+
     def step() -> None:
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
             loss = torch.nn.functional.cross_entropy(step_model(x).float(), y)
         with backward_ctx():
             loss.backward()
+        if grad_sync:
+            grad_sync()
         opt.step()
         opt.zero_grad(set_to_none=set_to_none)
 
