@@ -128,6 +128,22 @@ def profile_summary(trace_path: str, steps: int) -> dict:
             "kernel_ms": {k: ms(v) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])}}
 
 
+def jitter(steps_of: dict[int, list[float]]) -> dict:
+    """Step-to-step variation of each rank's GPU step time, and what it costs ranks that wait for
+    each other every step: the mean over steps of the slowest rank's time, minus the mean time."""
+    import statistics
+
+    runs = [v for _, v in sorted(steps_of.items()) if len(v) >= 2]
+    if not runs:
+        return {}
+    n = min(len(v) for v in runs)
+    mean = statistics.fmean(x for v in runs for x in v[:n])
+    out = {"step_sd_ms": statistics.fmean(statistics.stdev(v[:n]) for v in runs)}
+    if len(runs) > 1:
+        out["wait_for_slowest_ms"] = statistics.fmean(max(v[i] for v in runs) for i in range(n)) - mean
+    return out
+
+
 def flat_grad_sync(model, bucket_mb: float, average_op: bool):
     """Gradient averaging without DDP's reducer, after the whole backward: per bucket of about
     `bucket_mb`, one kernel gathers the gradients into a flat buffer, one all-reduce averages it
@@ -266,9 +282,15 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
     for _ in range(args["warmup"]):
         step()
     sync()
+    # GPU-side marks between steps (they cost the host nothing): each step's own duration.
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(args["steps"] + 1)] if cuda else []
     t0 = time.perf_counter()
-    for _ in range(args["steps"]):
+    for i in range(args["steps"]):
+        if marks:
+            marks[i].record()
         step()
+    if marks:
+        marks[-1].record()
     t_enqueued = time.perf_counter()
     if cuda:
         torch.cuda.synchronize()
@@ -276,7 +298,7 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
     ms = (t_end - t0) / args["steps"] * 1000
     # How far the host ran ahead of the GPU: near 0 means the host (Python, launches) sets the pace.
     ahead_ms = (t_end - t_enqueued) * 1000
-    prof = {"host_ahead_ms": ahead_ms}
+    prof = {"host_ahead_ms": ahead_ms, "step_ms": [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]}
     if world > 1:
         # Every rank must hold the same weights after the same steps, or the setup did not synchronise.
         with torch.no_grad():
@@ -303,7 +325,7 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
             p.export_chrome_trace(path)
             prof.update(profile_summary(path, n) if cuda else {})
             prof["trace"] = path
-    out.put((rank, ms, prof if rank == 0 else {}))
+    out.put((rank, ms, prof if rank == 0 else {"step_ms": prof["step_ms"]}))
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
@@ -327,11 +349,13 @@ def run_setup(name: str, args: dict, limit: float) -> tuple[float, dict]:
     deadline = time.monotonic() + limit
     per_rank: dict[int, float] = {}
     prof: dict = {}
+    steps_of: dict[int, list[float]] = {}
     try:
         while len(per_rank) < setup["world"]:
             try:
                 rank, ms, got = out.get(timeout=1.0)
                 per_rank[rank] = ms
+                steps_of[rank] = got.pop("step_ms", [])
                 if rank == 0:
                     prof.update(got)
                 continue
@@ -344,6 +368,7 @@ def run_setup(name: str, args: dict, limit: float) -> tuple[float, dict]:
         for p in procs:
             p.join(timeout=60)
         prof["rank_ms"] = [per_rank[r] for r in sorted(per_rank)]
+        prof.update(jitter(steps_of))
         return per_rank[0], prof
     finally:
         for p in procs:
@@ -396,7 +421,10 @@ def main() -> int:
         print(f"{name:14s} {ms:8.2f} ms/step  " + (f"efficiency {eff:.3f}  " if eff else "")
               + f"host ahead {prof['host_ahead_ms']:.1f} ms  ({time.monotonic() - t:.0f} s)"
               + ("" if diff is None else f"  ranks' weights differ by {diff:.1e}" if diff > 1e-3 else "  in sync")
-              + ("" if len(prof["rank_ms"]) < 2 else "  per rank " + " / ".join(f"{m:.2f}" for m in prof["rank_ms"])),
+              + ("" if len(prof["rank_ms"]) < 2 else "  per rank " + " / ".join(f"{m:.2f}" for m in prof["rank_ms"]))
+              + (f"  step sd {prof['step_sd_ms']:.2f} ms" if "step_sd_ms" in prof else "")
+              + (f", slowest rank costs {prof['wait_for_slowest_ms']:.2f} ms/step if in lockstep"
+                 if "wait_for_slowest_ms" in prof else ""),
               flush=True)
         if prof.get("span_ms") is not None:
             print(f"{'':14s} per step: span {prof['span_ms']:.2f} ms, compute {prof['compute_ms']:.2f}, "
