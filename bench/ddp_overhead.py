@@ -298,7 +298,7 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
     ms = (t_end - t0) / args["steps"] * 1000
     # How far the host ran ahead of the GPU: near 0 means the host (Python, launches) sets the pace.
     ahead_ms = (t_end - t_enqueued) * 1000
-    prof = {"host_ahead_ms": ahead_ms, "step_ms": [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]}
+    prof = {"host_ahead_ms": ahead_ms, "step_ms": [a.elapsed_time(b) for a, b in zip(marks, marks[1:], strict=False)]}
     if world > 1:
         # Every rank must hold the same weights after the same steps, or the setup did not synchronise.
         with torch.no_grad():

@@ -178,5 +178,5 @@ def test_compiled_autograd_backward_compiles_the_backward_and_gives_eager_gradie
     with compiled_autograd_backward():
         model(x).square().sum().backward()
     assert torch._dynamo.utils.counters["compiled_autograd"]["compiles"] >= 1
-    for p, g in zip(model.parameters(), eager):
+    for p, g in zip(model.parameters(), eager, strict=True):
         torch.testing.assert_close(p.grad, g)
