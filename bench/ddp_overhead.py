@@ -254,10 +254,7 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
 
     backward_ctx = contextlib.nullcontext
     if setup.get("ca") and args["compile"]:
-        from torch._dynamo.utils import maybe_enable_compiled_autograd
-
-        # Static shapes: the batch never changes, and dynamic ones cost kernel quality.
-        backward_ctx = lambda: maybe_enable_compiled_autograd(True, fullgraph=True, dynamic=False)  # noqa: E731
+        from gpurig.train.loop import compiled_autograd_backward as backward_ctx  # the same as gpurig's loop
 
     grad_sync = None
     if world > 1 and setup.get("manual"):
