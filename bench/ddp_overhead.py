@@ -1,7 +1,7 @@
 """Where a 2-process DDP step loses time against one process: each suspect removed in turn, side by side.
 
-Measured on 2x H200: every 2-GPU run of ResNet-50 is 2-3 ms per step slower than one GPU, while
-the gradient all-reduce needs about 0.5 ms at the bandwidth NCCL reaches there. This runs the
+Measured on 2x H200: a compiled 2-GPU step of ResNet-50 is 1.15-1.5 ms slower than one GPU's
+(0.963-0.970 of its rate), while the gradient all-reduce needs about 0.5 ms there. This runs the
 same training step (ResNet-50 224x224, batch 256, bf16 autocast, channels_last, fused SGD; a
 small CNN on the CPU) in these setups, one after another in one command:
 
@@ -46,14 +46,18 @@ With --profile, rank 0 also records 5 more steps with torch.profiler per setup, 
 (chrome format) and prints per step: the GPU's busy span, compute kernel time, NCCL kernel time,
 how much of NCCL's time ran alongside compute, and the time no kernel ran (idle).
 
-Prints milliseconds per step and the efficiency against `1proc` for each setup (rank 0's timing;
-every rank runs the same steps; each rank's own timing follows), and how far the host ran ahead of the GPU when the timed steps
-were queued (near 0: the host sets the pace).
+Prints, for each setup: milliseconds per step (rank 0's wall time; every rank runs the same
+steps) and the efficiency against `1proc`; how far the host ran ahead of the GPU when the timed
+steps had been queued (near 0: the host sets the pace); with two ranks, each rank's own time,
+whether the ranks end with the same weights ("in sync"; each rank trains on its own batch, so
+unsynchronised setups show "differ"); on CUDA, the standard deviation of the per-step GPU time and
+what waiting for the slower rank every step would cost if the ranks varied independently.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import queue
@@ -250,8 +254,6 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
         x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 10, (shape[0],), device=dev)
     set_to_none = setup.get("set_to_none", True)
-    import contextlib
-
     backward_ctx = contextlib.nullcontext
     if setup.get("ca") and args["compile"]:
         from gpurig.train.loop import compiled_autograd_backward as backward_ctx  # the same as gpurig's loop
