@@ -32,10 +32,19 @@ small CNN on the CPU) in these setups, one after another in one command:
   flat-sync      no DDP: after the (one-graph) backward, per 25 MiB bucket one kernel gathers the
                  gradients, one all-reduce averages them (NCCL AVG), one foreach copy puts them back
   flat-sync-b100 the same with one 100 MiB bucket
+  flat-sync-bf16 flat-sync with the buckets in bf16 (the gather casts): half the bytes on the wire and in
+                 memory; gradients averaged in bf16, as DDP's bf16 compression hook does
   ddp-ca         ddp-nobb with compiled autograd tracing DDP's Python reducer into the backward graph
                  (optimize_ddp=python_reducer): gradient accumulation and bucketed all-reduces are
                  compiled with the backward, waits placed late; --compile only
   1proc-ca       one process, backward under compiled autograd (the reference for ddp-ca), --compile only
+  1proc-gpu1     one process on GPU 1 (the reference for the second GPU: chips differ in clock at a power cap)
+  ddp-st2        eager DDP (ddp-nobb) around a model compiled in 2 parts, cut before ResNet's layer4: the
+                 backward of layer4 and the head (two thirds of the gradient bytes) ends first, so their
+                 all-reduce runs while the rest of the backward does; --compile only
+  ddp-st3        the same in 3 parts, cut before layer3 and before layer4
+  1proc-st2, 1proc-st3
+                 one process with the same parts (what the cuts cost in fusion), --compile only
 
     PYTHONPATH=src python bench/ddp_overhead.py                     # CUDA, eager
     PYTHONPATH=src python bench/ddp_overhead.py --compile           # the same under torch.compile
@@ -51,7 +60,9 @@ steps) and the efficiency against `1proc`; how far the host ran ahead of the GPU
 steps had been queued (near 0: the host sets the pace); with two ranks, each rank's own time,
 whether the ranks end with the same weights ("in sync"; each rank trains on its own batch, so
 unsynchronised setups show "differ"); on CUDA, the standard deviation of the per-step GPU time and
-what waiting for the slower rank every step would cost if the ranks varied independently.
+what waiting for the slower rank every step would cost if the ranks varied independently; each
+GPU's mean SM clock and power over the timed steps, and how often each clock-event reason (power
+cap, thermal, ...) was active (NVML, read every 50 ms).
 """
 
 from __future__ import annotations
@@ -82,13 +93,19 @@ SETUPS = {
     "ddp-bf16": {"world": 2, "broadcast_buffers": False, "hook": "bf16"},
     "ddp-noopt-b100": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "bucket_mb": 100},
     "ddp-noopt-bgc": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "batched_grad_copy": True},
+    "1proc-gpu1": {"world": 1, "gpu": 1},
     "1proc-nb": {"world": 1, "cudnn_benchmark": False},
     "2proc-nodp-nb": {"world": 2, "ddp": False, "cudnn_benchmark": False},
     "ddp-noopt-nb": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "cudnn_benchmark": False},
     "flat-sync": {"world": 2, "manual": True},
     "flat-sync-b100": {"world": 2, "manual": True, "bucket_mb": 100},
+    "flat-sync-bf16": {"world": 2, "manual": True, "bucket_dtype": "bfloat16"},
     "ddp-ca": {"world": 2, "broadcast_buffers": False, "optimize_ddp": "python_reducer", "ca": True},
     "1proc-ca": {"world": 1, "ca": True},
+    "ddp-st2": {"world": 2, "broadcast_buffers": False, "stages": 2},
+    "ddp-st3": {"world": 2, "broadcast_buffers": False, "stages": 3},
+    "1proc-st2": {"world": 1, "stages": 2},
+    "1proc-st3": {"world": 1, "stages": 3},
 }
 
 
@@ -148,7 +165,7 @@ def jitter(steps_of: dict[int, list[float]]) -> dict:
     return out
 
 
-def flat_grad_sync(model, bucket_mb: float, average_op: bool):
+def flat_grad_sync(model, bucket_mb: float, average_op: bool, dtype=None):
     """Gradient averaging without DDP's reducer, after the whole backward: per bucket of about
     `bucket_mb`, one kernel gathers the gradients into a flat buffer, one all-reduce averages it
     (NCCL's AVG: no division kernel), and one foreach copy puts it back after all have been launched.
@@ -175,7 +192,7 @@ def flat_grad_sync(model, bucket_mb: float, average_op: bool):
         pending = []
         for b in buckets:
             grads = [flat_view(p.grad) for p in b]
-            flat = torch.cat(grads)
+            flat = torch.cat(grads) if dtype is None else torch.cat([g.to(dtype) for g in grads])
             if average_op:
                 work = dist.all_reduce(flat, op=dist.ReduceOp.AVG, async_op=True)
             else:  # gloo has no AVG
@@ -189,14 +206,85 @@ def flat_grad_sync(model, bucket_mb: float, average_op: bool):
     return sync
 
 
+def compile_in_parts(model, parts: int) -> None:
+    """Compile `model` as `parts` graphs run one after another, in place (same parameters, same
+    state_dict): ResNet cut before layer4 (and before layer3 for 3 parts); a Sequential cut in the middle.
+    Eager DDP around it sees one autograd node per part, so the gradients of the last part's
+    parameters are ready, and their all-reduce starts, while the earlier parts' backward runs."""
+    import torch
+
+    if isinstance(model, torch.nn.Sequential):
+        layers = list(model)
+        cuts = [len(layers) // 2]
+    else:  # torchvision ResNet: its forward, as a list of layers
+        layers = [model.conv1, model.bn1, model.relu, model.maxpool, model.layer1, model.layer2, model.layer3,
+                  model.layer4, model.avgpool, torch.nn.Flatten(1), model.fc]
+        cuts = [7] if parts == 2 else [6, 7]
+    bounds = [0, *cuts, len(layers)]
+    compiled = [torch.compile(torch.nn.Sequential(*layers[a:b])) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+    def forward(x):
+        for part in compiled:
+            x = part(x)
+        return x
+
+    model.forward = forward
+
+
+class ClockWatch:
+    """The SM clock, power and clock-event reasons of one GPU, read through gpurig's monitor (NVML)
+    every `every` seconds in a thread while the timed steps run. A GPU held at its power limit
+    lowers its clock, and then every kernel, communication included, takes longer."""
+
+    def __init__(self, index: int, every: float = 0.05) -> None:
+        import threading
+
+        self.index, self.every, self.rows = index, every, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            from gpurig.monitor.sampler import Sampler
+
+            with Sampler() as sampler:
+                while not self._stop.is_set():
+                    gpu = sampler.sample().gpus[self.index]
+                    self.rows.append((gpu.sm_clock_mhz, gpu.power_w, tuple(gpu.throttle_reasons or ())))
+                    self._stop.wait(self.every)
+        except Exception as exc:  # no NVML: the figures are left out, the benchmark goes on
+            self.rows = [("error", str(exc))]
+
+    def __enter__(self) -> ClockWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def summary(self) -> dict:
+        rows = [r for r in self.rows if len(r) == 3 and r[0] is not None]
+        if not rows:
+            return {}
+        reasons: dict[str, int] = {}
+        for r in rows:
+            for name in r[2]:
+                reasons[name] = reasons.get(name, 0) + 1
+        return {"sm_clock_mhz": sum(r[0] for r in rows) / len(rows),
+                "power_w": sum(r[1] or 0 for r in rows) / len(rows),
+                "clock_reasons": {k: round(v / len(rows), 2) for k, v in sorted(reasons.items())}}
+
+
 def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> None:
     import torch
     import torch.distributed as dist
 
     cuda = args["device"] == "cuda"
+    gpu = setup.get("gpu", rank)
     if cuda:
-        torch.cuda.set_device(rank)
-        dev = torch.device("cuda", rank)
+        torch.cuda.set_device(gpu)
+        dev = torch.device("cuda", gpu)
     else:
         torch.set_num_threads(max(1, (os.cpu_count() or 2) // world))
         dev = torch.device("cpu")
@@ -222,6 +310,8 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
 
         torch._dynamo.config.optimize_ddp = setup["optimize_ddp"]
     inner = args["compile"] and setup.get("inner", False)
+    if setup.get("stages"):
+        compile_in_parts(model, setup["stages"])
     wrapped = torch.compile(model) if inner else model
     if world > 1 and setup.get("ddp", True) and not setup.get("manual"):
         import inspect
@@ -246,7 +336,7 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
             wrapped.register_comm_hook(None, default_hooks.bf16_compress_hook)
-    step_model = torch.compile(wrapped) if args["compile"] and not inner else wrapped
+    step_model = torch.compile(wrapped) if args["compile"] and not inner and not setup.get("stages") else wrapped
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, fused=cuda or None)
     torch.manual_seed(1 + rank)  # each rank its own batch, so unsynchronised weights would drift apart
     x = torch.randn(*shape, device=dev)
@@ -260,7 +350,8 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
 
     grad_sync = None
     if world > 1 and setup.get("manual"):
-        grad_sync = flat_grad_sync(model, setup.get("bucket_mb", 25), average_op=cuda)
+        grad_sync = flat_grad_sync(model, setup.get("bucket_mb", 25), average_op=cuda,
+                                   dtype=getattr(torch, setup["bucket_dtype"]) if "bucket_dtype" in setup else None)
 
     def step() -> None:
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
@@ -283,21 +374,24 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
     sync()
     # GPU-side marks between steps (they cost the host nothing): each step's own duration.
     marks = [torch.cuda.Event(enable_timing=True) for _ in range(args["steps"] + 1)] if cuda else []
-    t0 = time.perf_counter()
-    for i in range(args["steps"]):
+    watch = ClockWatch(gpu) if cuda else contextlib.nullcontext()
+    with watch:
+        t0 = time.perf_counter()
+        for i in range(args["steps"]):
+            if marks:
+                marks[i].record()
+            step()
         if marks:
-            marks[i].record()
-        step()
-    if marks:
-        marks[-1].record()
-    t_enqueued = time.perf_counter()
-    if cuda:
-        torch.cuda.synchronize()
-    t_end = time.perf_counter()
+            marks[-1].record()
+        t_enqueued = time.perf_counter()
+        if cuda:
+            torch.cuda.synchronize()
+        t_end = time.perf_counter()
     ms = (t_end - t0) / args["steps"] * 1000
     # How far the host ran ahead of the GPU: near 0 means the host (Python, launches) sets the pace.
     ahead_ms = (t_end - t_enqueued) * 1000
-    prof = {"host_ahead_ms": ahead_ms, "step_ms": [a.elapsed_time(b) for a, b in zip(marks, marks[1:], strict=False)]}
+    prof = {"host_ahead_ms": ahead_ms, "step_ms": [a.elapsed_time(b) for a, b in zip(marks, marks[1:], strict=False)],
+            **({"clock": watch.summary()} if cuda else {})}
     if world > 1:
         # Every rank must hold the same weights after the same steps, or the setup did not synchronise.
         with torch.no_grad():
@@ -324,7 +418,7 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
             p.export_chrome_trace(path)
             prof.update(profile_summary(path, n) if cuda else {})
             prof["trace"] = path
-    out.put((rank, ms, prof if rank == 0 else {"step_ms": prof["step_ms"]}))
+    out.put((rank, ms, prof if rank == 0 else {"step_ms": prof["step_ms"], "clock": prof.get("clock")}))
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
@@ -349,12 +443,14 @@ def run_setup(name: str, args: dict, limit: float) -> tuple[float, dict]:
     per_rank: dict[int, float] = {}
     prof: dict = {}
     steps_of: dict[int, list[float]] = {}
+    clocks: dict[int, dict] = {}
     try:
         while len(per_rank) < setup["world"]:
             try:
                 rank, ms, got = out.get(timeout=1.0)
                 per_rank[rank] = ms
                 steps_of[rank] = got.pop("step_ms", [])
+                clocks[rank] = got.pop("clock", None) or {}
                 if rank == 0:
                     prof.update(got)
                 continue
@@ -367,6 +463,7 @@ def run_setup(name: str, args: dict, limit: float) -> tuple[float, dict]:
         for p in procs:
             p.join(timeout=60)
         prof["rank_ms"] = [per_rank[r] for r in sorted(per_rank)]
+        prof["clock"] = [clocks.get(r, {}) for r in sorted(per_rank)]
         prof.update(jitter(steps_of))
         return per_rank[0], prof
     finally:
@@ -392,9 +489,9 @@ def main() -> int:
     unknown = [n for n in names if n not in SETUPS]
     if unknown:
         ap.error(f"--setups: unknown {', '.join(unknown)}; known: {', '.join(SETUPS)}")
-    needs_compile = [n for n in names if SETUPS[n].get("ca")]
+    needs_compile = [n for n in names if SETUPS[n].get("ca") or SETUPS[n].get("stages")]
     if needs_compile and not a.compile:
-        ap.error(f"--setups: {', '.join(needs_compile)} need --compile (compiled autograd)")
+        ap.error(f"--setups: {', '.join(needs_compile)} need --compile")
     if a.device == "cuda":
         import torch
 
@@ -425,6 +522,12 @@ def main() -> int:
               + (f", slowest rank costs {prof['wait_for_slowest_ms']:.2f} ms/step if in lockstep"
                  if "wait_for_slowest_ms" in prof else ""),
               flush=True)
+        if any(prof["clock"]):
+            gpus = [SETUPS[name].get("gpu", r) for r in range(len(prof["clock"]))]
+            print(f"{'':14s} " + "; ".join(
+                f"GPU {g}: SM {c['sm_clock_mhz']:.0f} MHz, {c['power_w']:.0f} W"
+                + "".join(f", {k} {v:.0%}" for k, v in c["clock_reasons"].items())
+                for g, c in zip(gpus, prof["clock"], strict=False) if c), flush=True)
         if prof.get("span_ms") is not None:
             print(f"{'':14s} per step: span {prof['span_ms']:.2f} ms, compute {prof['compute_ms']:.2f}, "
                   f"nccl {prof['nccl_ms']:.2f} (alongside compute {prof['nccl_alongside_compute_ms']:.2f}), "
