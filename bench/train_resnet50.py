@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from gpurig.commands.bench_train import clock_cell
 from gpurig.train.bench import run_bench_train
 
 
@@ -41,14 +42,19 @@ def main() -> int:
                           overrides=[f"train.steps={args.steps}", *args.set], baseline=args.baseline,
                           baseline_batch_size=args.baseline_batch, on_event=on_event)
     print(f"\n{res['workload_doc']}; steps {args.steps}; overrides {args.set}")
-    print(f"{'GPUs':>4} {'samples/s/GPU':>14} {'scaling':>8} {'data':>6} {'comm':>6} {'seed/GPU':>9} {'x seed':>7}")
+    seed_cols = f" {'seed/GPU':>9} {'x seed':>7}" if args.baseline else ""
+    print(f"{'GPUs':>4} {'samples/s/GPU':>14} {'scaling':>8} {'data':>6} {'comm':>6}{seed_cols}  slowest GPU clock")
     for r in res["results"]:
         st = r.get("step_time") or {}
         f = (lambda v: f"{v:.1%}" if isinstance(v, float) else "-")  # noqa: E731
-        print(f"{r['nproc']:>4} {r['samples_per_s_per_device'] or 0:>14,.0f} "
-              f"{(r['scaling_efficiency'] or 0):>8.3f} {f(st.get('data_wait_fraction')):>6} "
-              f"{f(st.get('comm_exposed_fraction')):>6} {r.get('seed_samples_per_s_per_device') or 0:>9,.0f} "
-              f"{r.get('speedup_vs_seed') or 0:>7.2f}")
+        seed = (f" {r.get('seed_samples_per_s_per_device') or 0:>9,.0f} {r.get('speedup_vs_seed') or 0:>7.2f}"
+                if args.baseline else "")
+        eff = f"{r['scaling_efficiency']:>8.3f}" if r.get("scaling_efficiency") else f"{'-':>8}"
+        print(f"{r['nproc']:>4} {r['samples_per_s_per_device'] or 0:>14,.0f} {eff} "
+              f"{f(st.get('data_wait_fraction')):>6} {f(st.get('comm_exposed_fraction')):>6}{seed}  "
+              f"{clock_cell(r.get('gpu_clock'))}")
+    for finding in res.get("scaling_findings") or []:
+        print(f"{finding['title']}: {finding['detail']}")
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps(res, indent=2, default=str))

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from gpurig.commands.bench_train import clock_cell
 from gpurig.errors import BadInput
-from gpurig.train.bench import counts_up_to, describe_workload, run_bench_train, workload_config
+from gpurig.train.bench import (
+    clock_ratios,
+    counts_up_to,
+    describe_workload,
+    run_bench_train,
+    scaling_findings,
+    workload_config,
+)
 
 
 def test_counts_double_up_to_n_and_include_n():
@@ -29,6 +37,49 @@ def test_the_workload_line_says_whether_it_ran_compiled():
     eager = workload_config("gpt", "cuda", short=False, overrides=["train.compile=off"])
     assert describe_workload("gpt", eager).endswith(", eager (compile off)")
     assert "compile" not in describe_workload("resnet50-cifar", workload_config("resnet50-cifar", "cuda", short=False))
+
+
+def test_the_workload_line_gives_the_batch_and_size_that_ran():
+    line = describe_workload("resnet50", workload_config("resnet50", "cuda", short=False,
+                                                         overrides=["data.batch_size=512", "data.image_size=160"]))
+    assert "160x160" in line and "batch 512 per GPU" in line
+    assert "16 x 1024 per GPU" in describe_workload("gpt", workload_config("gpt", "cuda", short=False))
+
+
+def _clock(slow_mhz, gpu, capped=1.0, fast_mhz=None):
+    return {"slowest_sm_clock_mhz": slow_mhz, "slowest_gpu": gpu, "fastest_sm_clock_mhz": fast_mhz or slow_mhz,
+            "slowest_power_capped_fraction": capped, "power_limit_w": 700.0}
+
+
+def _rows(eff, one_mhz, two_mhz, capped=1.0):
+    rows = [{"nproc": 1, "scaling_efficiency": 1.0, "gpu_clock": _clock(one_mhz, 0, capped)},
+            {"nproc": 2, "scaling_efficiency": eff, "gpu_clock": _clock(two_mhz, 1, capped, fast_mhz=1888)}]
+    clock_ratios(rows)
+    return rows
+
+
+def test_lost_scaling_from_a_slower_power_capped_gpu_is_named_with_its_clocks():
+    # the 2x H200 run: GPU 1 held 1,800 MHz in DDP, GPU 0 alone 1,894 MHz, both at the 700 W limit
+    rows = _rows(0.957, 1894, 1800)
+    assert rows[1]["clock_ratio"] == pytest.approx(1800 / 1894)
+    (f,) = scaling_findings(rows, "cuda")
+    assert f["id"] == "scaling-clock-paced" and f["severity"] == "info" and f["nproc"] == 2
+    assert "1,800 MHz" in f["detail"] and "1,894 MHz" in f["detail"] and "GPU 1" in f["detail"]
+    assert "700 W power limit 100%" in f["detail"] and "5.0%" in f["detail"]  # 1 - 1800/1894
+    assert "hardware" in f["detail"]
+    assert clock_cell(rows[1]["gpu_clock"]) == "1,800 MHz, power cap 100%"
+
+
+def test_no_clock_note_when_scaling_is_on_target_or_clocks_match_or_are_unknown():
+    assert scaling_findings(_rows(0.985, 1894, 1800), "cuda") == []  # on target
+    assert scaling_findings(_rows(0.96, 1894, 1890), "cuda") == []  # same clock: not the reason
+    rows = [{"nproc": 1, "scaling_efficiency": 1.0}, {"nproc": 2, "scaling_efficiency": 0.95}]
+    clock_ratios(rows)
+    assert rows[1]["clock_ratio"] is None and scaling_findings(rows, "cuda") == []
+    assert clock_cell(None) == "n/a"
+    # not at a power limit: the clock is still named, without blaming the limit
+    (f,) = scaling_findings(_rows(0.95, 1980, 1900, capped=0.0), "cuda")
+    assert "power limit" not in f["detail"] and "1,900 MHz" in f["detail"]
 
 
 def test_bad_bench_input_is_named():

@@ -69,6 +69,9 @@ def test_exposed_communication_of_a_tiny_model_is_the_all_reduce_alone(tmp_path)
                      device="cuda", nproc=2, out_dir=tmp_path, timeout=300)
     exposed = [r["comm_exposed_s"] for r in s["per_rank"]]
     assert all(e is not None and 0 <= e < 3e-4 for e in exposed), exposed
+    # each rank watched its own GPU's clock through NVML
+    assert sorted(r["gpu_clock"]["gpu_index"] for r in s["per_rank"]) == [0, 1]
+    assert all(r["gpu_clock"]["sm_clock_mhz"] > 0 for r in s["per_rank"]) and s["gpu_clock"]["slowest_sm_clock_mhz"] > 0
 
 
 @two_gpus

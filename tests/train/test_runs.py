@@ -42,6 +42,7 @@ def test_demo_reaches_95_percent_and_reports(run_cli, tmp_path):
     assert s["world_size"] == 2 and s["device"] == "cpu" and s["memory_total_bytes"] is None
     assert s["samples_per_s"] > 0 and s["samples_per_s_per_device"] == pytest.approx(s["samples_per_s"] / 2)
     assert {r["rank"] for r in s["per_rank"]} == {0, 1}
+    assert s["gpu_clock"] is None and all(r["gpu_clock"] is None for r in s["per_rank"])  # no GPU: no clocks
     assert set(s["step_time"]) >= {"mean_s", "data_wait_fraction", "compute_fraction", "comm_exposed_fraction"}
     assert {c["name"] for c in s["choices"]} >= {"precision", "compile", "strategy", "data_placement"}
     assert (tmp_path / "r" / "summary.json").is_file() and list((tmp_path / "r" / "tensorboard").iterdir())

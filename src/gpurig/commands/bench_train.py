@@ -14,6 +14,10 @@ Scaling efficiency = (per-GPU rate at N) / (per-GPU rate at 1); 1.00 is perfect.
 [bold]--baseline seed[/bold] the seeds' DDP template (fp32, default DataLoader, batch 32) runs the same
 model and image size at each count, side by side, so you see what gpurig's defaults buy.
 
+On GPUs the table also gives the slowest GPU's mean SM clock during the timed steps (NVML). The
+ranks wait for each other every step, so a GPU that holds a lower clock at its power limit sets
+the pace of all of them; when that explains lost scaling, a note says so.
+
 Workloads: resnet50 (synthetic 224x224, batch 256/GPU; the default on GPUs), resnet50-cifar (32x32,
 batch 512/GPU), gpt (124M decoder, tokens/s and MFU), cpu-cnn (the default on the CPU), demo.
 
@@ -67,6 +71,9 @@ def register(bench_app: typer.Typer) -> None:
         if baseline:
             t.add_column("seed template /device", justify="right")
             t.add_column("x seed", justify="right")
+        clocks = any(r.get("gpu_clock") for r in result["results"])
+        if clocks:
+            t.add_column("slowest GPU clock", justify="right")
 
         def pct(v):
             return f"{v:.1%}" if isinstance(v, (int, float)) else "n/a"
@@ -80,11 +87,22 @@ def register(bench_app: typer.Typer) -> None:
             if baseline:
                 seed = r.get("seed_samples_per_s_per_device")
                 row += [f"{seed:,.0f}" if seed else "failed", f"{r['speedup_vs_seed']:.2f}" if r.get("speedup_vs_seed") else "n/a"]
+            if clocks:
+                row.append(clock_cell(r.get("gpu_clock")))
             t.add_row(*row)
         console.print(t)
         for f in result.get("scaling_findings") or []:
-            console.print(f"[yellow]{f['title']}[/yellow]: {f['detail']}")
+            colour = "cyan" if f.get("severity") == "info" else "yellow"
+            console.print(f"[{colour}]{f['title']}[/{colour}]: {f['detail']}")
         s = result.get("summary") or {}
         if s.get("verdicts"):
             console.print(f"step-time verdict at {s.get('world_size')} processes: {s['verdicts'][0].get('title')}")
         console.print(f"results: {Path(result['out_dir']) / 'bench-train.json'}")
+
+
+def clock_cell(c: dict | None) -> str:
+    """'1,800 MHz, power cap 100%' for the slowest GPU of a run; n/a without NVML."""
+    if not c or not c.get("slowest_sm_clock_mhz"):
+        return "n/a"
+    capped = c.get("slowest_power_capped_fraction")
+    return f"{c['slowest_sm_clock_mhz']:,.0f} MHz" + (f", power cap {capped:.0%}" if capped else "")

@@ -8,7 +8,8 @@ The training summary, as `gpurig train` writes it:
 
     {"world_size": 2, "device": "cuda",
      "step_time": {"mean_s", "data_wait_fraction", "compute_fraction", "comm_exposed_fraction"},
-     "per_rank": [{"rank", "step_time_s", "data_wait_s", "compute_s", "comm_exposed_s"}, ...],
+     "per_rank": [{"rank", "step_time_s", "data_wait_s", "compute_s", "comm_exposed_s", "gpu_clock"}, ...],
+     "gpu_clock": {"slowest_sm_clock_mhz", "fastest_sm_clock_mhz", "slowest_power_capped_fraction", ...},
      "peak_memory_bytes", "memory_total_bytes", "batch_size_per_device", "samples_per_s_per_device",
      "transport": {"0-1": "P2P"},   # optional, per GPU pair, from verify (NCCL's choice)
      "links": {"0-1": "NV18"}}      # optional, per GPU pair, from `nvidia-smi topo -m`
@@ -38,6 +39,7 @@ BUSY_UTILIZATION = 50.0  # a GPU at or above this is "working"
 IDLE_UTILIZATION = 10.0  # a GPU at or below this is "idle"
 LOW_UTILIZATION = 70.0  # the seeds' rule of thumb: all GPUs should sit above 70%
 SLOW_CLOCK_RATIO = 0.85  # one busy GPU's SM clock below this share of the others' median
+CLOCK_SPREAD = 0.02  # in a training run, the slowest rank's GPU this much below the fastest's mean SM clock
 IMBALANCE_POINTS = 25.0  # one busy GPU this many utilisation points below the others' median
 # A GPU "busy" without drawing power is waiting, not computing (a NCCL kernel spinning on a peer):
 # on an H200, 100% utilisation at 125 W of 700 W, against ~690 W when it trains.
@@ -98,6 +100,10 @@ def training_verdicts(summary: dict[str, Any], samples: list[dict[str, Any]] | N
                 bottlenecks.append((0.0, f))
             else:
                 advice.append(f)
+
+    paced = _clock_paced(summary)
+    if paced is not None:
+        advice.append(paced)
 
     headroom = _memory_headroom(summary)
     if headroom is not None:
@@ -269,6 +275,36 @@ def _launch_bound(summary: dict[str, Any], samples: list[dict[str, Any]] | None,
         fix=(f"give each step more work ({bigger}) or compile the model (`--set train.compile=on`); in a loop of "
              "your own, capture the step with CUDA graphs (torch.compile mode='reduce-overhead')"),
         evidence=evidence,
+    )
+
+
+def _clock_paced(summary: dict[str, Any]) -> Finding | None:
+    """Ranks whose GPUs held different SM clocks (the summary's `gpu_clock`, NVML during the timed
+    steps): every step waits for the slowest, so its clock sets the pace of the whole run."""
+    c = summary.get("gpu_clock") or {}
+    slow, fast = _num(c.get("slowest_sm_clock_mhz")), _num(c.get("fastest_sm_clock_mhz"))
+    if not slow or not fast or (summary.get("world_size") or 1) < 2 or slow >= fast * (1 - CLOCK_SPREAD):
+        return None
+    capped = _num(c.get("slowest_power_capped_fraction"))
+    limit = _num(c.get("power_limit_w"))
+    at_cap = capped is not None and capped >= THROTTLE_SAMPLE_FRACTION
+    detail = (f"GPU {c.get('slowest_gpu')} (rank {c.get('slowest_rank')}) averaged {slow:,.0f} MHz and GPU "
+              f"{c.get('fastest_gpu')} (rank {c.get('fastest_rank')}) {fast:,.0f} MHz over the timed steps. The ranks "
+              f"wait for each other every step, so the run goes at the slower GPU's pace: up to {1 - slow / fast:.1%} "
+              "below what the faster GPU alone would do.")
+    if at_cap:
+        detail += (f" The slower GPU was at its power limit{f' ({limit:.0f} W)' if limit else ''} {_pct(capped)} of "
+                   "the time: the driver lowers the clock until the power fits, and chips of one model hold "
+                   "different clocks at the same power.")
+    return Finding(
+        id="clock-paced", severity="info", area="training",
+        title=f"paced by the slowest GPU: {slow:,.0f} MHz against {fast:,.0f} MHz"
+              + (" at the power limit" if at_cap else ""),
+        detail=detail,
+        fix=("nothing in the training setup: check cooling and inlet temperature (a cooler chip needs less power "
+             "for a clock) and that no GPU runs with a lowered power limit (`nvidia-smi -q -d POWER`)"),
+        evidence={k: c.get(k) for k in ("slowest_gpu", "slowest_sm_clock_mhz", "fastest_gpu", "fastest_sm_clock_mhz",
+                                         "slowest_power_capped_fraction", "power_limit_w")},
     )
 
 

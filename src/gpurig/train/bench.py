@@ -27,12 +27,12 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     # resnet50 and gpt compile, as `gpurig train` does by default for runs of 2000+ steps: the
     # benchmark measures the steady state of such a run without running it for that long.
     "resnet50": {"preset": "resnet50", "set": ["train.compile=on"],
-                 "doc": "ResNet-50, synthetic 224x224 images, batch 256 per GPU"},
+                 "doc": "ResNet-50, synthetic {size}x{size} images, batch {batch} per GPU"},
     "resnet50-cifar": {"preset": "resnet50-cifar", "set": [],
-                       "doc": "ResNet-50, synthetic 32x32 images (the seeds' CIFAR-10 workload), batch 512 per GPU"},
+                       "doc": "ResNet-50, synthetic {size}x{size} images (the seeds' CIFAR-10 workload), batch {batch} per GPU"},
     "gpt": {"preset": "gpt", "set": ["train.compile=on"],
-            "doc": "GPT-style decoder (124M), synthetic tokens, 16 x 1024 per GPU"},
-    "cpu-cnn": {"preset": "resnet50-cifar", "doc": "small CNN, synthetic 32x32 images, batch 32 per process (CPU)",
+            "doc": "GPT-style decoder (124M), synthetic tokens, {batch} x {seq_len} per GPU"},
+    "cpu-cnn": {"preset": "resnet50-cifar", "doc": "small CNN, synthetic {size}x{size} images, batch {batch} per process (CPU)",
                 "set": ["model.name=cnn", "model.width=16", "data.batch_size=32", "data.image_size=32"]},
     "demo": {"preset": "demo", "set": ["eval.enabled=false", "checkpoint.enabled=false"],
              "doc": "the digits MLP of --preset demo"},
@@ -42,7 +42,8 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 def describe_workload(workload: str, cfg: TrainConfig) -> str:
     """The workload's one-line description, with whether it ran compiled (overrides can change it)."""
     mode = {"on": ", compiled", "off": ", eager (compile off)"}.get(cfg.train.compile, "")
-    return WORKLOADS[workload]["doc"] + mode
+    return WORKLOADS[workload]["doc"].format(batch=cfg.data.batch_size, seq_len=cfg.data.seq_len,
+                                                size=cfg.data.image_size) + mode
 
 
 def counts_up_to(n: int) -> list[int]:
@@ -56,6 +57,8 @@ def counts_up_to(n: int) -> list[int]:
 
 
 SCALING_OK = 0.90  # per-device rate at N / rate at 1 below this deserves an explanation
+SCALING_TARGET = 0.98  # below this, a slower clock than the 1-GPU run's is worth naming (info)
+CLOCK_SLOWER = 0.99  # the slowest GPU's mean SM clock under this share of the 1-GPU run's
 
 
 def scaling_findings(rows: list[dict[str, Any]], device: str, cores: int | None = None) -> list[dict[str, Any]]:
@@ -86,8 +89,47 @@ def scaling_findings(rows: list[dict[str, Any]], device: str, cores: int | None 
             why = ("each GPU computes slower than one GPU alone (clocks, power or thermal limits, NCCL kernels "
                    "sharing the SMs, or another job on the GPUs): run `gpurig monitor` during the benchmark")
         out.append({"nproc": r["nproc"], "scaling_efficiency": eff, "severity": "warn",
-                    "title": f"scaling efficiency {eff:.2f} at {r['nproc']} processes (below {SCALING_OK:.2f})",
+                    "title": f"scaling efficiency {eff:.3f} at {r['nproc']} processes (below {SCALING_OK:.2f})",
                     "detail": why})
+    return out + clock_findings(rows)
+
+
+def clock_ratios(rows: list[dict[str, Any]]) -> None:
+    """Set each row's `clock_ratio`: its slowest GPU's mean SM clock over the first (1-process) row's."""
+    base = ((rows[0].get("gpu_clock") or {}).get("slowest_sm_clock_mhz") if rows and rows[0]["nproc"] == 1 else None)
+    for r in rows:
+        slow = (r.get("gpu_clock") or {}).get("slowest_sm_clock_mhz")
+        r["clock_ratio"] = slow / base if (slow and base) else None
+
+
+def clock_findings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Scaling short of SCALING_TARGET where the slowest GPU ran at a lower clock than the 1-GPU run:
+    ranks wait for each other every step, so that GPU sets the pace. At a power limit this is the
+    hardware (chips differ in the clock they hold at the same power), not the software."""
+    out = []
+    one = (rows[0].get("gpu_clock") or {}) if rows and rows[0]["nproc"] == 1 else {}
+    for r in rows[1:]:
+        eff, ratio, c = r.get("scaling_efficiency"), r.get("clock_ratio"), r.get("gpu_clock") or {}
+        if eff is None or ratio is None or eff >= SCALING_TARGET or ratio >= CLOCK_SLOWER:
+            continue
+        capped = c.get("slowest_power_capped_fraction")
+        limit = f" {c['power_limit_w']:.0f} W" if c.get("power_limit_w") else ""
+        at_cap = (f", at its{limit} power limit {capped:.0%} of the time" if capped else "")
+        gpu = c.get("slowest_gpu")
+        gpu_one = one.get("slowest_gpu")
+        detail = (f"GPU {gpu if gpu is not None else '?'} averaged {c['slowest_sm_clock_mhz']:,.0f} MHz over the "
+                  f"timed steps{at_cap}; the 1-GPU run (GPU {gpu_one if gpu_one is not None else '?'}) held "
+                  f"{one['slowest_sm_clock_mhz']:,.0f} MHz. The ranks wait for each other every step, so the slowest "
+                  f"GPU sets the pace: its clock alone costs about {1 - ratio:.1%} of the rate, of the "
+                  f"{1 - eff:.1%} lost.")
+        if capped:
+            detail += (" At a power limit the driver lowers the clock until the power fits, and chips of one "
+                       "model hold different clocks at the same power, so this is the hardware, not the training "
+                       "setup; better cooling lowers the power a chip needs for a clock.")
+        out.append({"nproc": r["nproc"], "scaling_efficiency": eff, "severity": "info", "id": "scaling-clock-paced",
+                    "title": f"scaling {eff:.3f} at {r['nproc']} GPUs: the slowest GPU ran at {ratio:.1%} of the "
+                             "1-GPU run's clock",
+                    "detail": detail, "clock_ratio": ratio})
     return out
 
 
@@ -173,6 +215,7 @@ def run_bench_train(
             "unit": summary.get("unit"), "mfu": summary.get("mfu"),
             "scaling_efficiency": (per / one) if (per and one and counts[0] == 1) else None,
             "step_time": summary.get("step_time"), "peak_memory_bytes": summary.get("peak_memory_bytes"),
+            "gpu_clock": summary.get("gpu_clock"),
             "choices": {c["name"]: c["value"] for c in summary.get("choices", [])},
         }
         if baseline == "seed":
@@ -185,6 +228,7 @@ def run_bench_train(
             if per and seed.get("samples_per_s_per_device"):
                 row["speedup_vs_seed"] = per / seed["samples_per_s_per_device"]
         rows.append(row)
+    clock_ratios(rows)
     result = {
         "scaling_findings": scaling_findings(rows, choice.device),
         "workload": workload, "workload_doc": describe_workload(workload, cfg), "device": choice.device,

@@ -31,6 +31,8 @@ from gpurig.errors import BadInput
 from gpurig.train import checkpoint as ckpt
 from gpurig.train import data as D
 from gpurig.train import dcp, faults
+from gpurig.train.clocks import ClockWatch
+from gpurig.train.clocks import across_ranks as clocks_across_ranks
 from gpurig.train.config import TrainConfig, from_dict, global_batch
 from gpurig.train.models import CONV_MODELS, build_model, count_params, flops_per_sample, shard_units
 from gpurig.train.protocol import CHOICE, PROGRESS
@@ -346,6 +348,8 @@ class Trainer:
         self.record = record_indices
         self.choices: list[Choice] = []
         self.tb = None
+        self.clock_watch: ClockWatch | None = None
+        self.gpu_clock: dict[str, Any] | None = None
 
     def choose(self, c: Choice) -> Choice:
         self.choices.append(c)
@@ -853,6 +857,8 @@ class Trainer:
                 window["steps"] += 1
                 if step == measure_from:
                     self._sync()
+                    if is_cuda and self.clock_watch is None:
+                        self.clock_watch = ClockWatch().start()
                     measure_t0 = time.perf_counter()
                     timers = Timers(comm_exposed_per_step_s=timers.comm_exposed_per_step_s)
                     window = {"t0": measure_t0, "steps": 0, "data": 0.0, "events": [], "busy": 0.0}
@@ -908,6 +914,7 @@ class Trainer:
         else:
             resume_epoch, resume_batch = start_epoch, start_batch
         self._sync()
+        self.gpu_clock = self.clock_watch.stop() if self.clock_watch is not None else None
         self.save(resume_epoch, resume_batch, step)
         return self._summary(timers, step, last_loss, evals, stopped, resumed_from, gbatch, unit, per_sample_units,
                              time.perf_counter() - train_t0)
@@ -972,7 +979,9 @@ class Trainer:
         peak, total = _memory(ctx)
         mine = {"rank": ctx.rank, "step_time_s": mean, "data_wait_s": data_wait, "compute_s": compute,
                 "comm_exposed_s": comm if timers.steps else None, "peak_memory_bytes": peak, "steps_timed": timers.steps,
-                "restart_count": faults.restart_count()}
+                "restart_count": faults.restart_count(),
+                # the SM clock, power and power-limit share of this rank's GPU over the timed steps
+                "gpu_clock": self.gpu_clock}
         per_rank: list[Any] = [None] * ctx.world
         dist.all_gather_object(per_rank, mine, group=ctx.control)
         if self.record:
@@ -1023,6 +1032,7 @@ class Trainer:
                                 if getattr(self, "calibrated", False) else None),
             },
             "per_rank": per_rank,
+            "gpu_clock": clocks_across_ranks(per_rank),
             "peak_memory_bytes": max((r["peak_memory_bytes"] for r in per_rank if r.get("peak_memory_bytes")), default=None),
             "memory_total_bytes": total,
             "batch_size_per_device": self.cfg.data.batch_size,
