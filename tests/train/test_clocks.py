@@ -101,3 +101,21 @@ def test_no_pacing_verdict_for_matched_clocks_one_gpu_or_no_clocks():
     assert not [f for f in training_verdicts(matched) if f.id == "clock-paced"]
     assert across_ranks([{"rank": 0, "gpu_clock": None}, None]) is None
     assert not [f for f in training_verdicts({"world_size": 2, "gpu_clock": None}) if f.id == "clock-paced"]
+
+
+def test_the_watch_finds_its_own_gpu_by_torchs_uuid(monkeypatch):
+    import types
+
+    import torch
+
+    class Named(Board):
+        def uuids(self):
+            return ["GPU-aaaa", "GPU-bbbb"]
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # CUDA's device 0 is NVML's GPU 1
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: types.SimpleNamespace(uuid="bbbb"))
+    watch = ClockWatch(every=0.001, backend=Named([1850], [[]])).start()
+    time.sleep(0.05)
+    s = watch.stop()
+    assert watch.error is None and s["gpu_index"] == 1

@@ -180,6 +180,10 @@ class NvmlBackend:
     def gpu_count(self) -> int:
         return len(self._handles)
 
+    def uuids(self) -> list[str | None]:
+        """Each GPU's UUID in NVML's order ("GPU-..."), None where NVML does not give it."""
+        return [s.get("uuid") for s in self._static]
+
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """One NVML query; an unsupported or failing query is None (a missing metric is a value)."""
         start = time.process_time() if self.call_cpu_s is not None else 0.0

@@ -104,8 +104,8 @@ class ClockWatch:
 
         dev = torch.cuda.current_device()
         uuid = getattr(torch.cuda.get_device_properties(dev), "uuid", None)
-        backend_uuids = [s.get("uuid") for s in getattr(self.backend, "_static", [])]
-        return nvml_index_of(str(uuid) if uuid else None, backend_uuids, os.environ.get("CUDA_VISIBLE_DEVICES"), dev)
+        return nvml_index_of(str(uuid) if uuid else None, self.backend.uuids(), os.environ.get("CUDA_VISIBLE_DEVICES"),
+                             dev)
 
     def _run(self) -> None:
         while not self._stop.is_set():
