@@ -34,6 +34,10 @@ small CNN on the CPU) in these setups, one after another in one command:
   flat-sync-b100 the same with one 100 MiB bucket
   flat-sync-bf16 flat-sync with the buckets in bf16 (the gather casts): half the bytes on the wire and in
                  memory; gradients averaged in bf16, as DDP's bf16 compression hook does
+  flat-copy-only flat-sync's gather and copy-back kernels without the all-reduce (ranks independent:
+                 their weights differ); with flat-ar-only, splits what flat-sync costs in GPU time and power
+  flat-ar-only   flat-sync's all-reduces alone, of buffers the size of the buckets (ranks in lockstep,
+                 gradients not averaged: weights differ)
   ddp-ca         ddp-nobb with compiled autograd tracing DDP's Python reducer into the backward graph
                  (optimize_ddp=python_reducer): gradient accumulation and bucketed all-reduces are
                  compiled with the backward, waits placed late; --compile only
@@ -100,6 +104,8 @@ SETUPS = {
     "flat-sync": {"world": 2, "manual": True},
     "flat-sync-b100": {"world": 2, "manual": True, "bucket_mb": 100},
     "flat-sync-bf16": {"world": 2, "manual": True, "bucket_dtype": "bfloat16"},
+    "flat-copy-only": {"world": 2, "manual": True, "parts": "copy"},
+    "flat-ar-only": {"world": 2, "manual": True, "parts": "allreduce"},
     "ddp-ca": {"world": 2, "broadcast_buffers": False, "optimize_ddp": "python_reducer", "ca": True},
     "1proc-ca": {"world": 1, "ca": True},
     "ddp-st2": {"world": 2, "broadcast_buffers": False, "stages": 2},
@@ -165,7 +171,7 @@ def jitter(steps_of: dict[int, list[float]]) -> dict:
     return out
 
 
-def flat_grad_sync(model, bucket_mb: float, average_op: bool, dtype=None):
+def flat_grad_sync(model, bucket_mb: float, average_op: bool, dtype=None, parts: str = "all"):
     """Gradient averaging without DDP's reducer, after the whole backward: per bucket of about
     `bucket_mb`, one kernel gathers the gradients into a flat buffer, one all-reduce averages it
     (NCCL's AVG: no division kernel), and one foreach copy puts it back after all have been launched.
@@ -187,6 +193,26 @@ def flat_grad_sync(model, bucket_mb: float, average_op: bool, dtype=None):
 
     def flat_view(t):  # storage-order 1-D view of a dense tensor (channels_last included): no copy
         return t.as_strided((t.numel(),), (1,))
+
+    if parts == "allreduce":  # the communication alone, on buffers kept from step to step
+        flats = [torch.zeros(sum(p.numel() for p in b), device=buckets[0][0].device, dtype=dtype or buckets[0][0].dtype)
+                 for b in buckets]
+
+        def sync_ar_only() -> None:
+            works = [dist.all_reduce(f, op=dist.ReduceOp.AVG if average_op else dist.ReduceOp.SUM, async_op=True)
+                     for f in flats]
+            for w in works:
+                w.wait()
+
+        return sync_ar_only
+    if parts == "copy":  # the gather and copy-back kernels alone
+        def sync_copy_only() -> None:
+            for b in buckets:
+                grads = [flat_view(p.grad) for p in b]
+                flat = torch.cat(grads) if dtype is None else torch.cat([g.to(dtype) for g in grads])
+                torch._foreach_copy_(grads, list(flat.split([g.numel() for g in grads])))
+
+        return sync_copy_only
 
     def sync() -> None:
         pending = []
@@ -351,7 +377,8 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
     grad_sync = None
     if world > 1 and setup.get("manual"):
         grad_sync = flat_grad_sync(model, setup.get("bucket_mb", 25), average_op=cuda,
-                                   dtype=getattr(torch, setup["bucket_dtype"]) if "bucket_dtype" in setup else None)
+                                   dtype=getattr(torch, setup["bucket_dtype"]) if "bucket_dtype" in setup else None,
+                                   parts=setup.get("parts", "all"))
 
     def step() -> None:
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
