@@ -119,3 +119,21 @@ def test_the_watch_finds_its_own_gpu_by_torchs_uuid(monkeypatch):
     time.sleep(0.05)
     s = watch.stop()
     assert watch.error is None and s["gpu_index"] == 1
+
+
+def test_the_train_summary_prints_the_clocks_that_paced_the_run():
+    from rich.console import Console
+
+    from gpurig.commands.train import render_summary
+
+    summary = {"world_size": 2, "steps": 100, "seconds": 9.0, "device_name": "NVIDIA H200",
+               "per_rank": [_rank(0, 1888, 1.0), _rank(1, 1800, 1.0)]}
+    summary["gpu_clock"] = across_ranks(summary["per_rank"])
+    console = Console(record=True, width=200)
+    render_summary(console, summary)
+    text = console.export_text()
+    assert ("GPU clocks: slowest 1,800 MHz (GPU 1), fastest 1,888 MHz (GPU 0), of 1,980 MHz max; "
+            "at the power limit (700 W) 100% of the time") in text
+    console = Console(record=True, width=200)
+    render_summary(console, {"world_size": 2, "steps": 1, "seconds": 1.0, "gpu_clock": None})
+    assert "clock" not in console.export_text()

@@ -176,6 +176,19 @@ def render_summary(console, s: dict[str, Any]) -> None:
         total = s.get("memory_total_bytes")
         console.print(f"  peak memory {s['peak_memory_bytes'] / 2**30:.2f} GiB"
                       + (f" of {total / 2**30:.0f} GiB" if total else " (process RSS)"))
+    clock = s.get("gpu_clock") or {}
+    if clock.get("slowest_sm_clock_mhz"):
+        capped = clock.get("slowest_power_capped_fraction")
+        line = f"  GPU clock {clock['slowest_sm_clock_mhz']:,.0f} MHz"
+        if (s.get("world_size") or 1) > 1:
+            line = (f"  GPU clocks: slowest {clock['slowest_sm_clock_mhz']:,.0f} MHz (GPU {clock.get('slowest_gpu')}), "
+                    f"fastest {clock['fastest_sm_clock_mhz']:,.0f} MHz (GPU {clock.get('fastest_gpu')})")
+        if clock.get("sm_clock_max_mhz"):
+            line += f", of {clock['sm_clock_max_mhz']:,.0f} MHz max"
+        if capped:
+            limit = f" ({clock['power_limit_w']:.0f} W)" if clock.get("power_limit_w") else ""
+            line += f"; at the power limit{limit} {capped:.0%} of the time"
+        console.print(line)
     if s.get("final_loss") is not None:
         console.print(f"  final loss {s['final_loss']:.4f}"
                       + (f", test accuracy {s['accuracy']:.2%} ({s.get('eval_samples')} samples, each counted once)"
