@@ -301,8 +301,9 @@ def _clock_paced(summary: dict[str, Any]) -> Finding | None:
         title=f"paced by the slowest GPU: {slow:,.0f} MHz against {fast:,.0f} MHz"
               + (" at the power limit" if at_cap else ""),
         detail=detail,
-        fix=("nothing in the training setup: check cooling and inlet temperature (a cooler chip needs less power "
-             "for a clock) and that no GPU runs with a lowered power limit (`nvidia-smi -q -d POWER`)"),
+        fix=("check cooling and inlet temperature (a cooler chip needs less power for a clock) and that no GPU "
+             "runs with a lowered power limit (`nvidia-smi -q -d POWER`); `gpurig bench train` compares the clocks "
+             "with a 1-GPU run"),
         evidence={k: c.get(k) for k in ("slowest_gpu", "slowest_sm_clock_mhz", "fastest_gpu", "fastest_sm_clock_mhz",
                                          "slowest_power_capped_fraction", "power_limit_w")},
     )

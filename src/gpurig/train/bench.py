@@ -123,9 +123,9 @@ def clock_findings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                   f"GPU sets the pace: its clock alone costs about {1 - ratio:.1%} of the rate, of the "
                   f"{1 - eff:.1%} lost.")
         if capped:
-            detail += (" At a power limit the driver lowers the clock until the power fits, and chips of one "
-                       "model hold different clocks at the same power, so this is the hardware, not the training "
-                       "setup; better cooling lowers the power a chip needs for a clock.")
+            detail += (" At a power limit the driver lowers the clock until the power fits: chips of one model "
+                       "hold different clocks at the same power, and what communication draws comes out of the same "
+                       "budget. Better cooling lowers the power a chip needs for a clock.")
         out.append({"nproc": r["nproc"], "scaling_efficiency": eff, "severity": "info", "id": "scaling-clock-paced",
                     "title": f"scaling {eff:.3f} at {r['nproc']} GPUs: the slowest GPU ran at {ratio:.1%} of the "
                              "1-GPU run's clock",
