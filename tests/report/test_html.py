@@ -73,6 +73,14 @@ def test_full_report_has_every_section_and_its_content(doc):
     assert "memory headroom unused" in html
 
 
+def test_the_rank_table_gives_each_gpus_clock_when_recorded(doc):
+    assert "GPU clock" not in render_report(doc)  # this document has no clocks: no empty column
+    doc["train"]["per_rank"][0]["gpu_clock"] = {"sm_clock_mhz": 1888.4, "power_capped_fraction": 1.0}
+    doc["train"]["per_rank"][1]["gpu_clock"] = {"sm_clock_mhz": 1800.0, "power_capped_fraction": 0.0}
+    html = render_report(doc)
+    assert "GPU clock" in html and "1,888 MHz, power cap 100%" in html and "1,800 MHz</td>" in html
+
+
 def test_no_external_assets_and_no_script(doc):
     html = render_report(doc)
     page = _parse(html)
