@@ -65,8 +65,8 @@ steps had been queued (near 0: the host sets the pace); with two ranks, each ran
 whether the ranks end with the same weights ("in sync"; each rank trains on its own batch, so
 unsynchronised setups show "differ"); on CUDA, the standard deviation of the per-step GPU time and
 what waiting for the slower rank every step would cost if the ranks varied independently; each
-GPU's mean SM clock and power over the timed steps, and how often each clock-event reason (power
-cap, thermal, ...) was active (NVML, read every 50 ms).
+GPU's mean SM clock and power over the timed steps, and how often the power limit or heat held the
+clock back (gpurig's clock watch, NVML, read every 50 ms).
 """
 
 from __future__ import annotations
@@ -78,6 +78,8 @@ import os
 import queue
 import sys
 import time
+
+from gpurig.train.clocks import ClockWatch
 
 SETUPS = {
     "1proc": {"world": 1},
@@ -257,51 +259,6 @@ def compile_in_parts(model, parts: int) -> None:
     model.forward = forward
 
 
-class ClockWatch:
-    """The SM clock, power and clock-event reasons of one GPU, read through gpurig's monitor (NVML)
-    every `every` seconds in a thread while the timed steps run. A GPU held at its power limit
-    lowers its clock, and then every kernel, communication included, takes longer."""
-
-    def __init__(self, index: int, every: float = 0.05) -> None:
-        import threading
-
-        self.index, self.every, self.rows = index, every, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            from gpurig.monitor.sampler import Sampler
-
-            with Sampler() as sampler:
-                while not self._stop.is_set():
-                    gpu = sampler.sample().gpus[self.index]
-                    self.rows.append((gpu.sm_clock_mhz, gpu.power_w, tuple(gpu.throttle_reasons or ())))
-                    self._stop.wait(self.every)
-        except Exception as exc:  # no NVML: the figures are left out, the benchmark goes on
-            self.rows = [("error", str(exc))]
-
-    def __enter__(self) -> ClockWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def summary(self) -> dict:
-        rows = [r for r in self.rows if len(r) == 3 and r[0] is not None]
-        if not rows:
-            return {}
-        reasons: dict[str, int] = {}
-        for r in rows:
-            for name in r[2]:
-                reasons[name] = reasons.get(name, 0) + 1
-        return {"sm_clock_mhz": sum(r[0] for r in rows) / len(rows),
-                "power_w": sum(r[1] or 0 for r in rows) / len(rows),
-                "clock_reasons": {k: round(v / len(rows), 2) for k, v in sorted(reasons.items())}}
-
-
 def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> None:
     import torch
     import torch.distributed as dist
@@ -401,8 +358,9 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
     sync()
     # GPU-side marks between steps (they cost the host nothing): each step's own duration.
     marks = [torch.cuda.Event(enable_timing=True) for _ in range(args["steps"] + 1)] if cuda else []
-    watch = ClockWatch(gpu) if cuda else contextlib.nullcontext()
-    with watch:
+    # gpurig's own clock watch (NVML), on this process's GPU, read every 50 ms
+    watch = ClockWatch(index=gpu, every=0.05).start() if cuda else None
+    try:
         t0 = time.perf_counter()
         for i in range(args["steps"]):
             if marks:
@@ -414,11 +372,13 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
         if cuda:
             torch.cuda.synchronize()
         t_end = time.perf_counter()
+    finally:
+        clock = watch.stop() if watch is not None else None
     ms = (t_end - t0) / args["steps"] * 1000
     # How far the host ran ahead of the GPU: near 0 means the host (Python, launches) sets the pace.
     ahead_ms = (t_end - t_enqueued) * 1000
     prof = {"host_ahead_ms": ahead_ms, "step_ms": [a.elapsed_time(b) for a, b in zip(marks, marks[1:], strict=False)],
-            **({"clock": watch.summary()} if cuda else {})}
+            "clock": clock}
     if world > 1:
         # Every rank must hold the same weights after the same steps, or the setup did not synchronise.
         with torch.no_grad():
@@ -552,8 +512,9 @@ def main() -> int:
         if any(prof["clock"]):
             gpus = [SETUPS[name].get("gpu", r) for r in range(len(prof["clock"]))]
             print(f"{'':14s} " + "; ".join(
-                f"GPU {g}: SM {c['sm_clock_mhz']:.0f} MHz, {c['power_w']:.0f} W"
-                + "".join(f", {k} {v:.0%}" for k, v in c["clock_reasons"].items())
+                f"GPU {g}: SM {c['sm_clock_mhz']:.0f} MHz, {c['power_w'] or 0:.0f} W"
+                + (f", power cap {c['power_capped_fraction']:.0%}" if c.get("power_capped_fraction") else "")
+                + (f", thermal {c['thermal_fraction']:.0%}" if c.get("thermal_fraction") else "")
                 for g, c in zip(gpus, prof["clock"], strict=False) if c), flush=True)
         if prof.get("span_ms") is not None:
             print(f"{'':14s} per step: span {prof['span_ms']:.2f} ms, compute {prof['compute_ms']:.2f}, "
