@@ -24,6 +24,7 @@ import statistics
 from typing import Any
 
 from gpurig.diagnose.findings import Finding
+from gpurig.train.clocks import POWER_LIMIT_WHY
 
 # Thresholds, each a share of step time or of a resource; chosen so a healthy DDP run on one
 # machine (data wait and exposed communication a few percent, ranks within a few percent) is quiet.
@@ -294,8 +295,7 @@ def _clock_paced(summary: dict[str, Any]) -> Finding | None:
               "below what the faster GPU alone would do.")
     if at_cap:
         detail += (f" The slower GPU was at its power limit{f' ({limit:.0f} W)' if limit else ''} {_pct(capped)} of "
-                   "the time: the driver lowers the clock until the power fits, and chips of one model hold "
-                   "different clocks at the same power.")
+                   f"the time. {POWER_LIMIT_WHY}")
     return Finding(
         id="clock-paced", severity="info", area="training",
         title=f"paced by the slowest GPU: {slow:,.0f} MHz against {fast:,.0f} MHz"

@@ -19,6 +19,7 @@ from typing import Any
 from gpurig.errors import BadInput
 from gpurig.launch.plan import plan_torchrun, resolve_device
 from gpurig.launch.runner import run_plan
+from gpurig.train.clocks import POWER_LIMIT_WHY
 from gpurig.train.config import TrainConfig, load_config
 from gpurig.train.run import EventHandler, check_timeout, default_run_dir, run_training
 
@@ -104,8 +105,7 @@ def clock_ratios(rows: list[dict[str, Any]]) -> None:
 
 def clock_findings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Scaling short of SCALING_TARGET where the slowest GPU ran at a lower clock than the 1-GPU run:
-    ranks wait for each other every step, so that GPU sets the pace. At a power limit this is the
-    hardware (chips differ in the clock they hold at the same power), not the software."""
+    ranks wait for each other every step, so that GPU sets the pace."""
     out = []
     one = (rows[0].get("gpu_clock") or {}) if rows and rows[0]["nproc"] == 1 else {}
     for r in rows[1:]:
@@ -123,9 +123,7 @@ def clock_findings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                   f"GPU sets the pace: its clock alone costs about {1 - ratio:.1%} of the rate, of the "
                   f"{1 - eff:.1%} lost.")
         if capped:
-            detail += (" At a power limit the driver lowers the clock until the power fits: chips of one model "
-                       "hold different clocks at the same power, and what communication draws comes out of the same "
-                       "budget. Better cooling lowers the power a chip needs for a clock.")
+            detail += f" {POWER_LIMIT_WHY} Better cooling lowers the power a chip needs for a clock."
         out.append({"nproc": r["nproc"], "scaling_efficiency": eff, "severity": "info", "id": "scaling-clock-paced",
                     "title": f"scaling {eff:.3f} at {r['nproc']} GPUs: the slowest GPU ran at {ratio:.1%} of the "
                              "1-GPU run's clock",

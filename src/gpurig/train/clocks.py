@@ -6,8 +6,8 @@ Why it matters: a compute-bound step on a data-centre GPU often runs at the GPU'
 the power fits. Chips differ, so two GPUs at the same limit run at different clocks (1,894 and
 1,860 MHz measured on two H200s of one machine). In data-parallel training the ranks wait for each
 other every step, so the slowest GPU's clock sets the pace, and a 2-GPU run can lose a few percent
-against one GPU with no communication cost at all. The summary records each rank's clocks so that
-`gpurig bench train` and the verdicts can say so instead of blaming the all-reduce.
+against one GPU that no communication setting wins back. The summary records each rank's clocks so
+that `gpurig bench train` and the verdicts can name the clock instead of blaming the all-reduce.
 
 Reading NVML costs the training process nothing on the GPU and little on the CPU (a few queries
 four times a second, in a thread that sleeps in between). Without NVML (a CPU run, no driver, no
@@ -23,6 +23,10 @@ from typing import Any
 from gpurig.monitor.samples import POWER_REASONS, THERMAL_REASONS
 
 EVERY_S = 0.25
+
+# Why a GPU at its power limit runs slower, for the notes that name a clock (bench train, verdicts).
+POWER_LIMIT_WHY = ("At a power limit the driver lowers the clock until the power fits: chips of one model hold "
+                   "different clocks at the same power, and what communication draws comes out of the same budget.")
 
 
 def nvml_index_of(uuid: str | None, nvml_uuids: list[str | None], visible: str | None, torch_index: int) -> int | None:
