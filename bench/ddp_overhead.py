@@ -478,7 +478,7 @@ def main() -> int:
         ap.error(f"--setups: unknown {', '.join(unknown)}; known: {', '.join(SETUPS)}")
     needs_compile = [n for n in names if SETUPS[n].get("ca") or SETUPS[n].get("stages")]
     if needs_compile and not a.compile:
-        ap.error(f"--setups: {', '.join(needs_compile)} need --compile")
+        ap.error(f"--setups: {', '.join(needs_compile)} need{'s' if len(needs_compile) == 1 else ''} --compile")
     if a.device == "cuda":
         import torch
 
