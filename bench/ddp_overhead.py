@@ -24,6 +24,9 @@ small CNN on the CPU) in these setups, one after another in one command:
   ddp-b10        ddp-nobb with 10 MiB buckets
   ddp-bf16       ddp-nobb with the bf16 compression hook (gradients summed in bf16: half the bytes)
   ddp-noopt-b100 ddp-noopt with one 100 MiB bucket (one all-reduce per step)
+  ddp-noopt-simple, ddp-noopt-ctas2
+                 ddp-noopt with NCCL's Simple protocol only (NCCL_PROTO=Simple), or with NCCL held to 2
+                 CTAs (NCCL_MIN_CTAS=NCCL_MAX_CTAS=2): fewer SMs polling, less power for the all-reduce
   ddp-noopt-bgc  ddp-noopt with DDP(batched_grad_copy=True): gradients copied into each bucket by one
                  kernel, not one per parameter (PyTorch versions that have it)
   1proc-nb, 2proc-nodp-nb, ddp-noopt-nb
@@ -38,6 +41,8 @@ small CNN on the CPU) in these setups, one after another in one command:
                  their weights differ); with flat-ar-only, splits what flat-sync costs in GPU time and power
   flat-ar-only   flat-sync's all-reduces alone, of buffers the size of the buckets (ranks in lockstep,
                  gradients not averaged: weights differ)
+  sync-only      no gradient averaging: a one-element all-reduce once a step, so the ranks wait for each
+                 other and nothing else crosses NVLink (weights differ); the cost of lockstep alone
   ddp-ca         ddp-nobb with compiled autograd tracing DDP's Python reducer into the backward graph
                  (optimize_ddp=python_reducer): gradient accumulation and bucketed all-reduces are
                  compiled with the backward, waits placed late; --compile only
@@ -108,6 +113,10 @@ SETUPS = {
     "flat-sync-bf16": {"world": 2, "manual": True, "bucket_dtype": "bfloat16"},
     "flat-copy-only": {"world": 2, "manual": True, "parts": "copy"},
     "flat-ar-only": {"world": 2, "manual": True, "parts": "allreduce"},
+    "sync-only": {"world": 2, "manual": True, "parts": "sync"},
+    "ddp-noopt-simple": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "env": {"NCCL_PROTO": "Simple"}},
+    "ddp-noopt-ctas2": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False,
+                        "env": {"NCCL_MAX_CTAS": "2", "NCCL_MIN_CTAS": "2"}},
     "ddp-ca": {"world": 2, "broadcast_buffers": False, "optimize_ddp": "python_reducer", "ca": True},
     "1proc-ca": {"world": 1, "ca": True},
     "ddp-st2": {"world": 2, "broadcast_buffers": False, "stages": 2},
@@ -207,6 +216,13 @@ def flat_grad_sync(model, bucket_mb: float, average_op: bool, dtype=None, parts:
                 w.wait()
 
         return sync_ar_only
+    if parts == "sync":  # the ranks wait for each other once a step, and nothing else crosses NVLink
+        one = torch.zeros(1, device=buckets[0][0].device)
+
+        def sync_only() -> None:
+            dist.all_reduce(one)
+
+        return sync_only
     if parts == "copy":  # the gather and copy-back kernels alone
         def sync_copy_only() -> None:
             for b in buckets:
@@ -501,7 +517,7 @@ def main() -> int:
         eff = base / ms if base else None
         rows.append({"setup": name, "ms_per_step": ms, "efficiency": eff, "profile": prof})
         diff = prof.get("max_param_diff")
-        print(f"{name:14s} {ms:8.2f} ms/step  " + (f"efficiency {eff:.3f}  " if eff else "")
+        print(f"{name:16s} {ms:8.2f} ms/step  " + (f"efficiency {eff:.3f}  " if eff else "")
               + f"host ahead {prof['host_ahead_ms']:.1f} ms  ({time.monotonic() - t:.0f} s)"
               + ("" if diff is None else f"  ranks' weights differ by {diff:.1e}" if diff > 1e-3 else "  in sync")
               + ("" if len(prof["rank_ms"]) < 2 else "  per rank " + " / ".join(f"{m:.2f}" for m in prof["rank_ms"]))
