@@ -24,9 +24,9 @@ small CNN on the CPU) in these setups, one after another in one command:
   ddp-b10        ddp-nobb with 10 MiB buckets
   ddp-bf16       ddp-nobb with the bf16 compression hook (gradients summed in bf16: half the bytes)
   ddp-noopt-b100 ddp-noopt with one 100 MiB bucket (one all-reduce per step)
-  ddp-noopt-simple, ddp-noopt-ctas2
+  ddp-noopt-simple, ddp-noopt-ctas2 (ctas4, ctas8)
                  ddp-noopt with NCCL's Simple protocol only (NCCL_PROTO=Simple), or with NCCL held to 2
-                 CTAs (NCCL_MIN_CTAS=NCCL_MAX_CTAS=2): fewer SMs polling, less power for the all-reduce
+                 CTAs (NCCL_MIN_CTAS=NCCL_MAX_CTAS=2, or 4, 8): fewer SMs polling, less power for the all-reduce
   ddp-noopt-bgc  ddp-noopt with DDP(batched_grad_copy=True): gradients copied into each bucket by one
                  kernel, not one per parameter (PyTorch versions that have it)
   1proc-nb, 2proc-nodp-nb, ddp-noopt-nb
@@ -117,6 +117,10 @@ SETUPS = {
     "ddp-noopt-simple": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "env": {"NCCL_PROTO": "Simple"}},
     "ddp-noopt-ctas2": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False,
                         "env": {"NCCL_MAX_CTAS": "2", "NCCL_MIN_CTAS": "2"}},
+    "ddp-noopt-ctas4": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False,
+                        "env": {"NCCL_MAX_CTAS": "4", "NCCL_MIN_CTAS": "4"}},
+    "ddp-noopt-ctas8": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False,
+                        "env": {"NCCL_MAX_CTAS": "8", "NCCL_MIN_CTAS": "8"}},
     "ddp-ca": {"world": 2, "broadcast_buffers": False, "optimize_ddp": "python_reducer", "ca": True},
     "1proc-ca": {"world": 1, "ca": True},
     "ddp-st2": {"world": 2, "broadcast_buffers": False, "stages": 2},

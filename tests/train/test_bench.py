@@ -67,6 +67,10 @@ def test_lost_scaling_from_a_slower_power_capped_gpu_is_named_with_its_clocks():
     assert "1,800 MHz" in f["detail"] and "1,894 MHz" in f["detail"] and "GPU 1" in f["detail"]
     assert "700 W power limit 100%" in f["detail"] and "5.0%" in f["detail"]  # 1 - 1800/1894
     assert "same power" in f["detail"]  # why a power-capped chip is slower
+    assert "Exposed communication" not in f["detail"]  # not measured in these rows
+    rows[1]["step_time"] = {"comm_exposed_fraction": 0.018}
+    (f,) = scaling_findings(rows, "cuda")
+    assert "Exposed communication, calibrated apart, takes 1.8% of the step" in f["detail"]
     assert clock_cell(rows[1]["gpu_clock"]) == "1,800 MHz, power cap 100%"
 
 

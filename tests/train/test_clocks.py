@@ -47,6 +47,7 @@ def test_the_watch_records_mean_clock_power_and_how_often_the_power_limit_held_i
     assert s["sm_clock_min_mhz"] == 1800 and 1800 < s["sm_clock_mhz"] <= 1860
     assert s["sm_clock_max_mhz"] == 1980 and s["power_w"] == 690.0 and s["power_limit_w"] == 700.0
     assert 0 < s["power_capped_fraction"] <= 0.5 and s["thermal_fraction"] == 0.0
+    assert 0 < s["seconds"] < 5  # how long it watched: the span its readings stand for
 
 
 def test_without_nvml_the_watch_gives_none_and_says_why():

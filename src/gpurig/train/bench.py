@@ -120,8 +120,11 @@ def clock_findings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         detail = (f"GPU {gpu if gpu is not None else '?'} averaged {c['slowest_sm_clock_mhz']:,.0f} MHz over the "
                   f"timed steps{at_cap}; the 1-GPU run (GPU {gpu_one if gpu_one is not None else '?'}) held "
                   f"{one['slowest_sm_clock_mhz']:,.0f} MHz. The ranks wait for each other every step, so the slowest "
-                  f"GPU sets the pace: its clock alone costs about {1 - ratio:.1%} of the rate, of the "
-                  f"{1 - eff:.1%} lost.")
+                  f"GPU sets the pace: its clock accounts for up to {1 - ratio:.1%} of the rate (not every kernel "
+                  f"slows with the clock), of the {1 - eff:.1%} lost.")
+        comm = (r.get("step_time") or {}).get("comm_exposed_fraction")
+        if comm:
+            detail += f" Exposed communication, calibrated apart, takes {comm:.1%} of the step."
         if capped:
             detail += f" {POWER_LIMIT_WHY} Better cooling lowers the power a chip needs for a clock."
         out.append({"nproc": r["nproc"], "scaling_efficiency": eff, "severity": "info", "id": "scaling-clock-paced",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 from gpurig.monitor.samples import POWER_REASONS, THERMAL_REASONS
@@ -83,8 +84,11 @@ class ClockWatch:
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._t0: float | None = None
+        self.seconds: float | None = None  # how long it watched, start() to stop()
 
     def start(self) -> ClockWatch:
+        self._t0 = time.perf_counter()
         try:
             if self.backend is None:
                 from gpurig.monitor.sampler import NvmlBackend
@@ -125,6 +129,8 @@ class ClockWatch:
             self._stop.wait(self.every)
 
     def stop(self) -> dict[str, Any] | None:
+        if self._t0 is not None and self.seconds is None:
+            self.seconds = time.perf_counter() - self._t0
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -139,7 +145,10 @@ class ClockWatch:
                 pass
 
     def summary(self) -> dict[str, Any] | None:
-        return summarize(self.rows)
+        out = summarize(self.rows)
+        if out is not None:
+            out["seconds"] = self.seconds
+        return out
 
 
 def across_ranks(per_rank: list[Any]) -> dict[str, Any] | None:

@@ -830,6 +830,9 @@ class Trainer:
                 if ctx.world > 1 and not calibrated and step >= measure_from and step > first_step:
                     timers.comm_exposed_per_step_s = self.calibrate_comm(*micro[-1])
                     calibrated = self.calibrated = True
+                    if self.clock_watch is not None:  # the clocks of the timed steps, not of the calibration
+                        self.clock_watch.stop()
+                        self.clock_watch = ClockWatch().start()
                     window = {"t0": time.perf_counter(), "steps": 0, "data": 0.0, "events": [], "busy": 0.0}
                     t_fetch = 0.0
                 if is_cuda:
@@ -883,6 +886,8 @@ class Trainer:
                         and not finished:
                     self.save(epoch, batch_in_epoch, step)
                 if finished:
+                    # The loss read above waited for the last step: the clocks end here, before evaluation.
+                    self._stop_clock_watch()
                     done = True
                     break
                 if step % STOP_CHECK_EVERY == 0 and self.agree_stop(time.perf_counter() - train_t0):
@@ -914,10 +919,16 @@ class Trainer:
         else:
             resume_epoch, resume_batch = start_epoch, start_batch
         self._sync()
-        self.gpu_clock = self.clock_watch.stop() if self.clock_watch is not None else None
+        self._stop_clock_watch()
         self.save(resume_epoch, resume_batch, step)
         return self._summary(timers, step, last_loss, evals, stopped, resumed_from, gbatch, unit, per_sample_units,
                              time.perf_counter() - train_t0)
+
+    def _stop_clock_watch(self) -> None:
+        """Keep the clocks of the timed steps (once: a second call keeps the first result)."""
+        if self.clock_watch is not None:
+            self.gpu_clock = self.clock_watch.stop()
+            self.clock_watch = None
 
     def _record(self, epoch: int, batch: int, accum: int) -> None:
         n = self.loader.n
