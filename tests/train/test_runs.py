@@ -73,8 +73,12 @@ def test_compiled_ddp_with_compiled_autograd_equals_one_compiled_process(tmp_pat
     steps = ["train.steps=20", "checkpoint.every_steps=20", "train.compile=on"]
     two = load_config(preset_name="demo", overrides=BASE + steps + ["data.batch_size=16",
                                                                    "train.compile_ddp=python_reducer"])
-    s = run_training(two, device="cpu", nproc=2, out_dir=tmp_path / "two", timeout=240)
+    lines: list[str] = []
+    s = run_training(two, device="cpu", nproc=2, out_dir=tmp_path / "two", timeout=240,
+                     on_event=lambda kind, p: lines.append(p["text"]) if kind == "line" else None)
     assert {c["name"]: c["value"] for c in s["choices"]}["compile_ddp"] == "python_reducer"
+    # dynamo's notice that DDP's profiler label is dropped is not passed on to the user
+    assert not [t for t in lines if "Profiler record function" in t], lines
     run_training(load_config(preset_name="demo", overrides=BASE + steps + ["data.batch_size=32"]),
                  device="cpu", nproc=1, out_dir=tmp_path / "one", timeout=240)
     a, b = _params(ckpt.checkpoint_path(tmp_path / "two", 20)), _params(ckpt.checkpoint_path(tmp_path / "one", 20))
@@ -228,3 +232,20 @@ def test_batchnorm_statistics_synced_before_evaluation_only_change_nothing_rank_
     assert runs["eval"]["eval_samples"] == 30 and auto["buffer_sync"] == "eval"
     assert runs["eval"]["accuracy"] == pytest.approx(correct / 30)
     assert runs["eval"]["eval_loss"] == pytest.approx(loss / 30, rel=1e-6)  # the statistics, too
+
+
+def test_dynamos_profiler_notice_is_dropped_and_other_warnings_pass(caplog):
+    """A compiled DDP module makes dynamo warn once per rank that DDP's profiler label is ignored;
+    the run's printout must not carry it, and must keep every other warning of that logger."""
+    import logging
+
+    from gpurig.train.loop import quiet_known_torch_notices
+
+    quiet_known_torch_notices()
+    quiet_known_torch_notices()  # idempotent: one filter
+    log = logging.getLogger("torch._dynamo.variables.ctx_manager")
+    assert len(log.filters) == 1
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        log.warning("Profiler record function %s will be ignored", "record_function")
+        log.warning("graph break: something real")
+    assert [r.getMessage() for r in caplog.records] == ["graph break: something real"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import resource
@@ -287,6 +288,22 @@ def default_workers(world: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+class _DropProfilerNotice(logging.Filter):
+    """Dynamo's "Profiler record function ... will be ignored": DDP's forward names itself for the
+    profiler, and a compiled DDP module says once per rank that the name is dropped. Nothing to act
+    on, and it lands among the run's choices; every other message passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(("Profiler record function", "Profiler function"))
+
+
+def quiet_known_torch_notices() -> None:
+    for name in ("torch._dynamo.variables.ctx_manager", "torch._dynamo.variables.torch"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropProfilerNotice) for f in logger.filters):
+            logger.addFilter(_DropProfilerNotice())
 
 
 def setup(device_kind: str) -> Context:
@@ -1085,6 +1102,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = from_dict(launch["config"])
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _on_signal)
+    quiet_known_torch_notices()
     ctx = setup(launch["device"])
     faults.install(ctx.rank, ctx.world)  # bounded exit after SIGTERM, the hang ledger, injected faults
     args.resume, args.resume_fallback = faults.resume_after_restart(args.resume, args.resume_fallback, run_dir)
