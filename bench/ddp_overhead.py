@@ -24,6 +24,7 @@ small CNN on the CPU) in these setups, one after another in one command:
   ddp-b10        ddp-nobb with 10 MiB buckets
   ddp-bf16       ddp-nobb with the bf16 compression hook (gradients summed in bf16: half the bytes)
   ddp-noopt-b100 ddp-noopt with one 100 MiB bucket (one all-reduce per step)
+  ddp-noopt-bf16 ddp-noopt with the bf16 compression hook: half the bytes after the backward
   ddp-noopt-simple, ddp-noopt-ctas2 (ctas4, ctas8)
                  ddp-noopt with NCCL's Simple protocol only (NCCL_PROTO=Simple), or with NCCL held to 2
                  CTAs (NCCL_MIN_CTAS=NCCL_MAX_CTAS=2, or 4, 8): fewer SMs polling, less power for the all-reduce
@@ -114,6 +115,7 @@ SETUPS = {
     "flat-copy-only": {"world": 2, "manual": True, "parts": "copy"},
     "flat-ar-only": {"world": 2, "manual": True, "parts": "allreduce"},
     "sync-only": {"world": 2, "manual": True, "parts": "sync"},
+    "ddp-noopt-bf16": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "hook": "bf16"},
     "ddp-noopt-simple": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "env": {"NCCL_PROTO": "Simple"}},
     "ddp-noopt-ctas2": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False,
                         "env": {"NCCL_MAX_CTAS": "2", "NCCL_MIN_CTAS": "2"}},
