@@ -138,4 +138,3 @@ def test_the_train_summary_prints_the_clocks_that_paced_the_run():
     console = Console(record=True, width=200)
     render_summary(console, {"world_size": 2, "steps": 1, "seconds": 1.0, "gpu_clock": None})
     assert "clock" not in console.export_text()
-
