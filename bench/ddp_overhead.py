@@ -47,6 +47,8 @@ small CNN on the CPU) in these setups, one after another in one command:
   ddp-ca         ddp-nobb with compiled autograd tracing DDP's Python reducer into the backward graph
                  (optimize_ddp=python_reducer): gradient accumulation and bucketed all-reduces are
                  compiled with the backward, waits placed late; --compile only
+  ddp-ca-reorder ddp-ca with inductor's reorder_for_compute_comm_overlap: the compiled backward's
+                 all-reduces moved to overlap its compute; --compile only
   1proc-ca       one process, backward under compiled autograd (the reference for ddp-ca), --compile only
   1proc-gpu1     one process on GPU 1 (the reference for the second GPU: chips differ in clock at a power cap)
   ddp-st2        eager DDP (ddp-nobb) around a model compiled in 2 parts, cut before ResNet's layer4: the
@@ -125,6 +127,8 @@ SETUPS = {
                         "env": {"NCCL_MAX_CTAS": "8", "NCCL_MIN_CTAS": "8"}},
     "ddp-ca": {"world": 2, "broadcast_buffers": False, "optimize_ddp": "python_reducer", "ca": True},
     "1proc-ca": {"world": 1, "ca": True},
+    "ddp-ca-reorder": {"world": 2, "broadcast_buffers": False, "optimize_ddp": "python_reducer", "ca": True,
+                       "inductor": {"reorder_for_compute_comm_overlap": True}},
     "ddp-st2": {"world": 2, "broadcast_buffers": False, "stages": 2},
     "ddp-st3": {"world": 2, "broadcast_buffers": False, "stages": 3},
     "1proc-st2": {"world": 1, "stages": 2},
@@ -298,6 +302,10 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world,
                                 **({"device_id": dev} if cuda else {}))
+    for key, value in setup.get("inductor", {}).items():
+        import torch._inductor.config as inductor_config
+
+        setattr(inductor_config, key, value)
     torch.manual_seed(0)
     if cuda:
         import torchvision
@@ -498,7 +506,7 @@ def main() -> int:
     unknown = [n for n in names if n not in SETUPS]
     if unknown:
         ap.error(f"--setups: unknown {', '.join(unknown)}; known: {', '.join(SETUPS)}")
-    needs_compile = [n for n in names if SETUPS[n].get("ca") or SETUPS[n].get("stages")]
+    needs_compile = [n for n in names if SETUPS[n].get("ca") or SETUPS[n].get("stages") or SETUPS[n].get("inductor")]
     if needs_compile and not a.compile:
         ap.error(f"--setups: {', '.join(needs_compile)} need{'s' if len(needs_compile) == 1 else ''} --compile")
     if a.device == "cuda":
