@@ -117,6 +117,8 @@ SETUPS = {
     "flat-copy-only": {"world": 2, "manual": True, "parts": "copy"},
     "flat-ar-only": {"world": 2, "manual": True, "parts": "allreduce"},
     "sync-only": {"world": 2, "manual": True, "parts": "sync"},
+    "flat-ar-only-bf16": {"world": 2, "manual": True, "parts": "allreduce", "bucket_dtype": "bfloat16"},
+    "flat-ar-only-10mb": {"world": 2, "manual": True, "parts": "allreduce", "ar_mb": 10},
     "ddp-noopt-bf16": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "hook": "bf16"},
     "ddp-noopt-simple": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "env": {"NCCL_PROTO": "Simple"}},
     "ddp-noopt-ctas2": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False,
@@ -129,6 +131,9 @@ SETUPS = {
     "1proc-ca": {"world": 1, "ca": True},
     "ddp-ca-reorder": {"world": 2, "broadcast_buffers": False, "optimize_ddp": "python_reducer", "ca": True,
                        "inductor": {"reorder_for_compute_comm_overlap": True}},
+    "ddp-ca-reorder-ctas4": {"world": 2, "broadcast_buffers": False, "optimize_ddp": "python_reducer", "ca": True,
+                             "inductor": {"reorder_for_compute_comm_overlap": True},
+                             "env": {"NCCL_MAX_CTAS": "4", "NCCL_MIN_CTAS": "4"}},
     "ddp-st2": {"world": 2, "broadcast_buffers": False, "stages": 2},
     "ddp-st3": {"world": 2, "broadcast_buffers": False, "stages": 3},
     "1proc-st2": {"world": 1, "stages": 2},
@@ -192,7 +197,8 @@ def jitter(steps_of: dict[int, list[float]]) -> dict:
     return out
 
 
-def flat_grad_sync(model, bucket_mb: float, average_op: bool, dtype=None, parts: str = "all"):
+def flat_grad_sync(model, bucket_mb: float, average_op: bool, dtype=None, parts: str = "all",
+                   ar_mb: float | None = None):
     """Gradient averaging without DDP's reducer, after the whole backward: per bucket of about
     `bucket_mb`, one kernel gathers the gradients into a flat buffer, one all-reduce averages it
     (NCCL's AVG: no division kernel), and one foreach copy puts it back after all have been launched.
@@ -218,6 +224,9 @@ def flat_grad_sync(model, bucket_mb: float, average_op: bool, dtype=None, parts:
     if parts == "allreduce":  # the communication alone, on buffers kept from step to step
         flats = [torch.zeros(sum(p.numel() for p in b), device=buckets[0][0].device, dtype=dtype or buckets[0][0].dtype)
                  for b in buckets]
+        if ar_mb is not None:  # one buffer of that size instead of the gradients' bytes
+            flats = [torch.zeros(int(ar_mb * 2**20) // flats[0].element_size(), device=flats[0].device,
+                                 dtype=flats[0].dtype)]
 
         def sync_ar_only() -> None:
             works = [dist.all_reduce(f, op=dist.ReduceOp.AVG if average_op else dist.ReduceOp.SUM, async_op=True)
@@ -365,7 +374,7 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
     if world > 1 and setup.get("manual"):
         grad_sync = flat_grad_sync(model, setup.get("bucket_mb", 25), average_op=cuda,
                                    dtype=getattr(torch, setup["bucket_dtype"]) if "bucket_dtype" in setup else None,
-                                   parts=setup.get("parts", "all"))
+                                   parts=setup.get("parts", "all"), ar_mb=setup.get("ar_mb"))
 
     def step() -> None:
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):

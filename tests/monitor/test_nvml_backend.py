@@ -16,9 +16,11 @@ class NVMLError(Exception):
     pass
 
 
-def fake_pynvml(gpus=2, nvlink_aggregate=True, pcie_fields=True, fail_init=None):
+def fake_pynvml(gpus=2, nvlink_aggregate=True, pcie_fields=True, fail_init=None, nvlink_power=(1, 0, 0)):
+    """nvlink_power: NVLink power states (1 = low power) the readings give in turn; None: not supported."""
     calls: dict[str, int] = {}
     clock = {"t": 0}
+    states = {"i": 0}
 
     def counted(name, fn):
         def wrapper(*args):
@@ -34,6 +36,14 @@ def fake_pynvml(gpus=2, nvlink_aggregate=True, pcie_fields=True, fail_init=None)
         clock["t"] += 1
         out = []
         for fid, scope in fields:
+            if fid in (167, 168, 224):  # NVLink power state; low-power threshold 500 x 100 us
+                if fid == 167 and nvlink_power:
+                    state = nvlink_power[states["i"] % len(nvlink_power)]
+                    states["i"] += 1
+                out.append(SimpleNamespace(nvmlReturn=0 if nvlink_power else 3,
+                                           value=SimpleNamespace(uiVal={168: 500, 224: 0}.get(fid) if fid != 167
+                                                                 else (state if nvlink_power else 0))))
+                continue
             ok = (fid in (138, 139) and (nvlink_aggregate or scope != 0xFFFFFFFF)) or (fid in (197, 198) and pcie_fields)
             # NVLink counters in KiB: 1 GiB per reading; PCIe counters in bytes: 1 MB per reading
             value = clock["t"] * (2**20 if fid in (138, 139) else 10**6)
@@ -152,3 +162,20 @@ def test_call_timing_for_the_bench(use):
     with Sampler(backend) as sampler:
         sampler.sample()
     assert "field_values" in backend.call_cpu_s and "nvmlDeviceGetEnforcedPowerLimit" in backend.call_cpu_s
+
+
+def test_nvlink_power_state_and_its_idle_threshold(use):
+    use(gpus=1, nvlink_power=(1, 0, 0))
+    with Sampler(NvmlBackend()) as sampler:
+        gpus = [sampler.sample().gpus[0] for _ in range(3)]
+    assert [g.nvlink_low_power for g in gpus] == [True, False, False]  # asleep, then woken by traffic
+    assert all(g.nvlink_low_power_threshold_ms == pytest.approx(50.0) for g in gpus)  # 500 x 100 us
+
+
+def test_nvlink_power_state_unsupported_is_none_and_counters_still_work(use):
+    use(gpus=1, nvlink_power=None)
+    with Sampler(NvmlBackend()) as sampler:
+        sampler.sample()
+        g = sampler.sample().gpus[0]
+    assert g.nvlink_low_power is None and g.nvlink_low_power_threshold_ms is None
+    assert g.nvlink_tx_bytes_per_s and g.nvlink_tx_bytes_per_s > 0

@@ -74,6 +74,24 @@ def test_lost_scaling_from_a_slower_power_capped_gpu_is_named_with_its_clocks():
     assert clock_cell(rows[1]["gpu_clock"]) == "1,800 MHz, power cap 100%"
 
 
+def test_nvlink_that_never_slept_is_named_where_the_power_limit_held_the_clock():
+    rows = _rows(0.967, 1863, 1832)
+    (f,) = scaling_findings(rows, "cuda")
+    assert "NVLink" not in f["detail"]  # the run did not report the links' state
+    rows[0]["gpu_clock"].update(nvlink_awake_fraction=0.02, nvlink_low_power_threshold_ms=50.0)
+    rows[1]["gpu_clock"].update(nvlink_awake_fraction=1.0, nvlink_low_power_threshold_ms=50.0)
+    (f,) = scaling_findings(rows, "cuda")
+    assert "NVLink stayed at full power through 100% of the timed steps" in f["detail"]
+    assert "only after 50 ms without traffic" in f["detail"] and "asleep 98% of the time" in f["detail"]
+    assert "SMs' clock" in f["detail"]
+    rows[1]["gpu_clock"]["nvlink_awake_fraction"] = 0.5  # the links slept between steps: not the reason
+    (f,) = scaling_findings(rows, "cuda")
+    assert "NVLink" not in f["detail"]
+    rows[1]["gpu_clock"].update(nvlink_awake_fraction=1.0, slowest_power_capped_fraction=0.0)
+    (f,) = scaling_findings(rows, "cuda")  # below the power limit the links' power costs no clock
+    assert "NVLink" not in f["detail"]
+
+
 def test_no_clock_note_when_scaling_is_on_target_or_clocks_match_or_are_unknown():
     assert scaling_findings(_rows(0.985, 1894, 1800), "cuda") == []  # on target
     assert scaling_findings(_rows(0.96, 1894, 1890), "cuda") == []  # same clock: not the reason

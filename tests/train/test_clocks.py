@@ -50,6 +50,31 @@ def test_the_watch_records_mean_clock_power_and_how_often_the_power_limit_held_i
     assert 0 < s["seconds"] < 5  # how long it watched: the span its readings stand for
 
 
+def test_the_watch_records_how_often_nvlink_was_awake_and_the_slowest_rank_carries_it():
+    class Linked(Board):
+        def read(self, index):
+            r = super().read(index)
+            r.gpu.nvlink_low_power = self.reads <= 1  # asleep at the first reading, then woken for good
+            r.gpu.nvlink_low_power_threshold_ms = 50.0
+            return r
+
+    board = Linked(clocks=[1850] * 4, reasons=[["sw_power_cap"]] * 4)
+    watch = ClockWatch(index=0, every=0.001, backend=board).start()
+    deadline = time.monotonic() + 5
+    while board.reads < 4 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    s = watch.stop()
+    assert 0.5 <= s["nvlink_awake_fraction"] < 1.0 and s["nvlink_low_power_threshold_ms"] == 50.0
+    other = dict(s, sm_clock_mhz=1900.0, nvlink_awake_fraction=1.0)
+    both = across_ranks([{"rank": 0, "gpu_clock": s}, {"rank": 1, "gpu_clock": other}])
+    assert both["nvlink_awake_fraction"] == s["nvlink_awake_fraction"]  # the least awake rank
+    assert both["nvlink_low_power_threshold_ms"] == 50.0
+    no_links = Board(clocks=[1850], reasons=[[]])
+    watch = ClockWatch(index=0, every=0.001, backend=no_links).start()
+    time.sleep(0.02)
+    assert watch.stop()["nvlink_awake_fraction"] is None  # no NVLink: unknown, not "asleep"
+
+
 def test_without_nvml_the_watch_gives_none_and_says_why():
     watch = ClockWatch(index=0, backend=Board([1], [[]], fail_open=True)).start()
     assert watch.stop() is None

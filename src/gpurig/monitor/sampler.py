@@ -118,6 +118,9 @@ class Sampler:
 _UINT_MAX = 0xFFFFFFFF
 _FI_NVLINK_TX, _FI_NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, KiB counters
 _FI_PCIE_TX, _FI_PCIE_RX = 197, 198  # NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES, byte counters
+_FI_NVLINK_POWER_STATE = 167  # NVML_FI_DEV_NVLINK_GET_POWER_STATE: 1 while the links are in low power
+_FI_NVLINK_POWER_THRESHOLD, _FI_NVLINK_POWER_THRESHOLD_UNITS = 168, 224  # the idle time before low power
+_THRESHOLD_UNIT_MS = {0: 0.1, 1: 0.05}  # NVML_NVLINK_LOW_POWER_THRESHOLD_UNIT_100US, _50US
 
 
 class NvmlBackend:
@@ -167,6 +170,8 @@ class NvmlBackend:
         self._cached = [{} for _ in range(count)]
         for i, h in enumerate(self._handles):
             self._nvlink_scopes[i] = self._choose_nvlink_scopes(h)
+            if self._nvlink_scopes[i]:
+                self._static[i]["nvlink_low_power_threshold_ms"] = self._nvlink_threshold_ms(h)
 
     def close(self) -> None:
         if self._nvml is not None:
@@ -221,12 +226,23 @@ class NvmlBackend:
         self.notes.append(f"nvlink: per-link counters on {len(active)} link(s)")
         return active
 
+    def _nvlink_threshold_ms(self, h: Any) -> float | None:
+        """How long the links stay idle before they drop to low power (ms); None where not given."""
+        n = self._nvml
+        values = self._call(n.nvmlDeviceGetFieldValues, h,
+                            [(_FI_NVLINK_POWER_THRESHOLD, 0), (_FI_NVLINK_POWER_THRESHOLD_UNITS, 0)])
+        if not values or len(values) < 2 or any(v.nvmlReturn != n.NVML_SUCCESS for v in values):
+            return None
+        unit = _THRESHOLD_UNIT_MS.get(int(values[1].value.uiVal))
+        return None if unit is None else int(values[0].value.uiVal) * unit
+
     def read(self, index: int) -> GpuReading:
         n = self._nvml
         h = self._handles[index]
         static = self._static[index]
         gpu = GpuSample(index=index, name=static["name"], uuid=static["uuid"],
-                        sm_clock_max_mhz=static["sm_clock_max_mhz"])
+                        sm_clock_max_mhz=static["sm_clock_max_mhz"],
+                        nvlink_low_power_threshold_ms=static.get("nvlink_low_power_threshold_ms"))
         util = self._call(n.nvmlDeviceGetUtilizationRates, h)
         if util is not None:
             gpu.utilization_pct = float(util.gpu)
@@ -255,19 +271,24 @@ class NvmlBackend:
         return GpuReading(gpu=gpu, counters=counters, counter_time_s=counter_time)
 
     def _counters(self, index: int, h: Any, gpu: GpuSample) -> tuple[dict[str, float], float]:
-        """Cumulative PCIe and NVLink byte counters, read in one NVML call."""
+        """Cumulative PCIe and NVLink byte counters, and NVLink's power state, read in one NVML call."""
         n = self._nvml
         request: list[tuple[str, int, int]] = []
         if self._pcie_fields[index]:
             request += [("pcie_tx", _FI_PCIE_TX, 0), ("pcie_rx", _FI_PCIE_RX, 0)]
         for scope in self._nvlink_scopes[index] or []:
             request += [("nvlink_tx", _FI_NVLINK_TX, scope), ("nvlink_rx", _FI_NVLINK_RX, scope)]
+        if self._nvlink_scopes[index]:
+            request.append(("nvlink_power_state", _FI_NVLINK_POWER_STATE, 0))
         counters: dict[str, float] = {}
         stamp = time.monotonic()
         if request:
             values = self._call(n.nvmlDeviceGetFieldValues, h, [(fid, scope) for _, fid, scope in request])
             for (name, _fid, _scope), v in zip(request, values or [], strict=False):
                 if v.nvmlReturn != n.NVML_SUCCESS:
+                    continue
+                if name == "nvlink_power_state":
+                    gpu.nvlink_low_power = int(v.value.uiVal) == 1
                     continue
                 amount = float(v.value.ullVal) * (1024.0 if name.startswith("nvlink") else 1.0)
                 counters[name] = counters.get(name, 0.0) + amount

@@ -67,6 +67,10 @@ class GpuSample:
     pcie_rx_bytes_per_s: float | None = None
     nvlink_tx_bytes_per_s: float | None = None  # NVLink data bytes sent per second, all links together
     nvlink_rx_bytes_per_s: float | None = None
+    # NVLink's power state (NVML's NVLINK_GET_POWER_STATE; nvidia-smi nvlink -gLowPwrInfo): the links
+    # drop to a low-power state after an idle period, and wake for traffic. None without NVLink.
+    nvlink_low_power: bool | None = None
+    nvlink_low_power_threshold_ms: float | None = None  # the idle period after which they drop to it
     processes: list[ProcessSample] = field(default_factory=list)
     error: str | None = None  # why this GPU could not be read at all (e.g. it fell off the bus)
 

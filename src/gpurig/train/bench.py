@@ -60,6 +60,7 @@ def counts_up_to(n: int) -> list[int]:
 SCALING_OK = 0.90  # per-device rate at N / rate at 1 below this deserves an explanation
 SCALING_TARGET = 0.98  # below this, a slower clock than the 1-GPU run's is worth naming (info)
 CLOCK_SLOWER = 0.99  # the slowest GPU's mean SM clock under this share of the 1-GPU run's
+NVLINK_AWAKE = 0.9  # NVLink out of low power in at least this share of readings: awake through the steps
 
 
 def scaling_findings(rows: list[dict[str, Any]], device: str, cores: int | None = None) -> list[dict[str, Any]]:
@@ -126,12 +127,31 @@ def clock_findings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if comm:
             detail += f" Exposed communication, calibrated apart, takes {comm:.1%} of the step."
         if capped:
-            detail += f" {POWER_LIMIT_WHY} Better cooling lowers the power a chip needs for a clock."
+            detail += f" {POWER_LIMIT_WHY}"
+            detail += nvlink_awake_note(c, one)
+            detail += " Better cooling lowers the power a chip needs for a clock."
         out.append({"nproc": r["nproc"], "scaling_efficiency": eff, "severity": "info", "id": "scaling-clock-paced",
                     "title": f"scaling {eff:.3f} at {r['nproc']} GPUs: the slowest GPU ran at {ratio:.1%} of the "
                              "1-GPU run's clock",
                     "detail": detail, "clock_ratio": ratio})
     return out
+
+
+def nvlink_awake_note(run: dict[str, Any], one: dict[str, Any]) -> str:
+    """A sentence for a run whose NVLinks never slept (the `gpu_clock` of the N-GPU and 1-GPU runs):
+    links woken more often than their idle threshold stay at full power, and at a power limit
+    that power is the SMs'. Empty where the links slept or did not report their state."""
+    awake = run.get("nvlink_awake_fraction")
+    if awake is None or awake < NVLINK_AWAKE:
+        return ""
+    threshold = run.get("nvlink_low_power_threshold_ms")
+    after = f" after {threshold:g} ms without traffic" if threshold else " when idle"
+    asleep = one.get("nvlink_awake_fraction")
+    alone = f"; in the 1-GPU run they were asleep {1 - asleep:.0%} of the time" if asleep is not None else ""
+    return (f" NVLink stayed at full power through {awake:.0%} of the timed steps: the links drop to low power only"
+            f"{after}, and the gradients cross them every step{alone}. Awake links draw power of their own "
+            "(about 20 W per GPU on an H200, measured with no other load), and at the limit it comes out of the "
+            "SMs' clock.")
 
 
 def workload_config(workload: str, device: str, short: bool, overrides: list[str] | None = None) -> TrainConfig:

@@ -57,6 +57,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
             return None
         return sum(1 for r in with_reasons if names & set(r["reasons"])) / len(with_reasons)
 
+    links = [r["nvlink_low_power"] for r in rows if r.get("nvlink_low_power") is not None]
     last = rows[-1]
     return {
         "samples": len(clocks),
@@ -69,6 +70,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         "thermal_fraction": share(THERMAL_REASONS),
         "temperature_c": last.get("temperature_c"),
         "gpu_index": last.get("gpu_index"),
+        # share of readings with the NVLinks out of their low-power state (None: no NVLink, or not
+        # reported); links woken by traffic more often than their idle threshold never sleep
+        "nvlink_awake_fraction": sum(1 for v in links if not v) / len(links) if links else None,
+        "nvlink_low_power_threshold_ms": last.get("nvlink_low_power_threshold_ms"),
     }
 
 
@@ -122,6 +127,8 @@ class ClockWatch:
                 self.rows.append({"sm_clock_mhz": g.sm_clock_mhz, "sm_clock_max_mhz": g.sm_clock_max_mhz,
                                   "power_w": g.power_w, "power_limit_w": g.power_limit_w,
                                   "reasons": g.throttle_reasons, "temperature_c": g.temperature_c,
+                                  "nvlink_low_power": g.nvlink_low_power,
+                                  "nvlink_low_power_threshold_ms": g.nvlink_low_power_threshold_ms,
                                   "gpu_index": self.index})
             except Exception as exc:  # a GPU that fell off the bus: stop watching, keep what was read
                 self.error = f"{type(exc).__name__}: {exc}"
@@ -161,6 +168,7 @@ def across_ranks(per_rank: list[Any]) -> dict[str, Any] | None:
     slow_rank, slow = min(rows, key=lambda rc: rc[1]["sm_clock_mhz"])
     fast_rank, fast = max(rows, key=lambda rc: rc[1]["sm_clock_mhz"])
     capped = [c["power_capped_fraction"] for _, c in rows if c.get("power_capped_fraction") is not None]
+    awake = [c["nvlink_awake_fraction"] for _, c in rows if c.get("nvlink_awake_fraction") is not None]
     return {
         "slowest_rank": slow_rank, "slowest_gpu": slow.get("gpu_index"), "slowest_sm_clock_mhz": slow["sm_clock_mhz"],
         "fastest_rank": fast_rank, "fastest_gpu": fast.get("gpu_index"), "fastest_sm_clock_mhz": fast["sm_clock_mhz"],
@@ -169,4 +177,6 @@ def across_ranks(per_rank: list[Any]) -> dict[str, Any] | None:
         "power_capped_fraction": max(capped) if capped else None,
         "power_limit_w": slow.get("power_limit_w"),
         "power_w": slow.get("power_w"),
+        "nvlink_awake_fraction": min(awake) if awake else None,  # the least any rank's links were awake
+        "nvlink_low_power_threshold_ms": slow.get("nvlink_low_power_threshold_ms"),
     }
