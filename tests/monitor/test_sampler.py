@@ -105,3 +105,6 @@ def test_nvml_reads_real_gpus():
         assert g.sm_clock_mhz is not None and g.throttle_reasons is not None
         # PCIe traffic needs two readings; it is a rate (or None where the GPU does not count it)
         assert g.pcie_tx_bytes_per_s is None or g.pcie_tx_bytes_per_s >= 0
+        if g.nvlink_tx_bytes_per_s is not None:  # a GPU with active NVLinks reports their power state
+            assert g.nvlink_low_power in (True, False)
+            assert g.nvlink_low_power_threshold_ms is None or g.nvlink_low_power_threshold_ms > 0
