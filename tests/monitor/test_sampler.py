@@ -72,6 +72,18 @@ def test_sample_round_trips_through_json():
     assert back == sample
 
 
+def test_recordings_load_with_and_without_the_nvlink_power_fields():
+    from pathlib import Path
+
+    fixtures = Path(__file__).parents[1] / "fixtures" / "monitor"
+    # two idle H200s recorded by `gpurig monitor --record`: links asleep, 50 ms idle threshold
+    new = Sample.from_dict(json.loads((fixtures / "h200x2_idle_nvlink.jsonl").read_text().splitlines()[-1]))
+    assert [(g.nvlink_low_power, g.nvlink_low_power_threshold_ms) for g in new.gpus] == [(True, 50.0)] * 2
+    # a recording from before those fields: unknown, not "awake"
+    old = Sample.from_dict(json.loads((fixtures / "h200x2_training.jsonl").read_text().splitlines()[0]))
+    assert old.gpus and all(g.nvlink_low_power is None for g in old.gpus)
+
+
 def test_from_dict_names_the_bad_key():
     with pytest.raises(ValueError, match="'gpus'"):
         Sample.from_dict({"time": 1.0})
