@@ -5,7 +5,7 @@ the H200 machine 500 × 100 µs = 50 ms). A training step shorter than that, wit
 every step, keeps them awake throughout. At a GPU's power limit, power the links draw is power the
 SMs cannot, so the clock falls. This measures that power directly, with no compute running: two
 processes all-reduce a buffer every --every-ms, in phases, while rank 0 reads each GPU's power,
-SM clock and NVLink power state through NVML.
+SM clock and NVLink power state through gpurig's NVML reader.
 
     python bench/nvlink_power.py                    # 2 GPUs, 8 s a phase
     python bench/nvlink_power.py --seconds 4 --json-out nvl.json
@@ -31,18 +31,13 @@ PHASES = [  # (name, bytes per all-reduce, milliseconds between all-reduces); 0 
 ]
 
 
-def _sampler(handles, stop: threading.Event, every: float, out: list, phase: list) -> None:
-    import pynvml as nv
-
-    state_field = getattr(nv, "NVML_FI_DEV_NVLINK_GET_POWER_STATE", None)
+def _sampler(backend, world: int, stop: threading.Event, every: float, out: list, phase: list) -> None:
+    """gpurig's own NVML reader (the one `gpurig monitor` and the training clock watch use)."""
     while not stop.is_set():
         row = {"phase": phase[0], "t": time.monotonic()}
-        for i, h in enumerate(handles):
-            row[f"w{i}"] = nv.nvmlDeviceGetPowerUsage(h) / 1000.0
-            row[f"mhz{i}"] = nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
-            if state_field is not None:
-                v = nv.nvmlDeviceGetFieldValues(h, [state_field])[0]
-                row[f"low{i}"] = v.value.uiVal if v.nvmlReturn == 0 else None
+        for i in range(world):
+            g = backend.read(i).gpu
+            row[f"w{i}"], row[f"mhz{i}"], row[f"low{i}"] = g.power_w, g.sm_clock_mhz, g.nvlink_low_power
         out.append(row)
         stop.wait(every)
 
@@ -63,12 +58,13 @@ def _worker(rank: int, world: int, port: int, seconds: float, q) -> None:
     phase = ["setup"]
     stop = threading.Event()
     sampler = None
+    backend = None
     if rank == 0:
-        import pynvml as nv
+        from gpurig.monitor.sampler import NvmlBackend
 
-        nv.nvmlInit()
-        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(world)]
-        sampler = threading.Thread(target=_sampler, args=(handles, stop, 0.01, samples, phase), daemon=True)
+        backend = NvmlBackend()
+        backend.open()
+        sampler = threading.Thread(target=_sampler, args=(backend, world, stop, 0.01, samples, phase), daemon=True)
         sampler.start()
     for name, size, every_ms in PHASES:
         dist.barrier()
@@ -86,6 +82,7 @@ def _worker(rank: int, world: int, port: int, seconds: float, q) -> None:
     stop.set()
     if sampler is not None:
         sampler.join()
+        backend.close()
         q.put(samples)
     dist.barrier()
     dist.destroy_process_group()
