@@ -134,6 +134,19 @@ def test_fsdp_follows_the_same_curve_as_ddp(ddp_run, tmp_path):
         torch.testing.assert_close(fsdp[k], ddp[k], rtol=1e-4, atol=1e-5)
 
 
+def test_fsdp_trains_a_conv_net_in_channels_last(tmp_path):
+    """fully_shard refuses non-contiguous parameters, which channels_last conv weights are: under FSDP
+    only the input batches go NHWC (the default for conv nets on CUDA; asked for here on the CPU)."""
+    over = BASE + ["data.batch_size=16", "model.name=cnn", "train.channels_last=on", "train.steps=20"]
+    fsdp = run_training(load_config(preset_name="demo", overrides=over + ["train.strategy=fsdp"]), device="cpu",
+                        nproc=2, out_dir=tmp_path / "f", timeout=240)
+    choice = next(c for c in fsdp["choices"] if c["name"] == "channels_last")
+    assert fsdp["strategy"] == "fsdp" and choice["value"] is True and "input batches only" in choice["reason"]
+    ddp = run_training(load_config(preset_name="demo", overrides=over), device="cpu", nproc=2, out_dir=tmp_path / "d",
+                       timeout=240)
+    assert fsdp["final_loss"] == pytest.approx(ddp["final_loss"], rel=1e-3)
+
+
 def test_sigterm_saves_a_checkpoint_and_leaves_no_process(tmp_path):
     import os
     import signal

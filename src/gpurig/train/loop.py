@@ -176,8 +176,12 @@ def choose_channels_last(cfg: TrainConfig, device: torch.device) -> Choice:
         on = conv and device.type == "cuda"
         why = ("conv net on CUDA: NHWC lets cuDNN use tensor-core kernels without transposes" if on else
                "not a conv net" if not conv else "CPU: NCHW is as fast")
-        return Choice("channels_last", on, why)
-    return Choice("channels_last", cfg.train.channels_last == "on", "asked for in the config")
+    else:
+        on, why = cfg.train.channels_last == "on", "asked for in the config"
+    if on and cfg.train.strategy == "fsdp":
+        why += ("; the input batches only: fully_shard needs contiguous parameters, and a convolution with an "
+                "NHWC input still runs NHWC")
+    return Choice("channels_last", on, why)
 
 
 def only_batchnorm_statistics(model: nn.Module) -> bool:
@@ -461,7 +465,7 @@ class Trainer:
         # Model. The same seed on every rank gives identical initial weights (DDP also broadcasts).
         torch.manual_seed(cfg.seed)
         model = build_model(cfg, self.in_shape, self.num_classes).to(dev)
-        if self.channels_last:
+        if self.channels_last and cfg.train.strategy != "fsdp":  # FSDP: the inputs alone (choose_channels_last)
             model = model.to(memory_format=torch.channels_last)
         self.n_params = count_params(model)
         self.flops_per_sample = flops_per_sample(model, cfg, self.in_shape)
