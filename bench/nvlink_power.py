@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import statistics
 import sys
 import threading
@@ -128,7 +129,20 @@ def main() -> int:
     procs = [ctx.Process(target=_worker, args=(r, world, port, a.seconds, q), daemon=True) for r in range(world)]
     for p in procs:
         p.start()
-    samples = q.get(timeout=a.seconds * len(PHASES) + 120)
+    deadline = time.monotonic() + a.seconds * len(PHASES) + 120
+    samples = None
+    while samples is None:
+        try:
+            samples = q.get(timeout=1.0)
+        except queue.Empty:
+            dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                for p in procs:
+                    p.kill()
+                why = (f"rank {dead[0][0]} exited with {dead[0][1]} (its traceback is above)" if dead
+                       else "no result in time")
+                print(f"nvlink_power: {why}", file=sys.stderr)
+                return 1
     for p in procs:
         p.join(timeout=60)
     rows = summarise(samples, world, skip=0.5)
