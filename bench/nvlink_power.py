@@ -114,6 +114,10 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=8.0, help="length of each phase")
     ap.add_argument("--json-out", default=None)
     a = ap.parse_args()
+    if a.seconds <= 0:
+        ap.error(f"--seconds: {a.seconds:g} must be more than 0")
+    if a.json_out and not os.path.isdir(os.path.dirname(os.path.abspath(a.json_out))):
+        ap.error(f"--json-out: the folder of {a.json_out} does not exist")
     import torch
     import torch.multiprocessing as mp
 

@@ -16,7 +16,8 @@ model and image size at each count, side by side, so you see what gpurig's defau
 
 On GPUs the table also gives the slowest GPU's mean SM clock during the timed steps (NVML). The
 ranks wait for each other every step, so a GPU that holds a lower clock at its power limit sets
-the pace of all of them; when that explains lost scaling, a note says so.
+the pace of all of them; when that explains lost scaling, a note says so, and says whether NVLink
+stayed out of its low-power state (at a power limit, awake links take power from the SMs' clock).
 
 Workloads: resnet50 (synthetic 224x224, batch 256/GPU; the default on GPUs), resnet50-cifar (32x32,
 batch 512/GPU), gpt (124M decoder, tokens/s and MFU), cpu-cnn (the default on the CPU), demo.
