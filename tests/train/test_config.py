@@ -180,3 +180,59 @@ def test_compiled_autograd_backward_compiles_the_backward_and_gives_eager_gradie
     assert torch._dynamo.utils.counters["compiled_autograd"]["compiles"] >= 1
     for p, g in zip(model.parameters(), eager, strict=True):
         torch.testing.assert_close(p.grad, g)
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw", "adam"])
+def test_the_dtensor_probe_says_which_fused_optimizers_run_on_fsdp_parameters(name, one_rank_group):
+    """FSDP's parameters are DTensors: the probe must agree with what a fused step on one does."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import distribute_tensor
+
+    from gpurig.train.loop import build_optimizer, fused_runs_on_dtensor
+
+    param = torch.nn.Parameter(distribute_tensor(torch.ones(4), init_device_mesh("cpu", (1,))))
+    param.grad = distribute_tensor(torch.ones(4), param.device_mesh)
+    opt = build_optimizer(load_config(overrides=[f"optim.name={name}"]), [param], fused=True)
+    try:
+        opt.step()
+        ran = True
+    except NotImplementedError as exc:
+        assert "sharding strategy" in str(exc)
+        ran = False
+    assert fused_runs_on_dtensor(name) is ran
+    if name == "adamw":
+        assert ran  # registered since torch 2.4: the probe is not simply "never"
+
+
+def test_fsdp_on_cuda_falls_back_to_foreach_where_the_fused_kernel_cannot_run():
+    from gpurig.train.loop import choose_fused, fused_runs_on_dtensor
+
+    cuda = torch.device("cuda", 0)
+    for name in ("sgd", "adamw"):
+        cfg = load_config(overrides=[f"optim.name={name}", "train.strategy=fsdp"])
+        choice = choose_fused(cfg, cuda, fsdp=True)
+        assert choice.value is fused_runs_on_dtensor(name)
+        if not choice.value:
+            assert "foreach" in choice.reason and "FSDP" in choice.reason and name in choice.reason
+        assert choose_fused(cfg, cuda, fsdp=False).value is True  # DDP keeps the fused kernel
+
+
+def test_fused_on_with_fsdp_and_no_dtensor_kernel_exits_2_before_anything_starts(run_cli, tmp_path):
+    from gpurig.train.loop import fused_runs_on_dtensor
+
+    if fused_runs_on_dtensor("sgd"):
+        pytest.skip("this torch runs fused SGD on DTensor parameters")
+    proc = run_cli("train", "--device", "cpu", "--out", str(tmp_path / "r"), "--set", "train.strategy=fsdp",
+                   "--set", "optim.name=sgd", "--set", "optim.fused=on", timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "optim.fused" in proc.stderr and "optim.name=adamw" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "r").exists()

@@ -275,11 +275,45 @@ def choose_compile(cfg: TrainConfig, device: torch.device, total_steps: int) -> 
                   "(fused kernels, ~30% shorter steps)")
 
 
-def choose_fused(cfg: TrainConfig, device: torch.device) -> Choice:
+FUSED_OPS = {"sgd": "_fused_sgd_", "adam": "_fused_adam_", "adamw": "_fused_adamw_"}
+
+
+def fused_runs_on_dtensor(optim_name: str) -> bool:
+    """Whether this torch's DTensor has a sharding rule for the optimizer's fused kernel.
+
+    FSDP's parameters are DTensors, and a fused optimizer on them fails at its first step where
+    no rule is registered ("Operator aten._fused_sgd_.default does not have a sharding strategy
+    registered": torch 2.11 to 2.14 have rules for Adam and AdamW, not SGD). Asked of the
+    registry itself rather than of a version list; an unreadable registry counts as no rule."""
+    try:
+        import torch.distributed.tensor._ops  # noqa: F401  (registers the rules)
+        from torch.distributed.tensor import DTensor
+
+        prop = DTensor._op_dispatcher.sharding_propagator
+        op = getattr(torch.ops.aten, FUSED_OPS[optim_name]).default
+    except (ImportError, AttributeError, KeyError):
+        return False
+    tables = ("op_strategy_funcs", "op_single_dim_strategy_funcs", "op_to_rules")
+    return any(op in getattr(prop, t, {}) for t in tables)
+
+
+def check_fused_for_fsdp(cfg: TrainConfig) -> None:
+    """optim.fused=on with FSDP needs the fused kernel on DTensor parameters: refuse before launch."""
+    if cfg.optim.fused == "on" and cfg.train.strategy == "fsdp" and not fused_runs_on_dtensor(cfg.optim.name):
+        raise BadInput(f"optim.fused: 'on' cannot run under train.strategy=fsdp with optim.name={cfg.optim.name!r}: "
+                       f"torch {torch.__version__.split('+')[0]} has no fused {cfg.optim.name} kernel for sharded "
+                       "(DTensor) parameters; use optim.fused=auto (the foreach kernels) or optim.name=adamw")
+
+
+def choose_fused(cfg: TrainConfig, device: torch.device, fsdp: bool = False) -> Choice:
     if cfg.optim.fused == "auto":
         on = device.type == "cuda"
+        if on and fsdp and not fused_runs_on_dtensor(cfg.optim.name):
+            return Choice("fused_optimizer", False, f"FSDP: torch {torch.__version__.split('+')[0]} has no fused "
+                          f"{cfg.optim.name} kernel for sharded (DTensor) parameters; the foreach implementation")
         return Choice("fused_optimizer", on, "CUDA: one fused kernel for the whole update" if on else
                       "CPU: the default foreach implementation")
+    check_fused_for_fsdp(cfg)
     return Choice("fused_optimizer", cfg.optim.fused == "on", "asked for in the config")
 
 
@@ -528,7 +562,7 @@ class Trainer:
         self.step_model = torch.compile(self.dist_model) if compile_on else self.dist_model
         self.backward_ctx = compiled_autograd_backward if ddp_mode == "python_reducer" else contextlib.nullcontext
 
-        fused = self.choose(choose_fused(cfg, dev)).value
+        fused = self.choose(choose_fused(cfg, dev, self.fsdp)).value
         self.optimizer = build_optimizer(cfg, model.parameters(), fused)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg, self.total_steps))
         self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None

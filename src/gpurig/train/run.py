@@ -118,6 +118,10 @@ def run_training(
     choice = resolve_device(device, nproc)
     check_data_path(config)
     cfg = validate(config, choice.nproc * nnodes)
+    if cfg.optim.fused == "on" and cfg.train.strategy == "fsdp":  # needs torch: only then
+        from gpurig.train.loop import check_fused_for_fsdp
+
+        check_fused_for_fsdp(cfg)
     run_dir = Path(out_dir or cfg.out_dir or default_run_dir())
     if run_dir.exists() and not run_dir.is_dir():
         raise BadInput(f"--out {run_dir}: exists and is not a directory")
