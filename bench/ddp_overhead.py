@@ -51,6 +51,10 @@ small CNN on the CPU) in these setups, one after another in one command:
                  all-reduces moved to overlap its compute; --compile only
   1proc-ca       one process, backward under compiled autograd (the reference for ddp-ca), --compile only
   1proc-gpu1     one process on GPU 1 (the reference for the second GPU: chips differ in clock at a power cap)
+  1proc-links-awake
+                 one process on GPU 0, while a thread has GPU 1's copy engine write 10 MB into GPU 0's
+                 memory every 20 ms (a peer copy over NVLink, on side streams): the links stay out of
+                 low power, GPU 0's SMs do nothing more. What awake links alone cost a power-capped step
   ddp-st2        eager DDP (ddp-nobb) around a model compiled in 2 parts, cut before ResNet's layer4: the
                  backward of layer4 and the head (two thirds of the gradient bytes) ends first, so their
                  all-reduce runs while the rest of the backward does; --compile only
@@ -108,6 +112,7 @@ SETUPS = {
     "ddp-noopt-b100": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "bucket_mb": 100},
     "ddp-noopt-bgc": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "batched_grad_copy": True},
     "1proc-gpu1": {"world": 1, "gpu": 1},
+    "1proc-links-awake": {"world": 1, "links_awake": True},
     "1proc-nb": {"world": 1, "cudnn_benchmark": False},
     "2proc-nodp-nb": {"world": 2, "ddp": False, "cudnn_benchmark": False},
     "ddp-noopt-nb": {"world": 2, "broadcast_buffers": False, "optimize_ddp": False, "cudnn_benchmark": False},
@@ -294,6 +299,21 @@ def compile_in_parts(model, parts: int) -> None:
     model.forward = forward
 
 
+def keep_links_awake(dst: int, src: int, stop, mb: float = 10, every: float = 0.02) -> None:
+    """Until `stop` is set, every `every` s GPU `src`'s copy engine writes `mb` MB into GPU `dst`'s
+    memory over NVLink. On side streams, current in this thread alone: the copy waits for nothing on
+    the training stream, and nothing there waits for it."""
+    import torch
+
+    a = torch.empty(int(mb * 1e6) // 4, device=f"cuda:{src}")
+    b = torch.empty(a.numel(), device=f"cuda:{dst}")
+    torch.cuda.set_stream(torch.cuda.Stream(device=dst))
+    torch.cuda.set_stream(torch.cuda.Stream(device=src))
+    while not stop.wait(every):
+        b.copy_(a, non_blocking=True)
+    torch.cuda.synchronize(src)
+
+
 def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> None:
     import torch
     import torch.distributed as dist
@@ -392,6 +412,13 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
         if world > 1:
             dist.barrier()
 
+    waker = None
+    if setup.get("links_awake"):
+        import threading
+
+        stop_waking = threading.Event()
+        waker = threading.Thread(target=keep_links_awake, args=(gpu, 1 - gpu, stop_waking), daemon=True)
+        waker.start()
     for _ in range(args["warmup"]):
         step()
     sync()
@@ -413,6 +440,9 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
         t_end = time.perf_counter()
     finally:
         clock = watch.stop() if watch is not None else None
+        if waker is not None:
+            stop_waking.set()
+            waker.join()
     ms = (t_end - t0) / args["steps"] * 1000
     # How far the host ran ahead of the GPU: near 0 means the host (Python, launches) sets the pace.
     ahead_ms = (t_end - t_enqueued) * 1000
@@ -516,6 +546,8 @@ def main() -> int:
     if unknown:
         ap.error(f"--setups: unknown {', '.join(unknown)}; known: {', '.join(SETUPS)}")
     needs_compile = [n for n in names if SETUPS[n].get("ca") or SETUPS[n].get("stages") or SETUPS[n].get("inductor")]
+    if a.device == "cpu" and any(SETUPS[n].get("links_awake") for n in names):
+        ap.error("--setups: 1proc-links-awake needs --device cuda (two GPUs joined by NVLink)")
     if needs_compile and not a.compile:
         ap.error(f"--setups: {', '.join(needs_compile)} need{'s' if len(needs_compile) == 1 else ''} --compile")
     if a.device == "cuda":
@@ -554,6 +586,8 @@ def main() -> int:
                 f"GPU {g}: SM {c['sm_clock_mhz']:.0f} MHz, {c['power_w'] or 0:.0f} W"
                 + (f", power cap {c['power_capped_fraction']:.0%}" if c.get("power_capped_fraction") else "")
                 + (f", thermal {c['thermal_fraction']:.0%}" if c.get("thermal_fraction") else "")
+                + (f", NVLink awake {c['nvlink_awake_fraction']:.0%}" if c.get("nvlink_awake_fraction") is not None
+                   else "")
                 for g, c in zip(gpus, prof["clock"], strict=False) if c), flush=True)
         if prof.get("span_ms") is not None:
             print(f"{'':14s} per step: span {prof['span_ms']:.2f} ms, compute {prof['compute_ms']:.2f}, "
