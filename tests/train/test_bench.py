@@ -25,6 +25,11 @@ def test_counts_double_up_to_n_and_include_n():
 
 def test_long_workloads_compile_and_short_ones_do_not():
     assert workload_config("resnet50", "cuda", short=False).train.compile == "on"
+    # under FSDP the workload runs as `gpurig train` would: eager, unless compile is asked for
+    fsdp = workload_config("resnet50", "cuda", short=False, overrides=["train.strategy=fsdp"])
+    assert fsdp.train.compile == "auto" and describe_workload("resnet50", fsdp).endswith(", FSDP, eager")
+    fsdp_on = workload_config("resnet50", "cuda", short=False, overrides=["train.strategy=fsdp", "train.compile=on"])
+    assert describe_workload("resnet50", fsdp_on).endswith(", FSDP, compiled")
     quick = workload_config("resnet50", "cuda", short=True)
     assert quick.train.compile == "off" and quick.train.steps == 50
     assert workload_config("resnet50-cifar", "cuda", short=False).train.compile == "auto"  # launch-bound: eager

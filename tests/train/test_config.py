@@ -236,3 +236,16 @@ def test_fused_on_with_fsdp_and_no_dtensor_kernel_exits_2_before_anything_starts
     assert proc.returncode == 2, proc.stderr
     assert "optim.fused" in proc.stderr and "optim.name=adamw" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("over, on, why", [
+    ([], True, "long enough"),  # ResNet-50 on CUDA, a long run: compiled
+    (["train.strategy=fsdp"], False, "FSDP"),  # eager: compiled FSDP was host-bound on the H200s
+    (["train.strategy=fsdp", "train.compile=on"], True, "asked for"),
+])
+def test_compile_auto_leaves_fsdp_eager(over, on, why):
+    from gpurig.train.loop import choose_compile
+
+    cfg = load_config(overrides=["model.name=resnet50", "data.dataset=synthetic-image", *over])
+    choice = choose_compile(cfg, torch.device("cuda", 0), total_steps=10_000)
+    assert choice.value is on and why in choice.reason

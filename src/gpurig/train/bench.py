@@ -43,6 +43,8 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 def describe_workload(workload: str, cfg: TrainConfig) -> str:
     """The workload's one-line description, with whether it ran compiled (overrides can change it)."""
     mode = {"on": ", compiled", "off": ", eager (compile off)"}.get(cfg.train.compile, "")
+    if cfg.train.strategy == "fsdp":
+        mode = ", FSDP" + (mode or ", eager")  # compile auto is off under FSDP (choose_compile)
     return WORKLOADS[workload]["doc"].format(batch=cfg.data.batch_size, seq_len=cfg.data.seq_len,
                                                 size=cfg.data.image_size) + mode
 
@@ -162,7 +164,12 @@ def workload_config(workload: str, device: str, short: bool, overrides: list[str
     if short:
         # A quick look (gpurig check): no minute of compilation for a few seconds of training.
         sets += ["train.steps=50" if device == "cuda" else "train.steps=40", "train.compile=off"]
-    return load_config(preset_name=w["preset"], overrides=sets + list(overrides or []))
+    cfg = load_config(preset_name=w["preset"], overrides=sets + list(overrides or []))
+    if (cfg.train.strategy == "fsdp" and "train.compile=on" in w["set"]
+            and not any(o.replace(" ", "").startswith("train.compile=") for o in overrides or [])):
+        # The workload compiles because `gpurig train` would for a long run; under FSDP it would not.
+        cfg.train.compile = "auto"
+    return cfg
 
 
 def run_seed_baseline(cfg: TrainConfig, device: str, nproc: int, run_dir: Path, steps: int,
