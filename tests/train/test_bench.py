@@ -109,6 +109,24 @@ def test_no_clock_note_when_scaling_is_on_target_or_clocks_match_or_are_unknown(
     assert "power limit" not in f["detail"] and "1,900 MHz" in f["detail"]
 
 
+def test_lost_scaling_with_idle_gpus_is_put_on_the_host():
+    # FSDP eager on 2 H200s (2026-11-30): 0.695, both GPUs at 1,980 MHz and about 370 W of 700
+    idle = {"slowest_sm_clock_mhz": 1980.0, "sm_clock_max_mhz": 1980, "power_w": 368.8, "power_limit_w": 700.0,
+            "slowest_power_capped_fraction": 0.0, "slowest_gpu": 0}
+    rows = [{"nproc": 1, "scaling_efficiency": 1.0, "gpu_clock": dict(idle)},
+            {"nproc": 2, "scaling_efficiency": 0.695, "gpu_clock": dict(idle),
+             "step_time": {"comm_exposed_fraction": 0.006, "data_wait_fraction": 0.003}}]
+    clock_ratios(rows)
+    (f,) = scaling_findings(rows, "cuda")
+    assert "waiting for the host" in f["detail"] and "1,980 MHz" in f["detail"] and "369 W of their 700 W" in f["detail"]
+    rows[1]["gpu_clock"]["power_w"] = 690.0  # busy GPUs: not the host, the generic reason stays
+    (f,) = scaling_findings(rows, "cuda")
+    assert "host" not in f["detail"] and "gpurig monitor" in f["detail"]
+    rows[1]["gpu_clock"].pop("power_w")  # no power reading: no claim either way
+    (f,) = scaling_findings(rows, "cuda")
+    assert "host" not in f["detail"]
+
+
 def test_bad_bench_input_is_named():
     with pytest.raises(BadInput, match="--workload"):
         workload_config("alexnet", "cpu", short=True)

@@ -249,3 +249,19 @@ def test_compile_auto_leaves_fsdp_eager(over, on, why):
     cfg = load_config(overrides=["model.name=resnet50", "data.dataset=synthetic-image", *over])
     choice = choose_compile(cfg, torch.device("cuda", 0), total_steps=10_000)
     assert choice.value is on and why in choice.reason
+
+
+def test_fsdp_on_a_model_that_fits_one_gpu_points_to_ddp(monkeypatch):
+    from torch import nn
+
+    from gpurig.train.loop import fsdp_fits_note
+
+    cfg = load_config(overrides=["train.strategy=fsdp", "optim.name=adamw"])
+    model = nn.Linear(1024, 1024)  # 4 MiB of fp32 weights: x4 with gradients and AdamW's two states
+    props = type("Props", (), {"total_memory": 80 * 2**30})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: props)
+    note = fsdp_fits_note(cfg, model, torch.device("cuda", 0))
+    assert "DDP is faster" in note and "train.strategy=ddp" in note and "(16 MiB)" in note
+    props.total_memory = 40 * 2**20  # a 40 MiB GPU: 16 MiB of state is over a quarter, sharding is the point
+    assert fsdp_fits_note(cfg, model, torch.device("cuda", 0)) == ""
+    assert fsdp_fits_note(cfg, model, torch.device("cpu")) == ""  # no device memory to compare with

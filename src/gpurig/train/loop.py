@@ -279,6 +279,24 @@ def choose_compile(cfg: TrainConfig, device: torch.device, total_steps: int) -> 
                   "(fused kernels, ~30% shorter steps)")
 
 
+def fsdp_fits_note(cfg: TrainConfig, model: nn.Module, device: torch.device) -> str:
+    """Under FSDP, a note where the model's training state fits one GPU with room to spare: DDP,
+    which keeps everything whole, is faster there. Empty on the CPU and for models that need sharding."""
+    if device.type != "cuda":
+        return ""
+    states = {"sgd": 1 if cfg.optim.momentum > 0 else 0}.get(cfg.optim.name, 2)
+    need = sum(p.numel() * p.element_size() for p in model.parameters()) * (2 + states)  # + gradients, states
+    total = torch.cuda.get_device_properties(device).total_memory
+    if need > FSDP_FITS_SHARE * total:
+        return ""
+    size = f"{need / 2**30:.1f} GiB" if need >= 2**30 else f"{need / 2**20:.0f} MiB"
+    return (f"; this model's parameters, gradients and optimizer state ({size}) fit one GPU "
+            f"({total / 2**30:.0f} GiB), where DDP is faster (ResNet-50 on 2 H200s: 6,413 images/s per GPU with DDP, "
+            "2,705 with FSDP): use train.strategy=ddp unless the activations need the room")
+
+
+FSDP_FITS_SHARE = 0.25  # training state under this share of one GPU's memory: DDP fits with room for activations
+
 FUSED_OPS = {"sgd": "_fused_sgd_", "adam": "_fused_adam_", "adamw": "_fused_adamw_"}
 
 
@@ -530,7 +548,7 @@ class Trainer:
             fully_shard(model)
             self.dist_model = model
             self.choose(Choice("strategy", "fsdp", f"fully_shard on {len(shard_units(model))} blocks + root: "
-                               "parameters, gradients and optimizer state sharded"))
+                               "parameters, gradients and optimizer state sharded" + fsdp_fits_note(cfg, model, dev)))
         elif ctx.world > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
