@@ -141,6 +141,26 @@ def test_launch_bound_never_on_cpu():
     assert "launch-bound" not in ids(training_verdicts(s))
 
 
+def test_long_steps_on_idle_gpus_are_host_bound():
+    # FSDP eager, ResNet-50 on 2 H200s (2026-11-30): 94 ms steps, 1,980 MHz, 448 W of 700 W
+    s = balanced()
+    s.update(strategy="fsdp", gpu_clock={"slowest_sm_clock_mhz": 1980.0, "sm_clock_max_mhz": 1980, "power_w": 448.0,
+                                         "power_limit_w": 700.0})
+    s["step_time"].update(mean_s=0.094, compute_fraction=0.99, comm_exposed_fraction=0.005)
+    head = training_verdicts(s)[0]
+    assert head.id == "host-bound" and head.severity == "warn" and "448 W of 700 W" in head.title
+    assert "train.strategy=ddp" in head.fix and "torch.profiler" in head.fix
+    s["strategy"] = "ddp"
+    assert "train.compile=on" in training_verdicts(s)[0].fix
+    s["gpu_clock"]["power_w"] = 690.0  # at the limit: the GPU is the limit, the run is balanced
+    assert ids(training_verdicts(s)) == ["training-balanced"]
+    s["gpu_clock"].update(power_w=448.0, slowest_sm_clock_mhz=1800.0)  # a lowered clock is not idling
+    assert "host-bound" not in ids(training_verdicts(s))
+    s["gpu_clock"]["slowest_sm_clock_mhz"] = 1980.0
+    s["device"] = "cpu"
+    assert "host-bound" not in ids(training_verdicts(s))
+
+
 def test_memory_headroom_suggests_a_larger_batch():
     s = balanced()
     s["peak_memory_bytes"] = 21 * GIB

@@ -24,7 +24,7 @@ import statistics
 from typing import Any
 
 from gpurig.diagnose.findings import Finding
-from gpurig.train.clocks import POWER_LIMIT_WHY
+from gpurig.train.clocks import POWER_LIMIT_WHY, waiting_for_host
 
 # Thresholds, each a share of step time or of a resource; chosen so a healthy DDP run on one
 # machine (data wait and exposed communication a few percent, ranks within a few percent) is quiet.
@@ -94,6 +94,10 @@ def training_verdicts(summary: dict[str, Any], samples: list[dict[str, Any]] | N
     launch = _launch_bound(summary, samples, data_wait, comm)
     if launch is not None:
         bottlenecks.append(launch)
+    else:
+        host = _host_bound(summary, data_wait, comm)
+        if host is not None:
+            bottlenecks.append(host)
 
     if samples:
         for f in _throttling(samples):
@@ -276,6 +280,33 @@ def _launch_bound(summary: dict[str, Any], samples: list[dict[str, Any]] | None,
         fix=(f"give each step more work ({bigger}) or compile the model (`--set train.compile=on`); in a loop of "
              "your own, capture the step with CUDA graphs (torch.compile mode='reduce-overhead')"),
         evidence=evidence,
+    )
+
+
+def _host_bound(summary: dict[str, Any], data_wait: float | None,
+                comm: float | None) -> tuple[float, Finding] | None:
+    """Steps of any length whose GPUs held their full clock far under their power limit (the
+    summary's `gpu_clock`): the time goes on the host, which the step split cannot show, since
+    the host's own work counts as compute there."""
+    if summary.get("device") != "cuda":
+        return None
+    if (data_wait or 0.0) >= INPUT_BOUND_FRACTION or (comm or 0.0) >= COMM_BOUND_FRACTION:
+        return None  # the time goes elsewhere
+    c = summary.get("gpu_clock") or {}
+    why = waiting_for_host(c)
+    if not why:
+        return None
+    strategy = summary.get("strategy")
+    return 0.4, Finding(
+        id="host-bound", severity="warn", area="training",
+        title=f"host-bound: the GPUs held full clock at {c['power_w']:.0f} W of {c['power_limit_w']:.0f} W, "
+              "waiting for the host inside each step",
+        detail=why[0].upper() + why[1:] + ". The step split counts the host's work as compute.",
+        fix=("profile a few steps (torch.profiler) to see where the host's time goes; "
+             + ("FSDP's per-block hooks cost host time on every block: for a model that fits one GPU, "
+                "`--set train.strategy=ddp` is faster" if strategy == "fsdp" else
+                "compile the model (`--set train.compile=on`), keep .item() and other host reads out of the step")),
+        evidence={k: c.get(k) for k in ("slowest_sm_clock_mhz", "sm_clock_max_mhz", "power_w", "power_limit_w")},
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from gpurig.errors import BadInput
 from gpurig.launch.plan import plan_torchrun, resolve_device
 from gpurig.launch.runner import run_plan
-from gpurig.train.clocks import POWER_LIMIT_WHY
+from gpurig.train.clocks import POWER_LIMIT_WHY, waiting_for_host
 from gpurig.train.config import TrainConfig, load_config
 from gpurig.train.run import EventHandler, check_timeout, default_run_dir, run_training
 
@@ -62,7 +62,6 @@ def counts_up_to(n: int) -> list[int]:
 SCALING_OK = 0.90  # per-device rate at N / rate at 1 below this deserves an explanation
 SCALING_TARGET = 0.98  # below this, a slower clock than the 1-GPU run's is worth naming (info)
 CLOCK_SLOWER = 0.99  # the slowest GPU's mean SM clock under this share of the 1-GPU run's
-HOST_BOUND_POWER = 0.7  # at full clock and under this share of the power limit, the GPU waits for the host
 NVLINK_AWAKE = 0.9  # NVLink out of low power in at least this share of readings: awake through the steps
 
 
@@ -90,8 +89,8 @@ def scaling_findings(rows: list[dict[str, Any]], device: str, cores: int | None 
             why = (f"each process computes slower than one process alone: {r['nproc']} processes share {cores} CPU "
                    "cores (and whatever else runs on this machine), so CPU scaling measures core contention, "
                    "not data parallelism")
-        elif host := host_bound(r.get("gpu_clock") or {}):
-            why = host
+        elif host := waiting_for_host(r.get("gpu_clock") or {}):
+            why = host + "; with more processes each waits longer. A profile (torch.profiler) shows where the host's time goes"
         else:
             why = ("each GPU computes slower than one GPU alone (clocks, power or thermal limits, NCCL kernels "
                    "sharing the SMs, or another job on the GPUs): run `gpurig monitor` during the benchmark")
@@ -99,20 +98,6 @@ def scaling_findings(rows: list[dict[str, Any]], device: str, cores: int | None 
                     "title": f"scaling efficiency {eff:.3f} at {r['nproc']} processes (below {SCALING_OK:.2f})",
                     "detail": why})
     return out + clock_findings(rows)
-
-
-def host_bound(c: dict[str, Any]) -> str:
-    """Why a GPU run lost scaling when its GPUs were not the limit (the run's `gpu_clock`): full clock
-    and well under the power limit means the GPUs idled inside each step, waiting for the host.
-    Empty where the readings do not say so."""
-    clock, top = c.get("slowest_sm_clock_mhz"), c.get("sm_clock_max_mhz")
-    power, limit = c.get("power_w"), c.get("power_limit_w")
-    if not (clock and top and power and limit) or clock < CLOCK_SLOWER * top or power > HOST_BOUND_POWER * limit:
-        return ""
-    return (f"the GPUs were not the limit: they held their full {clock:,.0f} MHz and drew {power:.0f} W of their "
-            f"{limit:.0f} W, so they sat idle inside each step waiting for the host (Python, kernel launches, "
-            "per-layer hooks such as FSDP's, host-device synchronisation); with more processes each waits longer. "
-            "A profile (torch.profiler) shows where the host's time goes")
 
 
 def clock_ratios(rows: list[dict[str, Any]]) -> None:
