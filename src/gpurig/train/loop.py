@@ -268,8 +268,8 @@ def choose_compile(cfg: TrainConfig, device: torch.device, total_steps: int) -> 
         return Choice("compile", False, "an MLP this small gains nothing from compilation")
     if cfg.train.strategy == "fsdp":
         return Choice("compile", False, "FSDP: fully_shard's hooks cut the compiled graph at every block, and the "
-                      "many small graphs leave the step bound by the host (ResNet-50 on an H200: 87 ms a step "
-                      "compiled, 59 ms eager); train.compile=on compiles anyway")
+                      "many small graphs leave the step bound by the host (ResNet-50 on an H200: 77-87 ms a step "
+                      "compiled, 58-59 ms eager); train.compile=on compiles anyway")
     if cfg.model.name in CONV_MODELS and 0 < (cfg.data.image_size or 224) < 64 and cfg.data.dataset != "imagefolder":
         return Choice("compile", False, "small images: the step is bound by kernel launches, not by fusable work "
                       "(ResNet-50 at 32x32 measured slower compiled)")
