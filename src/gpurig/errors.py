@@ -20,12 +20,63 @@ def read_user_text(path: str, label: str, kind: str) -> str:
     starting with `label` (the flag and the path as the user gave them), e.g. "SCRIPT x.py: no such file"."""
     from pathlib import Path
 
+    check_user_file(path, label, kind)
     p = Path(path)
-    if not p.exists():
-        raise BadInput(f"{label}: no such file")
-    if p.is_dir():
-        raise BadInput(f"{label}: is a directory, not a {kind}")
     try:
         return p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"{label}: cannot read it ({exc})") from None
+
+
+def check_user_file(path: str, label: str, kind: str) -> None:
+    """A file the user named must exist and be a file: `BadInput` starting with `label` otherwise."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        raise BadInput(f"{label}: is a directory, not a {kind}")
+    if not p.exists():
+        raise BadInput(f"{label}: no such file")
+
+
+def check_output_file(path: str, flag: str, force: bool = False) -> None:
+    """The one rule for every file gpurig writes where the user said: its folder must exist (gpurig
+    never creates a folder the user may have mistyped), a folder is not a file, and an existing file
+    is replaced only with --force. Raises `BadInput` naming the flag and the path."""
+    from pathlib import Path
+
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise BadInput(f"{flag} {p}: is a directory; give a file name")
+    if parent.exists() and not parent.is_dir():
+        raise BadInput(f"{flag} {p}: {parent} is a file, not a folder")
+    if not parent.is_dir():
+        raise BadInput(f"{flag} {p}: the folder {parent} does not exist")
+    if p.exists() and not force:
+        raise BadInput(f"{flag} {p}: the file exists; add --force to replace it")
+
+
+def write_file_atomic(path: str, text: str, flag: str, mode: int | None = None) -> None:
+    """Write `text` through a temporary file, fsync and rename: a crash or a full disk never leaves
+    half a file, and the file that was there stays whole. `BadInput` naming the flag on failure."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, p)
+    except OSError as exc:
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise BadInput(f"{flag} {p}: cannot write it ({exc.strerror or exc})") from None
