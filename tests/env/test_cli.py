@@ -136,3 +136,29 @@ def test_live_gpu_host_gets_recipes_that_fit_its_driver(run_cli):
     image = re.search(r"^FROM (\S+)", json.loads(dockerfile.stdout)["recipe"], re.M).group(1)
     image_cuda = re.search(r"-cuda(\d+)\.(\d+)-", image)
     assert (int(image_cuda.group(1)), int(image_cuda.group(2))) <= tuple(int(x) for x in driver_cuda.split("."))
+
+
+@pytest.mark.parametrize("command", [["env", "pip"], ["env", "dockerfile"]])
+@pytest.mark.parametrize("value", ["banana", "", "2.x", "2.11.0+cu130", "9.99"])
+def test_a_torch_version_the_tables_do_not_know_exits_2_listing_the_known_ones(run_cli, facts_file, tmp_path,
+                                                                               command, value):
+    result = run_cli(*command, "--facts", str(facts_file("h200x2_r580")), "--torch-version", value, cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert f"--torch-version {value!r}" in result.stderr
+    assert "2.10, 2.11" in result.stderr  # the releases it knows
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("value", ["2.9", "2.9.0", "2.9.1", "2.9.*"])
+def test_a_known_torch_release_in_any_pip_spelling_pins_that_release_line(run_cli, facts_file, value):
+    result = run_cli("env", "pip", "--facts", str(facts_file("h200x2_r580")), "--torch-version", value)
+    assert result.returncode == 0, result.stderr
+    assert "pip install 'torch==2.9.*'" in result.stdout
+
+
+def test_dockerfile_names_the_first_release_with_an_official_image(run_cli, facts_file, tmp_path):
+    result = run_cli("env", "dockerfile", "--facts", str(facts_file("h200x2_r580")), "--torch-version", "1.13",
+                     cwd=tmp_path)
+    assert result.returncode == 2
+    assert "--torch-version '1.13' has no official PyTorch image: they start at 2.0" in result.stderr
+

@@ -109,7 +109,8 @@ def register(app: typer.Typer) -> None:
         python: str | None = typer.Option(None, "--python", metavar="X.Y",
                                           help="Python the wheel is for (default: the host's)."),
         torch_version: str | None = typer.Option(None, "--torch-version", metavar="X.Y",
-                                                 help="A torch release to stay on (default: the newest that fits)."),
+                                                 help="A torch release to stay on, X.Y (X.Y.Z and X.Y.* name "
+                                                      "the same release line; default: the newest that fits)."),
         facts_file: Path | None = typer.Option(None, "--facts", metavar="FILE", help=FACTS_HELP),
         out: Path | None = typer.Option(None, "--out", metavar="FILE", help=OUT_HELP),
         force: bool = typer.Option(False, "--force", help="Replace an existing --out file."),
@@ -124,7 +125,9 @@ def register(app: typer.Typer) -> None:
         Example: gpurig env pip --framework torch
         """
         from gpurig.recipes.pip import pip_recipe
+        from gpurig.recipes.versions import check_torch_version
 
+        torch_version = check_torch_version(torch_version)  # before any probing: a typo costs nothing
         _, host = load_host(facts_file)
         render(pip_recipe(host, framework, python, torch_version), json_out, out, force)
 
@@ -139,8 +142,10 @@ def register(app: typer.Typer) -> None:
         requirements: str | None = typer.Option(None, "--requirements", metavar="FILE",
                                                 help="The project's requirements, relative to the build context "
                                                      "(default: requirements.txt when it exists)."),
-        torch_version: str | None = typer.Option(None, "--torch-version", metavar="X.Y", help="A torch release to use."),
-        tf_version: str | None = typer.Option(None, "--tf-version", metavar="X.Y", help="A TensorFlow release to use."),
+        torch_version: str | None = typer.Option(None, "--torch-version", metavar="X.Y",
+                                                 help="A torch release to use, X.Y (or X.Y.Z, X.Y.*)."),
+        tf_version: str | None = typer.Option(None, "--tf-version", metavar="X.Y",
+                                              help="A TensorFlow release to use, X.Y (or X.Y.Z, X.Y.*)."),
         facts_file: Path | None = typer.Option(None, "--facts", metavar="FILE", help=FACTS_HELP),
         out: Path | None = typer.Option(None, "--out", metavar="FILE", help=OUT_HELP),
         force: bool = typer.Option(False, "--force", help="Replace an existing --out file."),
@@ -157,13 +162,18 @@ def register(app: typer.Typer) -> None:
         Example: gpurig env dockerfile --jupyter --ssh --out Dockerfile
         """
         from gpurig.recipes.dockerfile import DockerfileOptions, dockerfile_recipe
+        from gpurig.recipes.images import PYTORCH_FIRST_RELEASE
+        from gpurig.recipes.versions import check_tf_version, check_torch_version
 
-        if framework == "torch" and tf_version:
+        if framework == "torch" and tf_version is not None:
             raise BadInput("--tf-version goes with --framework tf")
-        if framework == "tf" and torch_version:
+        if framework == "tf" and torch_version is not None:
             raise BadInput("--torch-version goes with --framework torch")
         if framework not in ("torch", "tf"):
             raise BadInput(f"--framework must be one of torch, tf, got {framework!r}")
+        # Official PyTorch images start at 2.0: older releases are not offered.
+        torch_version = check_torch_version(torch_version, first=PYTORCH_FIRST_RELEASE, what="PyTorch image")
+        tf_version = check_tf_version(tf_version)
         if requirements is None:
             requirements = "requirements.txt" if Path("requirements.txt").is_file() else None
         elif not Path(requirements).is_file():
@@ -171,7 +181,8 @@ def register(app: typer.Typer) -> None:
         elif Path(requirements).is_absolute() or ".." in Path(requirements).parts:
             raise BadInput(f"--requirements {requirements}: give a path inside the build context, relative to it")
         _, host = load_host(facts_file)
-        opts = DockerfileOptions(framework=framework, framework_version=torch_version or tf_version,
+        opts = DockerfileOptions(framework=framework,
+                                 framework_version=torch_version if framework == "torch" else tf_version,
                                  jupyter=jupyter, ssh=ssh, tensorboard=tensorboard, public=public,
                                  requirements=requirements)
         render(dockerfile_recipe(host, opts), json_out, out, force)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpurig.errors import BadInput
 from gpurig.knowledge import loaders as L
 from gpurig.recipes.base import HostSummary
+from gpurig.recipes.versions import check_tf_version, check_torch_version
 
 # pytorch/pytorch tags read "<torch X.Y.Z>-cuda<X.Y>-cudnn<N>-runtime" (hub.docker.com/r/pytorch/pytorch,
 # e.g. 2.3.0-cuda11.8-cudnn8-runtime, 2.9.0-cuda13.0-cudnn9-runtime): cuDNN 9 from torch 2.4 on,
@@ -66,21 +66,10 @@ def _newer(a: str, b: str) -> bool:
     return L.version_key(a) > L.version_key(b)
 
 
-def _check_version(version: str | None, flag: str, known: list[str]) -> None:
-    if version is None:
-        return
-    try:
-        want = L.major_minor(version)
-    except (L.UnknownVersion, ValueError):
-        raise BadInput(f"{flag} must be a version like 2.11, got {version!r}") from None
-    if not any(L.major_minor(k) == want for k in known):
-        raise BadInput(f"{flag} {version!r} is not in gpurig's tables (known: {', '.join(known)})")
-
-
 def torch_image(host: HostSummary, torch_version: str | None = None, python: str | None = None) -> BaseImage:
     """The newest official PyTorch image whose CUDA the driver runs and whose wheel covers every GPU."""
     releases = sorted(L.torch_releases(), key=lambda r: L.version_key(r.torch), reverse=True)
-    _check_version(torch_version, "--torch-version", [r.torch for r in releases])
+    torch_version = check_torch_version(torch_version, first=PYTORCH_FIRST_RELEASE, what="PyTorch image")
     if torch_version is not None:
         releases = [r for r in releases if L.major_minor(r.torch) == L.major_minor(torch_version)]
     if not host.has_gpu:
@@ -160,7 +149,7 @@ def torch_image(host: HostSummary, torch_version: str | None = None, python: str
 def tf_image(host: HostSummary, tf_version: str | None = None) -> BaseImage:
     """The newest official TensorFlow GPU image whose CUDA the driver runs and whose cuDNN supports the GPUs."""
     builds = sorted(L.tf_builds(), key=lambda b: L.version_key(b.tf_version), reverse=True)
-    _check_version(tf_version, "--tf-version", [b.tf_version for b in builds])
+    tf_version = check_tf_version(tf_version)
     if tf_version is not None:
         builds = [b for b in builds if L.major_minor(b.tf_version) == L.major_minor(tf_version)]
     if not host.has_gpu:

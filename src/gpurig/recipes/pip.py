@@ -10,6 +10,7 @@ from __future__ import annotations
 from gpurig.errors import BadInput
 from gpurig.knowledge import loaders as L
 from gpurig.recipes.base import HostSummary, Recipe
+from gpurig.recipes.versions import check_torch_version
 
 FRAMEWORKS = ("torch", "tf")
 
@@ -132,9 +133,7 @@ def pip_recipe(host: HostSummary, framework: str = "torch", python: str | None =
     if torch_version is not None:
         if framework != "torch":
             raise BadInput("--torch-version goes with --framework torch")
-        if L.torch_release(torch_version) is None:
-            known = ", ".join(r.torch for r in L.torch_releases())
-            raise BadInput(f"--torch-version {torch_version!r} is not in gpurig's tables (known: {known})")
+        torch_version = check_torch_version(torch_version)
     facts_used = host.to_dict() | {"python_used": python}
     py_note = f" for Python {L.major_minor(python)[0]}.{L.major_minor(python)[1]}" if python else ""
     name = "torch" if framework == "torch" else "TensorFlow"
