@@ -26,7 +26,7 @@ from gpurig.comm.verify import STARTUP_SECONDS, live_facts, make_run_dir, read_r
 from gpurig.errors import BadInput
 from gpurig.findings import Finding
 from gpurig.launch.plan import plan_torchrun, resolve_device
-from gpurig.launch.runner import run_plan
+from gpurig.launch.runner import raise_if_interrupted, run_plan
 
 GPU_DEFAULT = {"min_bytes": 1 << 10, "max_bytes": 1 << 30, "iters": 20, "warmup": 5, "repeats": 5}
 CPU_DEFAULT = {"min_bytes": 1 << 10, "max_bytes": 256 << 10, "iters": 5, "warmup": 2, "repeats": 3}
@@ -116,6 +116,7 @@ def run_bench_comm(
             echo(line[len("gpurig-progress: "):])
 
     run = run_plan(plan, timeout=STARTUP_SECONDS + timeout * (len(ops) * len(sizes) + 3), echo=on_line)
+    raise_if_interrupted(run)
     data = summarise(run_dir, choice, run, config, facts, timeout, plan.full_env())
     if out_dir is None and data["ok"]:
         # Every figure is in the result; the temporary folder goes unless the run failed.

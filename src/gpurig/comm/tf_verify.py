@@ -90,7 +90,7 @@ def run_tf_verify(
 ) -> dict[str, Any]:
     """Run both checks in a TensorFlow child process; return a result shaped like `VerifyResult.to_dict()`."""
     from gpurig.launch.plan import LaunchPlan
-    from gpurig.launch.runner import run_plan
+    from gpurig.launch.runner import raise_if_interrupted, run_plan
     from gpurig.train.tf.preflight import tf_preflight
 
     tf_preflight(facts, device="cpu" if device == "cpu" else "auto")
@@ -113,6 +113,7 @@ def run_tf_verify(
     plan = LaunchPlan(argv=[sys.executable, "-m", "gpurig.comm.tf_verify", "--job", str(job_path)], env=env,
                       nproc=1, device=job["device_label"], run_dir=str(run_dir))
     run = run_plan(plan, timeout=timeout, echo=echo, log_name="tf-verify.log")
+    raise_if_interrupted(run)
     checks: list[CheckResult] = []
     if result_path.is_file():
         data = json.loads(result_path.read_text())

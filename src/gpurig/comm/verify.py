@@ -28,7 +28,7 @@ from gpurig.comm.progress import diagnose_hang, read_progress
 from gpurig.comm.results import CheckResult, VerifyResult
 from gpurig.errors import BadInput
 from gpurig.launch.plan import plan_torchrun, resolve_device
-from gpurig.launch.runner import run_plan
+from gpurig.launch.runner import raise_if_interrupted, run_plan
 
 WORKER_CHECKS = ("collectives", "p2p", "ddp")
 STARTUP_SECONDS = 120.0  # torchrun start, imports, rendezvous and NCCL set-up, before any check
@@ -182,6 +182,7 @@ def run_verify(
     if choice.device == "cuda" and facts is None:
         facts = live_facts()
     run = run_plan(plan, timeout=overall, echo=on_line)
+    raise_if_interrupted(run)
     result = collect_verify(run_dir, choice, run, facts, timeout, checks, plan.full_env())
     if out_dir is None and result.passed:
         # Nothing to inspect: the temporary folder goes. A failed run keeps it, and says where.

@@ -33,14 +33,19 @@ Examples:
   gpurig check --json > check.json  the same content as JSON
   gpurig check --device cpu         the CPU path on a GPU machine
 
-Exit status: 0 every step passed, 1 a step failed or the doctor found an error, 2 bad usage.
+An earlier check's results are never replaced silently: --out must not hold a check.json and
+--report must not exist, unless --force is given. Ctrl-C (or SIGTERM) stops the whole check at
+once: every worker is stopped, the report says which step was interrupted, exit 130 (143).
+
+Exit status: 0 every step passed, 1 a step failed or the doctor found an error, 2 bad usage,
+130/143 stopped by Ctrl-C/SIGTERM.
 """
 
 
 @dataclass
 class StepResult:
     name: str
-    status: str  # "passed", "failed", "skipped"
+    status: str  # "passed", "failed", "skipped", "interrupted"
     seconds: float = 0.0
     reason: str = ""
     data: Any = None
@@ -162,9 +167,16 @@ def _verdicts(summary: dict | None, verify: dict | None, doctor: dict | None) ->
 
 
 def run_check(ctx: CheckContext, on_step: Callable[[str, StepResult | None], None] | None = None) -> dict[str, Any]:
-    """Run every step; returns the `gpurig check --json` document (see `gpurig.report.html`)."""
+    """Run every step; returns the `gpurig check --json` document (see `gpurig.report.html`).
+
+    A Ctrl-C or SIGTERM during a step (its workers already stopped) marks that step "interrupted",
+    skips the rest and returns at once; the document's `interrupted` names the step and `signal`
+    the signal."""
+    from gpurig.launch.runner import signal_words
+
     steps: list[StepResult] = []
     stop_reason = ""
+    interrupted: tuple[str, str] | None = None  # (step, signal)
     for name, fn in STEPS:
         if on_step:
             on_step(name, None)
@@ -176,6 +188,11 @@ def run_check(ctx: CheckContext, on_step: Callable[[str, StepResult | None], Non
                 res = fn(ctx)
             except BadInput:
                 raise
+            except KeyboardInterrupt as exc:
+                signame = getattr(exc, "signame", "SIGINT")
+                interrupted = (name, signame)
+                res = StepResult(name, "interrupted", reason=f"stopped by {signal_words(signame)}")
+                stop_reason = f"not run: the check was interrupted during {name}"
             except Exception as exc:  # a step that crashes is a failed step with its reason, not a dead check
                 res = StepResult(name, "failed", reason=f"{type(exc).__name__}: {exc}")
                 (ctx.out_dir / f"{name.replace(' ', '-')}-error.txt").write_text(traceback.format_exc())
@@ -197,6 +214,7 @@ def run_check(ctx: CheckContext, on_step: Callable[[str, StepResult | None], Non
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "device": ctx.device_choice.device if ctx.device_choice else ctx.device,
         "passed": all(s.status == "passed" for s in steps),
+        **({"interrupted": interrupted[0], "signal": interrupted[1]} if interrupted else {}),
         "steps": [s.summary() for s in steps],
         "doctor": doctor,
         "verify": verify,
@@ -218,18 +236,26 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(
             None, "--out", metavar="DIR", help="Run directory for logs and results (default: runs/check-<time>)."
         ),
+        force: bool = typer.Option(False, "--force", help="Replace an earlier check's results in --out and an "
+                                   "existing --report file."),
         json_out: bool = typer.Option(False, "--json", help="Print the whole result as one JSON document on stdout."),
     ) -> None:
+        from gpurig.errors import check_output_file
         from gpurig.launch.plan import resolve_device
+        from gpurig.launch.runner import signal_words, sigterm_stops
 
         choice = resolve_device(device, nproc)
         out_dir = out or Path("runs") / f"check-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         if out_dir.exists() and not out_dir.is_dir():
             raise BadInput(f"--out {out_dir}: exists and is not a directory")
-        if report is not None and report.is_dir():
-            raise BadInput(f"--report {report}: is a directory; give a file name such as report.html")
-        if report is not None and not report.parent.exists():
-            raise BadInput(f"--report {report}: the folder {report.parent} does not exist")
+        if (out_dir / "check.json").exists() and not force:
+            raise BadInput(f"--out {out_dir}: holds an earlier check's results (check.json); choose another --out, "
+                           "or add --force to replace them")
+        if report is not None:
+            check_output_file(str(report), "--report", force)
+        elif (out_dir / "report.html").exists() and not force:
+            raise BadInput(f"--out {out_dir}: holds an earlier report.html; choose another --out, or add --force "
+                           "to replace it")
         _writable_dir(out_dir, "--out")
         if report is not None:
             _writable_file(report, "--report")
@@ -259,21 +285,27 @@ def register(app: typer.Typer) -> None:
             style = {"passed": "green", "failed": "bold red", "skipped": "dim"}[res.status]
             console.print(f"  [{style}]{res.status.upper()}[/{style}] {name} ({res.seconds:.1f} s): {res.reason}")
 
-        with progress:
+        with progress, sigterm_stops():
             doc = run_check(ctx, on_step)
+        from gpurig.errors import write_file_atomic
         from gpurig.report.output import to_json
 
-        (out_dir / "check.json").write_text(to_json(doc) + "\n")
+        write_file_atomic(str(out_dir / "check.json"), to_json(doc) + "\n", "--out")
         report_path = report or out_dir / "report.html"
         try:
             from gpurig.report.html import render_report
 
-            report_path.write_text(render_report(doc), encoding="utf-8")
+            write_file_atomic(str(report_path), render_report(doc), "--report")
             console.print(f"report: {report_path} (open file://{report_path.resolve()} in a browser)")
         except ImportError:
             console.print("report: the HTML renderer is not available in this installation")
         if json_out:
             emit_json(doc)
+        if doc.get("interrupted"):
+            signame = doc.get("signal")
+            console.print(f"[yellow]interrupted during {doc['interrupted']}[/yellow] by {signal_words(signame)}; "
+                          f"every worker was stopped; results so far: {out_dir / 'check.json'}")
+            raise typer.Exit(143 if signame == "SIGTERM" else 130)
         if doc["verdicts"]:
             head = doc["verdicts"][0]
             console.print(f"bottleneck verdict: {head['title']}")

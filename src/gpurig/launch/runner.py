@@ -3,14 +3,19 @@
 torchrun does the supervision; this module only starts it, tees its output into the run
 directory, and on a timeout or Ctrl-C ends the whole process group (workers and their DataLoader
 children included): SIGTERM first, SIGKILL after a grace period.
+
+What torchrun itself prints while it is being stopped (its "Received 15 death signal" lines, the
+SignalException traceback, the ChildFailedError table) goes to the log only: the user asked for
+the stop and gets one line about it from the command, not forty lines of torchrun's internals.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -31,6 +36,95 @@ class RunResult:
     interrupted: bool = False
     output_tail: list[str] = field(default_factory=list)
     log_path: str | None = None
+    signal: str | None = None  # what interrupted the run: "SIGINT" (Ctrl-C) or "SIGTERM" (a scheduler)
+
+
+class Stop(KeyboardInterrupt):
+    """A stop asked for by a signal other than Ctrl-C; caught wherever KeyboardInterrupt is."""
+
+    def __init__(self, signame: str) -> None:
+        super().__init__(signame)
+        self.signame = signame
+
+
+def signal_words(signame: str | None) -> str:
+    """How a person names the signal that stopped a run: "Ctrl-C (SIGINT)", "SIGTERM"."""
+    return "Ctrl-C (SIGINT)" if signame in (None, "SIGINT") else signame
+
+
+@contextlib.contextmanager
+def sigterm_stops(on_term=None):
+    """Inside the block, SIGTERM to this process (a scheduler's preemption, `kill`) stops the run the
+    way Ctrl-C does, as `Stop("SIGTERM")`; `on_term()` is called first. Outside the main thread
+    signals cannot be caught and nothing changes."""
+
+    def handler(signum, frame):  # noqa: ARG001
+        if on_term is not None:
+            on_term()
+        raise Stop("SIGTERM")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+_AGENT_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S*torch/distributed/\S+\.py:\d+\] ")
+_TABLE_RULE = re.compile(r"^={20,}\s*$")
+
+
+class AgentNoise:
+    """Tells torchrun's own lines from the workers' in its merged output.
+
+    `feed(line)` returns the lines to show (none, the line, or a held-back traceback that turned
+    out to be a worker's). torchrun's are its log lines (``W1201 21:25:46.47 3650
+    torch/distributed/...py:753] ...``), a traceback whose frames are in torch.distributed.run or
+    that ends in SignalException or ChildFailedError, and the failure table after it. A worker's
+    traceback is shown whole once it ends. Everything goes to the log either way.
+    """
+
+    def __init__(self) -> None:
+        self.held: list[str] = []  # a traceback not yet known to be torchrun's or a worker's
+        self.table = 0  # inside ChildFailedError's table: the '=' rules seen so far
+
+    @staticmethod
+    def _agent_traceback(lines: list[str]) -> bool:
+        text = "\n".join(lines)
+        return ("torch/distributed/run.py" in text or "torch/distributed/elastic/" in text
+                or "SignalException" in lines[-1] or "ChildFailedError" in lines[-1])
+
+    def feed(self, line: str) -> list[str]:
+        if self.table:
+            if _TABLE_RULE.match(line):
+                self.table += 1
+                if self.table >= 3:  # the opening rule, then the closing one (counted from 1)
+                    self.table = 0
+            return []
+        if self.held:
+            if line.startswith((" ", "\t")) or not line.strip():
+                self.held.append(line)
+                return []
+            block, self.held = [*self.held, line], []  # the exception line ends the traceback
+            if self._agent_traceback(block):
+                if "ChildFailedError" in line:
+                    self.table = 1
+                return []
+            return block
+        if line.startswith("Traceback (most recent call last):"):
+            self.held = [line]
+            return []
+        if _AGENT_LOG.match(line):
+            return []
+        return [line]
+
+    def flush(self) -> list[str]:
+        block, self.held = self.held, []
+        return [] if block and self._agent_traceback(block) else block
 
 
 def _proc_stat(pid: int) -> tuple[int, int, int] | None:
@@ -156,11 +250,14 @@ def run_plan(
     tail_lines: int = 200,
     grace: float = GRACE_SECONDS,
     cwd: str | None = None,
+    hide_agent: bool = False,
 ) -> RunResult:
     """Run the plan to completion or `timeout`; return its exit status and the tail of its output.
 
     `echo` receives each output line as it arrives (for a progress display); every line also goes
-    to `<run_dir>/<log_name>` when the plan has a run directory.
+    to `<run_dir>/<log_name>` when the plan has a run directory. torchrun's own lines (`AgentNoise`)
+    are not echoed once the run is being stopped, nor at all with `hide_agent` (a command that
+    explains failures itself).
     """
     log_file = None
     log_path = None
@@ -183,6 +280,18 @@ def run_plan(
         bufsize=1,
     )
 
+    noise = AgentNoise()
+    stopping = threading.Event()
+
+    def show(line: str) -> None:
+        if not echo:
+            return
+        if hide_agent or stopping.is_set():
+            for kept in noise.feed(line):
+                echo(kept)
+        else:
+            echo(line)
+
     def pump() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -191,8 +300,10 @@ def run_plan(
             if log_file:
                 log_file.write(line + "\n")
                 log_file.flush()
-            if echo:
-                echo(line)
+            show(line)
+        if echo:
+            for kept in noise.flush():
+                echo(kept)
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
@@ -207,14 +318,19 @@ def run_plan(
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     timed_out = interrupted = False
+    signame = None
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
+        stopping.set()
         _kill_group(proc, grace, tree)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         interrupted = True
-        _kill_group(proc, grace, tree)
+        signame = getattr(exc, "signame", "SIGINT")
+        stopping.set()
+        with _ignoring_interrupts():  # a second Ctrl-C must not leave the workers half-stopped
+            _kill_group(proc, grace, tree)
     finally:
         finished.set()
         watcher.join(timeout=5)
@@ -231,8 +347,6 @@ def run_plan(
         if log_file:
             log_file.close()
     rc = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-    if interrupted:
-        print("gpurig: interrupted; every worker was stopped", file=sys.stderr)
     return RunResult(
         returncode=rc,
         seconds=time.monotonic() - start,
@@ -240,7 +354,30 @@ def run_plan(
         interrupted=interrupted,
         output_tail=list(tail),
         log_path=log_path,
+        signal=signame,
     )
+
+
+def raise_if_interrupted(result: RunResult) -> None:
+    """For jobs whose partial results are worth nothing (verify, the benchmarks): once the workers
+    are stopped, the Ctrl-C (or SIGTERM) goes on up to the command, which stops as a whole."""
+    if result.interrupted:
+        raise Stop("SIGTERM") if result.signal == "SIGTERM" else KeyboardInterrupt()
+
+
+@contextlib.contextmanager
+def _ignoring_interrupts():
+    """While the workers are being stopped, further Ctrl-Cs (people press it twice) are ignored:
+    the stop that is under way finishes and leaves nothing running."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 LAST_RUN_POINTER = os.path.join("gpurig-runs", "last-launch")
@@ -284,15 +421,6 @@ def run_launch(
     Path(plan.run_dir, "plan.json").write_text(json.dumps(description, indent=2) + "\n", encoding="utf-8")
     remember_last_run(plan.run_dir)
 
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        def _on_term(signum, frame):  # turn a scheduler's SIGTERM into the Ctrl-C path
-            raise KeyboardInterrupt
-
-        previous = signal.signal(signal.SIGTERM, _on_term)
-    try:
+    with sigterm_stops():  # a scheduler's SIGTERM takes the Ctrl-C path
         result = run_plan(plan, timeout=max_time, echo=echo, grace=grace)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
     return result, collect_run(plan.run_dir)

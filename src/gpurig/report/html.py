@@ -9,7 +9,8 @@ reads the same in any browser. `render_report(doc)` takes the `gpurig check --js
       "device": "cuda" | "cpu",
       "passed": true,                                   # optional: every step passed
       "steps": [{"name": "doctor" | "verify" | "bench comm" | "bench train",
-                 "status": "passed" | "failed" | "skipped", "seconds": 1.2, "reason": "..."}],
+                 "status": "passed" | "failed" | "skipped" | "interrupted", "seconds": 1.2, "reason": "..."}],
+      "interrupted": "verify",                          # optional: the step a Ctrl-C or SIGTERM stopped
       "doctor": {"facts": {...RigFacts.to_dict()...}, "findings": [Finding dict, ...]} | null,
       "verify": {"passed": bool, "checks": [{"name", "passed", "detail", "seconds"}],
                  "transport": {"0-1": "P2P/CUMEM"} or verify's {"pairs", "verdict": [...]}} | null,
@@ -221,6 +222,7 @@ def render_report(data: dict[str, Any]) -> str:
         "created_at": data.get("created_at") or "?",
         "device": data.get("device") or "?",
         "passed": passed,
+        "interrupted": data.get("interrupted"),
         "steps": steps,
         "headline": verdicts[0] if verdicts else None,
         "doctor": doctor,

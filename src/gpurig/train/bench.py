@@ -18,7 +18,7 @@ from typing import Any
 
 from gpurig.errors import BadInput
 from gpurig.launch.plan import plan_torchrun, resolve_device
-from gpurig.launch.runner import run_plan
+from gpurig.launch.runner import raise_if_interrupted, run_plan
 from gpurig.train.clocks import POWER_LIMIT_WHY, waiting_for_host
 from gpurig.train.config import TrainConfig, load_config
 from gpurig.train.run import EventHandler, check_timeout, default_run_dir, run_training
@@ -184,6 +184,7 @@ def run_seed_baseline(cfg: TrainConfig, device: str, nproc: int, run_dir: Path, 
     env = {"GPURIG_BASELINE_DEVICE": device}
     plan = plan_torchrun(args, nproc, device, run_dir=str(run_dir), env=env)
     res = run_plan(plan, timeout=timeout)
+    raise_if_interrupted(res)
     p = run_dir / "summary.json"
     if not p.is_file():
         return {"variant": "seed-template", "world_size": nproc, "error": f"exit {res.returncode}; log {res.log_path}"}
