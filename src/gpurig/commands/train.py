@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import signal
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,23 +43,8 @@ _PREEMPTED = [False]
 TORCH_RDZV_PORT = 29400  # torchrun's c10d rendezvous port when --master-port is not given
 
 
-@contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM to the parent stops the run like Ctrl-C: workers checkpoint and exit."""
-
-    def handler(signum, frame):  # noqa: ARG001
-        _PREEMPTED[0] = True  # exit 143, not Ctrl-C's 130: a scheduler requeues on it
-        raise KeyboardInterrupt
-
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+def _preempted() -> None:
+    _PREEMPTED[0] = True  # exit 143, not Ctrl-C's 130: a scheduler requeues on it
 
 
 def _fmt_eta(seconds: float | None) -> str:
@@ -84,9 +67,15 @@ class Renderer:
         c = self.console
         if self.quiet and kind not in ("line",):
             return
+        if kind == "complete":
+            c.print(f"already complete at step {p.get('step')}: nothing to do, and the run's files stay as they were "
+                    "(to train further, raise train.epochs or train.steps with --set)")
+            return
         if kind == "launch":
             c.print(f"[bold]gpurig train[/bold]: {p['nproc']} process(es) on {p['device']} ({p['reason']})")
             c.print(f"  run directory: {p['run_dir']}")
+            if p.get("config_sources"):
+                c.print(f"  config: {p['config_sources']}", markup=False)
             if p.get("nnodes"):
                 c.print(f"  node {p['node_rank']} of {p['nnodes']}: waiting at {p['rdzv_endpoint']} until every node "
                         "has joined (start the same command on the others with their --node-rank)")
@@ -118,8 +107,11 @@ class Renderer:
         elif kind == "checkpoint":
             c.print(f"  [dim]checkpoint step {p['step']}: {p['path']}[/dim]")
         elif kind in ("resumed", "note", "stopping"):
+            # A signal's name is left to the parent's last line: the workers see SIGTERM even when
+            # the user pressed Ctrl-C (gpurig stops them with it).
+            why = "" if str(p.get("why", "")).startswith("SIG") else f" ({p.get('why')})"
             text = p.get("text") or (f"resumed from {p['path']} at step {p['step']}" if kind == "resumed"
-                                     else f"stopping at step {p['step']} ({p['why']}); saving a checkpoint")
+                                     else f"stopping at step {p['step']}{why}; saving a checkpoint")
             c.print(f"  [yellow]{text}[/yellow]")
         elif kind == "line":
             text = p["text"]
@@ -238,7 +230,7 @@ def register(app: typer.Typer) -> None:
         show_config: bool = typer.Option(False, "--show-config", help="Print the resolved config as TOML and exit."),
         json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout (progress goes to stderr)."),
     ) -> None:
-        from gpurig.train.config import load_config, to_toml
+        from gpurig.train.config import config_sources, load_config, to_toml
         from gpurig.train.run import check_timeout, run_training, saved_config
 
         check_timeout(timeout)
@@ -248,8 +240,9 @@ def register(app: typer.Typer) -> None:
         # A resumed run continues with the config it was started with (plus any --set).
         cfg = load_config(path=config, preset_name=preset_name, overrides=overrides,
                           base=saved.to_dict() if saved else None)
+        sources = config_sources(config, preset_name, overrides, saved_in=out if saved else None)
         if show_config:
-            typer.echo(to_toml(cfg), nl=False)
+            typer.echo(f"# {sources}\n" + to_toml(cfg), nl=False)
             return
         console = console_for(json_out)
         if nnodes < 1:
@@ -277,14 +270,22 @@ def register(app: typer.Typer) -> None:
             attach_verdicts(summary)
             summary["verdicts"] = adapt_verdicts(summary["verdicts"])
         else:
+            from gpurig.launch.runner import signal_words, sigterm_stops
+
             renderer = Renderer(console)
             try:
-                with _sigterm_as_interrupt():
+                with sigterm_stops(_preempted):
                     endpoint = f"{master_addr}:{master_port or TORCH_RDZV_PORT}" if master_addr else None
                     summary = run_training(cfg, device=device, nproc=nproc, out_dir=out, resume=resume,
                                            resume_fallback=resume_fallback, timeout=timeout, on_event=renderer,
                                            max_restarts=max_restarts, nnodes=nnodes, node_rank=node_rank,
-                                           rdzv_endpoint=endpoint)
+                                           rdzv_endpoint=endpoint, config_sources=sources)
+            except KeyboardInterrupt as exc:  # stopped before rank 0 wrote a summary or a checkpoint
+                renderer.close()
+                signame = getattr(exc, "signame", "SIGINT")
+                console.print(f"[yellow]stopped by {signal_words(signame)}[/yellow] before the run had anything to "
+                              "continue from; every worker was stopped. Run the same command to start again.")
+                raise typer.Exit(143 if signame == "SIGTERM" else 130) from None
             except ProblemFound as exc:
                 if not _PREEMPTED[0]:
                     raise
@@ -295,6 +296,26 @@ def register(app: typer.Typer) -> None:
             if "world_size" not in summary and "node_rank" in summary:
                 _node_done(console, summary, json_out)  # global rank 0's node judges and writes the summary
                 return
+            if summary.get("already_complete"):
+                if json_out:
+                    emit_json(summary)
+                return
+            launched = summary.get("launch") or {}
+            if summary.get("stopped") and launched.get("interrupted"):
+                # One line: what stopped it, where it stands, how to go on. summary.json has the rest.
+                attach_verdicts(summary)
+                if json_out:
+                    emit_json(summary)
+                signame = launched.get("signal") or ("SIGTERM" if _PREEMPTED[0] else "SIGINT")
+                where = f"stopped by {signal_words(signame)} at step {summary.get('steps')} of {summary.get('total_steps')}"
+                if cfg.checkpoint.enabled:
+                    saved_ck = (summary.get("checkpoints") or ["saved"])[-1]
+                    console.print(f"[yellow]{where}[/yellow]; checkpoint {saved_ck}; continue with: gpurig train --out "
+                                  f"{summary.get('run_dir')} --resume auto", markup=True)
+                else:
+                    console.print(f"[yellow]{where}[/yellow]; checkpoint.enabled is false, so there is nothing to "
+                                  "continue from")
+                raise typer.Exit(143 if signame == "SIGTERM" else 130)
             attach_verdicts(summary)
         loss = summary.get("final_loss")
         if json_out:

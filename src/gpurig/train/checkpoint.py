@@ -30,6 +30,12 @@ def checkpoint_path(run_dir: str | os.PathLike, step: int) -> Path:
     return checkpoint_dir(run_dir) / f"step-{step:09d}.pt"
 
 
+def step_of(path: Path) -> int | None:
+    """The step a checkpoint file's name records, or None for another name."""
+    m = _NAME.match(path.name)
+    return int(m.group(1)) if m else None
+
+
 def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     """Complete checkpoints, oldest first (temporary files are ignored)."""
     d = checkpoint_dir(run_dir)
@@ -82,6 +88,43 @@ def save_checkpoint(state: dict[str, Any], run_dir: str | os.PathLike, step: int
     return path
 
 
+def archive_problem(path: Path) -> str | None:
+    """Why `path` cannot be a checkpoint, judged from its zip directory alone (no torch, no reading
+    of the tensors, so the parent can ask before starting any worker); None when it looks whole.
+    torch.save writes a zip archive whose directory sits at the end: a truncated copy loses it."""
+    import zipfile
+
+    try:
+        if path.stat().st_size == 0:
+            return "the file is empty"
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except FileNotFoundError:
+        return "it does not exist"
+    except IsADirectoryError:
+        return "it is a directory"
+    except zipfile.BadZipFile:
+        return "it is truncated or not a PyTorch checkpoint (no zip directory at its end)"
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    if not any(n.endswith("/data.pkl") or n == "data.pkl" for n in names):
+        return "it is a zip archive but not a PyTorch checkpoint (no data.pkl)"
+    return None
+
+
+def describe_load_error(exc: BaseException) -> str:
+    """torch.load's complaint in words for this tool. PyTorch's weights-only message advises
+    `weights_only=False`, which runs whatever code the file holds: gpurig never suggests it."""
+    text = str(exc)
+    if "Weights only load failed" in text or "WeightsUnpickler" in text:
+        return ("it holds objects other than tensors and plain data, which gpurig refuses to load "
+                "(checkpoints are read with weights_only=True, so no code in a file is ever run)")
+    if "failed finding central directory" in text or "zip archive" in text:
+        return "it is truncated or not a PyTorch checkpoint (no zip directory at its end)"
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
 def load_checkpoint_file(path: Path) -> dict[str, Any]:
     """Load one checkpoint with weights_only=True; BadInput naming the file if it is unreadable."""
     import torch
@@ -91,19 +134,22 @@ def load_checkpoint_file(path: Path) -> dict[str, Any]:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise BadInput(f"--resume: checkpoint {path} does not exist") from None
+    except IsADirectoryError:
+        raise BadInput(f"--resume {path}: is a directory, not a checkpoint file") from None
     except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, zipfile errors...
         raise BadInput(f"--resume: checkpoint {path} is corrupt or not a gpurig checkpoint "
-                       f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+                       f"({describe_load_error(exc)})") from None
     if not isinstance(state, dict) or "model" not in state or "step" not in state:
         raise BadInput(f"--resume: checkpoint {path} is not a gpurig checkpoint (no model/step)")
     return state
 
 
-def load_latest(run_dir: str | os.PathLike, fallback: bool = False) -> tuple[Path, dict[str, Any]] | None:
+def load_latest(run_dir: str | os.PathLike, fallback: bool = False,
+                warn: bool = True) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint in the run, or None when there is none.
 
     A corrupt newest checkpoint is an error naming it; with `fallback`, it is reported on stderr
-    and the next older one is tried.
+    (when `warn`: rank 0 alone says it) and the next older one is tried.
     """
     paths = list_checkpoints(run_dir)
     for path in reversed(paths):
@@ -112,7 +158,8 @@ def load_latest(run_dir: str | os.PathLike, fallback: bool = False) -> tuple[Pat
         except BadInput as exc:
             if not fallback:
                 raise BadInput(f"{exc}; rerun with --resume-fallback to use the previous checkpoint") from None
-            print(f"gpurig: warning: {exc}; falling back to the previous checkpoint", file=sys.stderr, flush=True)
+            if warn:
+                print(f"gpurig: warning: {exc}; falling back to the previous checkpoint", file=sys.stderr, flush=True)
     if paths:
         raise BadInput(f"--resume: every checkpoint in {checkpoint_dir(run_dir)} is corrupt")
     return None

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from gpurig.errors import BadInput
+from gpurig.errors import BadInput, check_user_file
 
 
 def _f(default: Any, doc: str, choices: tuple | None = None, minimum: float | None = None, **kw: Any) -> Any:
@@ -438,20 +438,20 @@ def _nest(key: str, value: Any) -> dict[str, Any]:
 
 def load_config(path: str | os.PathLike | None = None, preset_name: str | None = None,
                 overrides: list[str] | None = None, base: dict[str, Any] | None = None) -> TrainConfig:
-    """Preset (default "demo" when neither a preset nor a file is given), then the TOML file, then --set.
+    """The preset (default "demo"), then the TOML file over it, then each --set over that.
 
-    `base` (a config dict, e.g. the one a run was started with) replaces the default preset.
+    `base` (a config dict, e.g. the one a run was started with) replaces the default preset; an
+    explicit `preset_name` replaces `base`. `config_sources()` says the same in words.
     """
     base = copy.deepcopy(base) if base is not None else {}
-    if preset_name or (not path and not base):
+    if preset_name or not base:
         name = preset_name or "demo"
         if name not in PRESETS:
             raise BadInput(f"--preset: unknown preset {name!r}; choose from {', '.join(sorted(PRESETS))}")
         base = copy.deepcopy(PRESETS[name])
     if path:
         p = Path(path)
-        if not p.is_file():
-            raise BadInput(f"--config {path}: no such file")
+        check_user_file(str(p), f"--config {path}", "TOML file")
         try:
             data = tomllib.loads(p.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -463,6 +463,18 @@ def load_config(path: str | os.PathLike | None = None, preset_name: str | None =
         key, value = parse_override(text)
         base = _merge(base, _nest(key, value))
     return from_dict(base)
+
+
+def config_sources(path: str | os.PathLike | None = None, preset_name: str | None = None,
+                   overrides: list[str] | None = None, saved_in: str | os.PathLike | None = None) -> str:
+    """What made the config, in the order `load_config` applies it: "preset demo, then run.toml,
+    then --set optim.lr=0.1". `saved_in`: the run directory whose saved config is the base."""
+    parts = [f"preset {preset_name}" if preset_name
+             else f"the config saved in {saved_in}" if saved_in else "preset demo (the default)"]
+    if path:
+        parts.append(str(path))
+    parts += [f"--set {o}" for o in overrides or []]
+    return ", then ".join(parts)
 
 
 def _check_consistency(cfg: TrainConfig) -> None:

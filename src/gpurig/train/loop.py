@@ -669,7 +669,7 @@ class Trainer:
         if dcp.enabled(self) and (sharded := dcp.resume_point(self)) is not None:
             return sharded
         if self.resume == "auto":
-            found = ckpt.load_latest(self.run_dir, fallback=self.resume_fallback)
+            found = ckpt.load_latest(self.run_dir, fallback=self.resume_fallback, warn=self.ctx.main)
             if found is None:
                 say(self.ctx, PROGRESS + json.dumps({"event": "note", "text": "no checkpoint to resume from: starting fresh"}))
                 return 0, 0, 0, None
@@ -853,9 +853,17 @@ class Trainer:
         return {"accuracy": c / n if n else None, "eval_loss": ls / n if n else None, "eval_samples": int(n)}
 
     # -- the loop -----------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> dict[str, Any] | None:
+        """Train to the end (or a stop); the summary, or None when the checkpoint it resumed from
+        had already reached the last step."""
         cfg, ctx = self.cfg, self.ctx
         start_epoch, start_batch, step, resumed_from = self.load()
+        if resumed_from and step >= self.total_steps:
+            # A finished run resumed with the same length: there is nothing to train, and its
+            # summary.json (accuracy, throughput, verdicts) must stay as the finished run wrote it.
+            say(ctx, PROGRESS + json.dumps({"event": "complete", "step": step, "total_steps": self.total_steps,
+                                            "path": resumed_from}))
+            return None
         if resumed_from:
             say(ctx, PROGRESS + json.dumps({"event": "resumed", "step": step, "path": resumed_from}))
         accum = cfg.train.grad_accum
@@ -1173,14 +1181,15 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(cfg, ctx, run_dir, args.resume, args.resume_fallback, args.record_indices)
         trainer.build()
         summary = trainer.run()
-        if ctx.main:
+        if ctx.main and summary is not None:
             summary["faults"] = faults.report([r.get("restart_count", 0) for r in summary.get("per_rank") or []])
             tmp = run_dir / ".summary.json.tmp"
             tmp.write_text(json.dumps(summary, indent=2, default=str))
             os.replace(tmp, run_dir / "summary.json")
     except BadInput as exc:
         (run_dir / f"error-rank{ctx.rank}.json").write_text(json.dumps({"kind": "bad_input", "message": str(exc)}))
-        print(f"gpurig: error: {exc}", file=sys.stderr, flush=True)
+        if ctx.main:  # for the log; the parent says it to the user once, from the error file
+            print(f"gpurig: error: {exc}", file=sys.stderr, flush=True)
         code = 2
     except Exception as exc:
         why = faults.describe_failure(exc, ctx.rank, ctx.world)  # a timeout or a vanished peer, in words

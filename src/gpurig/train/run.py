@@ -19,9 +19,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpurig.errors import BadInput, ProblemFound
+from gpurig.errors import BadInput, ProblemFound, check_user_file
 from gpurig.launch.plan import plan_torchrun, resolve_device
-from gpurig.launch.runner import run_plan
+from gpurig.launch.runner import raise_if_interrupted, run_plan, signal_words
 from gpurig.train import checkpoint as ckpt
 from gpurig.train.config import TrainConfig, check_data_path, from_dict, to_toml, validate
 from gpurig.train.dcp import list_sharded
@@ -64,9 +64,50 @@ def _handler(on_event: EventHandler | None) -> Callable[[str], None]:
                     break
                 on_event(payload.get("event", kind) if kind == "progress" else "choice", payload)
                 return
+        if line.startswith("gpurig: error: "):
+            return  # a worker's bad input: the parent says it once, from the error file, as it exits
         on_event("line", {"text": line})
 
     return echo
+
+
+def finished_run(run_dir: Path, cfg: TrainConfig) -> dict[str, Any] | None:
+    """The summary of a run in `run_dir` that reached its last step, when `cfg` asks for no more
+    (the same train.epochs and train.steps as the run was started with); else None. Resuming it
+    would train nothing and must not replace what the finished run recorded."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        started_with = json.loads((run_dir / "launch.json").read_text())["config"]["train"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(summary, dict) or summary.get("stopped"):
+        return None
+    steps, total = summary.get("steps"), summary.get("total_steps")
+    if not isinstance(steps, int) or not isinstance(total, int) or steps < total:
+        return None
+    newest = ckpt.list_checkpoints(run_dir)
+    if newest and ckpt.step_of(newest[-1]) != steps:
+        return None  # a later checkpoint than the summary: the summary is not the run's last word
+    same_length = (started_with.get("epochs"), started_with.get("steps")) == (cfg.train.epochs, cfg.train.steps)
+    return summary if same_length else None
+
+
+def _check_resume_archive(run_dir: Path, resume: str | None, fallback: bool) -> None:
+    """A checkpoint that is truncated or no PyTorch file at all is refused here, once, before any
+    worker starts (the workers check the rest: weights-only contents, the model, the config)."""
+    if not resume or resume == "none":
+        return
+    if resume != "auto":
+        path = Path(resume)
+    else:
+        found = ckpt.list_checkpoints(run_dir)
+        if not found or fallback:
+            return  # nothing to check, or the workers fall back past a bad one themselves
+        path = found[-1]
+    why = ckpt.archive_problem(path)
+    if why:
+        hint = "; rerun with --resume-fallback to use the previous checkpoint" if resume == "auto" else ""
+        raise BadInput(f"--resume: checkpoint {path} is corrupt or not a gpurig checkpoint ({why}){hint}")
 
 
 def _written_since(path: Path, t: float) -> bool:
@@ -91,6 +132,7 @@ def run_training(
     nnodes: int = 1,
     node_rank: int = 0,
     rdzv_endpoint: str | None = None,
+    config_sources: str | None = None,
 ) -> dict[str, Any]:
     """Train `config` on `nproc` processes of `device`; return the summary (also in <out>/summary.json).
 
@@ -101,8 +143,12 @@ def run_training(
     rendezvous; the surviving nodes need `max_restarts` > 0 to wait for it). Only node 0 gets the
     summary; the other nodes get `{"node_rank": R, ...}` with their exit status.
 
+    `config_sources` (from `config.config_sources()`) is printed and kept in launch.json.
+
     Raises BadInput (exit 2) for a bad config, data path or checkpoint, ProblemFound (exit 1) when
-    the workers fail; an interrupted run returns its summary with `stopped` true.
+    the workers fail; an interrupted run returns its summary with `stopped` true, or, stopped before
+    rank 0 wrote one, raises KeyboardInterrupt (`runner.Stop` for SIGTERM). A run resumed after its
+    last step trains nothing and returns the finished summary with `already_complete` true.
     """
     check_timeout(timeout)
     if config.framework != "torch":
@@ -128,12 +174,22 @@ def run_training(
     if not resume and (ckpt.list_checkpoints(run_dir) or list_sharded(run_dir)):
         raise BadInput(f"--out {run_dir}: already holds checkpoints of a run; continue it with --resume auto "
                        "or choose another --out")
-    if resume and resume not in ("auto", "none") and not Path(resume).is_file():
-        raise BadInput(f"--resume {resume}: no such checkpoint file")
-    launch = {"config": cfg.to_dict(), "device": choice.device, "nproc": choice.nproc * nnodes, "reason": choice.reason}
+    if resume and resume not in ("auto", "none"):
+        check_user_file(resume, f"--resume {resume}", "checkpoint file")
+    _check_resume_archive(run_dir, resume, resume_fallback)
+    if resume and nnodes == 1:
+        done = finished_run(run_dir, cfg)
+        if done is not None:
+            if on_event:
+                on_event("complete", {"step": done.get("steps"), "run_dir": str(run_dir)})
+            return {**done, "run_dir": str(run_dir), "already_complete": True}
+    launch = {"config": cfg.to_dict(), "device": choice.device, "nproc": choice.nproc * nnodes, "reason": choice.reason,
+              **({"config_sources": config_sources} if config_sources else {})}
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        for stale in [run_dir / "summary.json", *run_dir.glob("error-rank*.json")] if node_rank == 0 else []:
+        # An earlier summary.json stays until this run writes its own (only one written after the
+        # start counts): a run that fails before its end loses nothing the earlier one recorded.
+        for stale in run_dir.glob("error-rank*.json") if node_rank == 0 else []:
             stale.unlink(missing_ok=True)
         (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
         (run_dir / "config.toml").write_text(to_toml(cfg))
@@ -160,24 +216,36 @@ def run_training(
     if on_event:
         on_event("launch", {"device": choice.device, "nproc": choice.nproc, "reason": choice.reason,
                             "run_dir": str(run_dir), "command": plan.command_line(),
+                            "config_sources": config_sources,
                             **({"nnodes": nnodes, "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint}
                                if nnodes > 1 else {})})
     started = time.time()
-    result = run_plan(plan, timeout=timeout, echo=_handler(on_event), grace=parent_grace(env))
+    result = run_plan(plan, timeout=timeout, echo=_handler(on_event), grace=parent_grace(env), hide_agent=True)
+    launched = {"device": choice.device, "nproc": choice.nproc, "reason": choice.reason,
+                "returncode": result.returncode, "interrupted": result.interrupted, "signal": result.signal}
 
     summary_path = run_dir / "summary.json"
-    if nnodes > 1 and result.returncode == 0 and not _written_since(summary_path, started):
+    fresh = _written_since(summary_path, started)
+    if nnodes > 1 and result.returncode == 0 and not fresh:
         # The rendezvous numbers the nodes as they join: global rank 0, which writes the summary,
         # may be on another node (and the run directory not shared with this one).
-        return {"node_rank": node_rank, "nnodes": nnodes, "run_dir": str(run_dir),
-                "launch": {"device": choice.device, "nproc": choice.nproc, "reason": choice.reason,
-                           "returncode": result.returncode, "interrupted": result.interrupted}}
-    if summary_path.is_file():
+        return {"node_rank": node_rank, "nnodes": nnodes, "run_dir": str(run_dir), "launch": launched}
+    if fresh:
         summary = json.loads(summary_path.read_text())
         summary["run_dir"] = str(run_dir)
-        summary["launch"] = {"device": choice.device, "nproc": choice.nproc, "reason": choice.reason,
-                             "returncode": result.returncode, "interrupted": result.interrupted}
+        summary["launch"] = launched
+        if result.interrupted:  # the workers saw the SIGTERM gpurig sent them; the user pressed Ctrl-C
+            summary["stop_reason"] = signal_words(result.signal)
         return summary
+    if result.returncode == 0 and resume:
+        # The workers found the checkpoint at the last step and left the finished summary as it was.
+        if summary_path.is_file():
+            return {**json.loads(summary_path.read_text()), "run_dir": str(run_dir), "already_complete": True}
+        for line in reversed(result.output_tail):
+            if PROGRESS in line and '"complete"' in line:
+                done = json.loads(line.split(PROGRESS, 1)[1])
+                return {"steps": done.get("step"), "total_steps": done.get("total_steps"), "run_dir": str(run_dir),
+                        "already_complete": True, "launch": launched}
     errors = []
     for p in sorted(run_dir.glob("error-rank*.json")):
         try:
@@ -187,8 +255,7 @@ def run_training(
     bad = [e for e in errors if e.get("kind") == "bad_input"]
     if bad:
         raise BadInput(bad[0]["message"])
-    if result.interrupted:
-        raise ProblemFound(f"interrupted before the first checkpoint; log: {result.log_path}")
+    raise_if_interrupted(result)  # stopped before rank 0 wrote a summary: nothing to continue from
     if result.timed_out:
         raise ProblemFound(f"training timed out after {timeout:.0f} s; every worker was stopped; log: {result.log_path}")
     if errors:
