@@ -162,3 +162,39 @@ def test_dockerfile_names_the_first_release_with_an_official_image(run_cli, fact
     assert result.returncode == 2
     assert "--torch-version '1.13' has no official PyTorch image: they start at 2.0" in result.stderr
 
+
+
+@pytest.mark.parametrize("make", ["missing", "file"])
+def test_docker_run_data_must_be_a_folder_of_this_host(run_cli, tmp_path, make):
+    data = tmp_path / "datasets"
+    if make == "file":
+        data.write_text("not a folder\n")
+    for extra in ([], ["--compose"]):
+        result = run_cli("env", "docker-run", "--data", str(data), *extra)
+        assert result.returncode == 2, (result.stdout, result.stderr)
+        assert f"--data {data}" in result.stderr and result.stdout == ""
+        assert ("no such folder" if make == "missing" else "is a file, not a folder") in result.stderr
+
+
+def test_docker_run_data_of_an_existing_folder_is_mounted(run_cli, tmp_path):
+    (tmp_path / "datasets").mkdir()
+    result = run_cli("env", "docker-run", "--data", "datasets", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert '-v "$PWD"/datasets:/data:ro' in result.stdout
+
+
+def test_docker_run_data_of_another_machine_is_not_checked_here(run_cli, facts_file, tmp_path):
+    # --facts builds for the machine that saved FILE: the folder is that machine's.
+    result = run_cli("env", "docker-run", "--facts", str(facts_file("h200x2_r580")), "--data", str(tmp_path / "nope"))
+    assert result.returncode == 0, result.stderr
+    assert f"-v {tmp_path / 'nope'}:/data:ro" in result.stdout
+
+
+def test_docker_run_ssh_warns_when_authorized_keys_is_missing(run_cli, tmp_path):
+    result = run_cli("env", "docker-run", "--ssh", env={"HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert "~/.ssh/authorized_keys, which does not exist on this host" in result.stderr
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "authorized_keys").write_text("ssh-ed25519 AAAA user@laptop\n")
+    again = run_cli("env", "docker-run", "--ssh", env={"HOME": str(tmp_path)})
+    assert again.returncode == 0 and "authorized_keys, which does not exist" not in again.stderr

@@ -46,6 +46,16 @@ def load_host(facts_file: Path | None) -> tuple[RigFacts, HostSummary]:
     return facts, HostSummary.from_facts(facts)
 
 
+def check_host_folder(path: str, flag: str) -> None:
+    """A folder of this host that the recipe mounts must exist and be a folder: a missing bind-mount
+    source is created by Docker as an empty folder owned by root, and the job then sees no data."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise BadInput(f"{flag} {path}: no such folder on this host")
+    if not p.is_dir():
+        raise BadInput(f"{flag} {path}: is a file, not a folder")
+
+
 def write_recipe(recipe: Recipe, out: Path, force: bool) -> Path:
     """Write atomically; an existing file stays untouched unless `force`."""
     if out.is_dir():
@@ -199,7 +209,9 @@ def register(app: typer.Typer) -> None:
         workers: int = typer.Option(4, "--workers", help="DataLoader workers per process (sizes /dev/shm)."),
         batch: int = typer.Option(256, "--batch", help="Samples per batch per process (sizes /dev/shm)."),
         sample_mb: float = typer.Option(0.6, "--sample-mb", help="MB per decoded sample (sizes /dev/shm)."),
-        data: str | None = typer.Option(None, "--data", metavar="DIR", help="Host folder with datasets, mounted read-only at /data."),
+        data: str | None = typer.Option(None, "--data", metavar="DIR",
+                                        help="Host folder with datasets, mounted read-only at /data (it must exist; "
+                                             "with --facts it is the other machine's and is not checked)."),
         jupyter: bool = typer.Option(False, "--jupyter", help="Publish Jupyter's port (8888) on 127.0.0.1."),
         ssh: bool = typer.Option(False, "--ssh", help="Publish SSH (2222) on 127.0.0.1 and mount ~/.ssh/authorized_keys."),
         tensorboard: bool = typer.Option(False, "--tensorboard", help="Publish TensorBoard (6006) on 127.0.0.1."),
@@ -220,11 +232,19 @@ def register(app: typer.Typer) -> None:
         """
         from gpurig.recipes.container import ContainerOptions, compose_recipe, docker_run_recipe
 
+        # The host paths the recipe mounts are this machine's unless --facts names another one.
+        if data is not None and data.strip() and facts_file is None:
+            check_host_folder(data, "--data")
         _, host = load_host(facts_file)
         opts = ContainerOptions(image=image, gpus=gpus, ipc=ipc, workers=workers, batch=batch, sample_mb=sample_mb,
                                 data=data, jupyter=jupyter, ssh=ssh, tensorboard=tensorboard, public=public,
                                 name=name, command=_command_args(command))
         recipe = compose_recipe(host, opts) if compose else docker_run_recipe(host, opts)
+        keys = Path("~/.ssh/authorized_keys").expanduser()
+        if ssh and facts_file is None and recipe.fits and not keys.is_file():
+            recipe.warnings.append("--ssh mounts ~/.ssh/authorized_keys, which does not exist on this host: Docker "
+                                   "would create an empty folder, owned by root, in its place; put your public key "
+                                   "in ~/.ssh/authorized_keys before starting the container")
         render(recipe, json_out, out, force)
 
     def cluster_options(nodes, gpus_per_node, command, framework, job_name, **kw):
