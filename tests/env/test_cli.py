@@ -198,3 +198,39 @@ def test_docker_run_ssh_warns_when_authorized_keys_is_missing(run_cli, tmp_path)
     (tmp_path / ".ssh" / "authorized_keys").write_text("ssh-ed25519 AAAA user@laptop\n")
     again = run_cli("env", "docker-run", "--ssh", env={"HOME": str(tmp_path)})
     assert again.returncode == 0 and "authorized_keys, which does not exist" not in again.stderr
+
+
+def test_out_follows_the_one_rule_for_output_files(run_cli, facts_file, tmp_path):
+    facts = str(facts_file("h200x2_r580"))
+    (tmp_path / "afile").write_text("x\n")
+    under_a_file = run_cli("env", "pip", "--facts", facts, "--out", str(tmp_path / "afile" / "pip.txt"))
+    assert under_a_file.returncode == 2
+    assert f"--out {tmp_path / 'afile' / 'pip.txt'}: {tmp_path / 'afile'} is a file, not a folder" in under_a_file.stderr
+    missing = run_cli("env", "pip", "--facts", facts, "--out", str(tmp_path / "no" / "pip.txt"))
+    assert missing.returncode == 2 and "the folder" in missing.stderr and "does not exist" in missing.stderr
+    assert not (tmp_path / "no").exists()  # never created
+
+
+def test_an_existing_out_is_refused_even_when_nothing_fits(run_cli, facts_file, tmp_path):
+    # Bad usage comes first: the file is not replaced, and the answer does not depend on the host.
+    out = tmp_path / "pip.txt"
+    out.write_text("mine\n")
+    result = run_cli("env", "pip", "--facts", str(facts_file("rtx5090_r550")), "--out", str(out))
+    assert result.returncode == 2 and "--out" in result.stderr and "--force" in result.stderr
+    assert out.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("command, mode", [
+    (["docker-run"], 0o755),
+    (["slurm", "--nodes", "2", "--out", "{out}", "--", "train.py"], 0o755),
+    (["dockerfile"], 0o644),
+])
+def test_written_scripts_are_executable_and_other_recipes_are_not(run_cli, facts_file, tmp_path, command, mode):
+    out = tmp_path / "recipe"
+    args = [str(out) if a == "{out}" else a for a in command]
+    if "--out" not in args:
+        args += ["--out", str(out)]
+    result = run_cli("env", args[0], "--facts", str(facts_file("h200x2_r580")), *args[1:], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert out.stat().st_mode & 0o777 == mode
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left

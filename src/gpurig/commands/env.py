@@ -7,13 +7,11 @@ reasons on stderr, or writes it with `--out FILE`. `--json` prints one JSON docu
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import typer
 
-from gpurig.errors import BadInput
+from gpurig.errors import BadInput, check_output_file, write_file_atomic
 from gpurig.probe.facts import RigFacts
 from gpurig.recipes.base import HostSummary, Recipe
 from gpurig.report.output import console_for, emit_json
@@ -33,8 +31,12 @@ FACTS_HELP = "Build for the machine that saved FILE (`gpurig doctor --save-facts
 OUT_HELP = "Write the recipe to FILE instead of stdout (refuses to replace an existing file without --force)."
 
 
-def load_host(facts_file: Path | None) -> tuple[RigFacts, HostSummary]:
-    """The facts of this machine (no framework probing: recipes need GPUs, driver, Python, cores) or of FILE."""
+def load_host(facts_file: Path | None, out: Path | None = None, force: bool = False) -> tuple[RigFacts, HostSummary]:
+    """The facts of this machine (no framework probing: recipes need GPUs, driver, Python, cores) or of FILE.
+
+    `--out` is checked first, so a file that would not be replaced costs no probing."""
+    if out is not None:
+        check_output_file(str(out), "--out", force)
     if facts_file is not None:
         from gpurig.probe.snapshot import load_facts_file
 
@@ -57,28 +59,12 @@ def check_host_folder(path: str, flag: str) -> None:
 
 
 def write_recipe(recipe: Recipe, out: Path, force: bool) -> Path:
-    """Write atomically; an existing file stays untouched unless `force`."""
-    if out.is_dir():
-        raise BadInput(f"--out {out}: is a directory; give a file name")
-    if out.exists() and not force:
-        raise BadInput(f"--out {out}: the file exists; add --force to replace it")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise BadInput(f"--out {out}: the folder {parent} does not exist")
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(recipe.text)
-            f.flush()
-            os.fsync(f.fileno())
-        # Scripts are meant to be run (or submitted) as they are.
-        os.chmod(tmp, 0o755 if recipe.kind in ("docker-run", "slurm") else 0o644)
-        os.replace(tmp, out)
-    except OSError as exc:
-        if tmp and os.path.exists(tmp):
-            os.unlink(tmp)
-        raise BadInput(f"--out {out}: cannot write it ({exc.strerror or exc})") from None
+    """Write through gpurig's one rule for output files: the folder must exist, an existing file
+    stays untouched unless `force`, and the write is atomic (temporary file, fsync, rename)."""
+    check_output_file(str(out), "--out", force)
+    # Scripts are meant to be run (or submitted) as they are.
+    mode = 0o755 if recipe.kind in ("docker-run", "slurm") else 0o644
+    write_file_atomic(str(out), recipe.text, "--out", mode=mode)
     return out
 
 
@@ -138,7 +124,7 @@ def register(app: typer.Typer) -> None:
         from gpurig.recipes.versions import check_torch_version
 
         torch_version = check_torch_version(torch_version)  # before any probing: a typo costs nothing
-        _, host = load_host(facts_file)
+        _, host = load_host(facts_file, out, force)
         render(pip_recipe(host, framework, python, torch_version), json_out, out, force)
 
     @env_app.command("dockerfile")
@@ -190,7 +176,7 @@ def register(app: typer.Typer) -> None:
             raise BadInput(f"--requirements {requirements}: no such file (it must be inside the build context)")
         elif Path(requirements).is_absolute() or ".." in Path(requirements).parts:
             raise BadInput(f"--requirements {requirements}: give a path inside the build context, relative to it")
-        _, host = load_host(facts_file)
+        _, host = load_host(facts_file, out, force)
         opts = DockerfileOptions(framework=framework,
                                  framework_version=torch_version if framework == "torch" else tf_version,
                                  jupyter=jupyter, ssh=ssh, tensorboard=tensorboard, public=public,
@@ -235,7 +221,7 @@ def register(app: typer.Typer) -> None:
         # The host paths the recipe mounts are this machine's unless --facts names another one.
         if data is not None and data.strip() and facts_file is None:
             check_host_folder(data, "--data")
-        _, host = load_host(facts_file)
+        _, host = load_host(facts_file, out, force)
         opts = ContainerOptions(image=image, gpus=gpus, ipc=ipc, workers=workers, batch=batch, sample_mb=sample_mb,
                                 data=data, jupyter=jupyter, ssh=ssh, tensorboard=tensorboard, public=public,
                                 name=name, command=_command_args(command))
@@ -281,7 +267,7 @@ def register(app: typer.Typer) -> None:
         """
         from gpurig.recipes.cluster import slurm_recipe
 
-        _, host = load_host(facts_file)
+        _, host = load_host(facts_file, out, force)
         opts = cluster_options(nodes, gpus_per_node, command, framework, job_name, port=port,
                                cpus_per_node=cpus_per_node, time=time, partition=partition, max_restarts=max_restarts)
         render(slurm_recipe(host, opts), json_out, out, force)
@@ -319,7 +305,7 @@ def register(app: typer.Typer) -> None:
             raise BadInput(f"--batch must be at least 1, got {batch}")
         if sample_mb <= 0:
             raise BadInput(f"--sample-mb must be more than 0, got {sample_mb}")
-        _, host = load_host(facts_file)
+        _, host = load_host(facts_file, out, force)
         opts = cluster_options(nodes, gpus_per_node, command, framework, job_name, image=image,
                                max_restarts=max_restarts, workers=workers, batch=batch, sample_mb=sample_mb)
         render(k8s_recipe(host, opts), json_out, out, force)
