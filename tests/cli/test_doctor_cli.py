@@ -79,3 +79,30 @@ def test_every_recorded_rig_is_judged(run_cli, rig):
     assert r.returncode in (0, 1), r.stderr
     doc = json.loads(r.stdout)
     assert r.returncode == (1 if any(f["severity"] == "error" for f in doc["findings"]) else 0)
+
+
+def test_save_facts_never_replaces_a_file_without_force(run_cli, tmp_path):
+    path = tmp_path / "rig.json"
+    path.write_text("my notes\n")
+    r = run_cli("doctor", "--fast", "--save-facts", str(path))
+    assert r.returncode == 2 and r.stdout == ""
+    assert f"--save-facts {path}: the file exists; add --force to replace it" in r.stderr
+    assert path.read_text() == "my notes\n"
+    forced = run_cli("doctor", "--fast", "--json", "--save-facts", str(path), "--force")
+    assert forced.returncode in (0, 1), forced.stderr
+    assert json.loads(path.read_text())["schema_version"] == 1
+
+
+def test_save_facts_is_checked_before_anything_is_read(run_cli, tmp_path):
+    # The facts file is missing too, but the --save-facts mistake is the one reported: nothing is
+    # probed or read before the output file is known to be writable.
+    (tmp_path / "rig.json").write_text("{}\n")
+    r = run_cli("doctor", "--facts", str(tmp_path / "absent.json"), "--save-facts", str(tmp_path / "rig.json"))
+    assert r.returncode == 2 and "--save-facts" in r.stderr and "absent.json" not in r.stderr
+    r = run_cli("doctor", "--fast", "--save-facts", str(tmp_path / "no" / "rig.json"))
+    assert r.returncode == 2 and "the folder" in r.stderr and not (tmp_path / "no").exists()
+
+
+def test_help_names_force(run_cli):
+    r = run_cli("doctor", "--help")
+    assert "Replace an existing --save-facts file." in r.stdout

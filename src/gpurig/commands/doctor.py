@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from gpurig.diagnose.findings import Finding, has_error, sort_findings
+from gpurig.errors import check_output_file
 from gpurig.probe.facts import RigFacts
 from gpurig.report.output import console_for, emit_json
 
@@ -60,7 +61,9 @@ def register(app: typer.Typer) -> None:
     def doctor(
         json_out: bool = typer.Option(False, "--json", help="Print one JSON document {facts, findings} on stdout."),
         save_facts: Path | None = typer.Option(
-            None, "--save-facts", metavar="FILE", help="Write the machine's facts snapshot to FILE (JSON)."
+            None, "--save-facts", metavar="FILE",
+            help="Write the machine's facts snapshot to FILE (JSON); its folder must exist, and an existing "
+                 "FILE is replaced only with --force.",
         ),
         facts_file: Path | None = typer.Option(
             None, "--facts", metavar="FILE", help="Judge a saved snapshot instead of this machine."
@@ -68,12 +71,16 @@ def register(app: typer.Typer) -> None:
         fast: bool = typer.Option(
             False, "--fast", help="Skip the PyTorch/TensorFlow probes (answers in well under a second)."
         ),
+        force: bool = typer.Option(False, "--force", help="Replace an existing --save-facts file."),
     ) -> None:
+        if save_facts is not None:
+            # Before probing: a file that would not be replaced (or a missing folder) costs nothing.
+            check_output_file(str(save_facts), "--save-facts", force)
         facts = gather(facts_file, frameworks=not fast)
         if save_facts is not None:
             from gpurig.probe.snapshot import save_facts_file
 
-            save_facts_file(facts, save_facts)
+            save_facts_file(facts, save_facts, force=force)
         facts, findings = doctor_data(facts)
         if json_out:
             emit_json(doctor_document(facts, findings))

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
-from gpurig.errors import BadInput, read_user_text
+from gpurig.errors import BadInput, check_output_file, read_user_text, write_file_atomic
 from gpurig.probe.facts import FactsError, RigFacts
 
 
@@ -27,26 +26,13 @@ def load_facts_file(path: str | os.PathLike, flag: str = "--facts") -> RigFacts:
         raise BadInput(f"{flag} {p}: not a gpurig facts snapshot: {exc}") from None
 
 
-def save_facts_file(facts: RigFacts, path: str | os.PathLike, flag: str = "--save-facts") -> Path:
-    """Write the snapshot atomically (temporary file, fsync, rename): a crash never leaves half a file."""
+def save_facts_file(facts: RigFacts, path: str | os.PathLike, flag: str = "--save-facts", force: bool = True) -> Path:
+    """Write the snapshot atomically (temporary file, fsync, rename): a crash never leaves half a file.
+
+    gpurig's one rule for output files applies (`check_output_file`): the folder must exist, and an
+    existing file is replaced only with `force` (`gpurig doctor` passes its --force, after checking
+    it before probing)."""
     p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if parent.exists() and not parent.is_dir():
-        raise BadInput(f"{flag} {p}: {parent} is a file, not a folder")
-    if not parent.is_dir():
-        raise BadInput(f"{flag} {p}: the folder {parent} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(facts.to_dict(), f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except (OSError, UnboundLocalError):
-            pass
-        raise BadInput(f"{flag} {p}: cannot write it ({exc.strerror or exc})") from None
+    check_output_file(str(p), flag, force)
+    write_file_atomic(str(p), json.dumps(facts.to_dict(), indent=2) + "\n", flag)
     return p
