@@ -6,6 +6,7 @@ Each module in `gpurig/commands/` defines `register(app)`; modules named `bench_
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import sys
@@ -86,9 +87,29 @@ def reflow(text: str | None) -> str | None:
     return "\n\n".join(out)
 
 
+def _stops_quietly(callback):
+    """A Ctrl-C (or a SIGTERM turned into `launch.runner.Stop`) that reaches the top of a command
+    ends it with one line and 130 (143 for SIGTERM), not a traceback or click's "Aborted!". Workers
+    are already stopped by then: the runner stops them before it passes the interrupt on."""
+
+    @functools.wraps(callback)
+    def wrapper(*args, **kwargs):
+        try:
+            return callback(*args, **kwargs)
+        except KeyboardInterrupt as exc:
+            signame = getattr(exc, "signame", "SIGINT")
+            words = "Ctrl-C (SIGINT)" if signame == "SIGINT" else signame
+            print(f"gpurig: stopped by {words}; nothing is left running", file=sys.stderr)
+            raise typer.Exit(143 if signame == "SIGTERM" else 130) from None
+
+    return wrapper
+
+
 def _reflow_all(typer_app: typer.Typer) -> None:
     for info in typer_app.registered_commands:
         info.help = reflow(info.help or (info.callback.__doc__ if info.callback else None))
+        if info.callback is not None:
+            info.callback = _stops_quietly(info.callback)
     for group in typer_app.registered_groups:
         if group.typer_instance is not None:
             _reflow_all(group.typer_instance)

@@ -282,7 +282,7 @@ def register(app: typer.Typer) -> None:
                     console.print(f"▶ {name} …")
                 return
             progress.remove_task(tasks.pop(name))
-            style = {"passed": "green", "failed": "bold red", "skipped": "dim"}[res.status]
+            style = {"passed": "green", "failed": "bold red", "skipped": "dim", "interrupted": "yellow"}[res.status]
             console.print(f"  [{style}]{res.status.upper()}[/{style}] {name} ({res.seconds:.1f} s): {res.reason}")
 
         with progress, sigterm_stops():

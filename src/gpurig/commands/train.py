@@ -311,10 +311,10 @@ def register(app: typer.Typer) -> None:
                 if cfg.checkpoint.enabled:
                     saved_ck = (summary.get("checkpoints") or ["saved"])[-1]
                     console.print(f"[yellow]{where}[/yellow]; checkpoint {saved_ck}; continue with: gpurig train --out "
-                                  f"{summary.get('run_dir')} --resume auto", markup=True)
+                                  f"{summary.get('run_dir')} --resume auto", soft_wrap=True)
                 else:
                     console.print(f"[yellow]{where}[/yellow]; checkpoint.enabled is false, so there is nothing to "
-                                  "continue from")
+                                  "continue from", soft_wrap=True)
                 raise typer.Exit(143 if signame == "SIGTERM" else 130)
             attach_verdicts(summary)
         loss = summary.get("final_loss")

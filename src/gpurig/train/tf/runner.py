@@ -11,19 +11,16 @@ local GPU through MirroredStrategy; with several machines each runs one worker u
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gpurig.errors import BadInput, ProblemFound
 from gpurig.launch.plan import LaunchPlan, parse_nproc
-from gpurig.launch.runner import run_plan
+from gpurig.launch.runner import run_plan, sigterm_stops
 from gpurig.probe.visible import parse_visible_devices
 from gpurig.train.tf import decisions as dec
 
@@ -210,23 +207,6 @@ def worker_plan(job: dict[str, Any], job_path: Path) -> LaunchPlan:
                       notes=[c["name"] + ": " + str(c["value"]) for c in job["choices"]])
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM to gpurig ends the worker as Ctrl-C does: SIGTERM to it, then a grace to checkpoint."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):  # noqa: ARG001
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 def adapt_verdicts(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The shared bottleneck verdicts speak of DataLoaders; say what helps a tf.data pipeline instead.
 
@@ -319,7 +299,7 @@ def run_tf_training(
         if echo is not None and not line.startswith(TF_NOISE):
             echo(line)
 
-    with _sigterm_as_interrupt():
+    with sigterm_stops():  # SIGTERM ends the worker as Ctrl-C does: SIGTERM to it, then a grace to checkpoint
         run = run_plan(plan, timeout=timeout, echo=show, log_name=f"tf-worker{index}.log", grace=SHUTDOWN_GRACE_S)
     if run.returncode == 2:
         raise BadInput(_worker_error(run.output_tail) or f"the TensorFlow worker rejected the run (see {run.log_path})")
@@ -335,7 +315,7 @@ def run_tf_training(
     result["log"] = run.log_path
     # As the PyTorch summary says it: how the worker ended (a SIGTERMed run is "interrupted").
     result["launch"] = {"device": job["device_label"], "nproc": job["replicas"], "returncode": run.returncode,
-                        "interrupted": run.interrupted,
+                        "interrupted": run.interrupted, "signal": run.signal,
                         "reason": next(c["reason"] for c in job["choices"] if c["name"] == "device")}
     if index == 0:
         (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
