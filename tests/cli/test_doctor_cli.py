@@ -106,3 +106,22 @@ def test_save_facts_is_checked_before_anything_is_read(run_cli, tmp_path):
 def test_help_names_force(run_cli):
     r = run_cli("doctor", "--help")
     assert "Replace an existing --save-facts file." in r.stdout
+
+
+@pytest.mark.parametrize("content", ["{}", '{"schema_version": 1}', '{"facts": {}, "findings": []}'])
+@pytest.mark.parametrize("command", [["doctor"], ["env", "pip"]])
+def test_a_facts_file_with_no_facts_exits_2(run_cli, tmp_path, content, command):
+    path = tmp_path / "empty.json"
+    path.write_text(content)
+    r = run_cli(*command, "--facts", str(path))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert f"--facts {path}: holds no facts" in r.stderr
+    assert r.stdout == "" and "not probed" not in r.stderr
+
+
+@pytest.mark.parametrize("content", ["[]", "3"])
+def test_a_facts_file_that_is_a_json_list_or_number_exits_2(run_cli, tmp_path, content):
+    path = tmp_path / "rig.json"
+    path.write_text(content)
+    r = run_cli("doctor", "--facts", str(path))
+    assert r.returncode == 2 and f"--facts {path}: not a gpurig facts snapshot" in r.stderr

@@ -192,7 +192,7 @@ class RigFacts:
     @classmethod
     def from_dict(cls, data: Any) -> RigFacts:
         if not isinstance(data, dict):
-            raise FactsError(f"expected a JSON object at the top level, got {type(data).__name__}")
+            raise FactsError(f"expected a JSON object at the top level, got {_json_kind(data)}")
         if "facts" in data and "findings" in data:  # the output of `gpurig doctor --json`
             data = data["facts"]
         version = data.get("schema_version", SCHEMA_VERSION)
@@ -200,11 +200,30 @@ class RigFacts:
             raise FactsError(f"schema_version {version!r} is not supported (this gpurig reads {SCHEMA_VERSION})")
         return _build(cls, data, "facts")
 
+    def holds_facts(self) -> bool:
+        """True when the snapshot tells something about the machine: a GPU, a driver, a system fact
+        or a device on the PCI bus. Every probe run fills the system section at least (the OS, the
+        Python, the cores), so only a file that is not a snapshot (`{}`, a stray JSON object) holds
+        none, and judging it would describe a machine with nothing on it."""
+        return bool(self.gpus or self.pci_devices or self.driver != DriverFacts()
+                    or self.system != SystemFacts())
+
     def pair(self, a: int, b: int) -> GpuPairFacts | None:
         for p in self.pairs:
             if {p.gpu_a, p.gpu_b} == {a, b}:
                 return p
         return None
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words: "a list", "a number", "null"."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {"list": "a list", "str": "a string", "dict": "an object"}.get(type(value).__name__, type(value).__name__)
 
 
 def _build(cls: type, data: Any, where: str) -> Any:

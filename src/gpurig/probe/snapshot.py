@@ -21,9 +21,13 @@ def load_facts_file(path: str | os.PathLike, flag: str = "--facts") -> RigFacts:
     except json.JSONDecodeError as exc:
         raise BadInput(f"{flag} {p}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     try:
-        return RigFacts.from_dict(data)
+        facts = RigFacts.from_dict(data)
     except FactsError as exc:
         raise BadInput(f"{flag} {p}: not a gpurig facts snapshot: {exc}") from None
+    if not facts.holds_facts():
+        raise BadInput(f"{flag} {p}: holds no facts (no GPU, driver, system or PCI section with a value), so "
+                       "there is nothing to judge; save a snapshot with `gpurig doctor --save-facts FILE`")
+    return facts
 
 
 def save_facts_file(facts: RigFacts, path: str | os.PathLike, flag: str = "--save-facts", force: bool = True) -> Path:
