@@ -113,3 +113,87 @@ def test_unwritable_out_and_report_exit_2_before_any_step(run_cli, tmp_path):
     r = run_cli("check", "--out", str(tmp_path / "run"), "--report", str(blocker / "r.html"))
     assert r.returncode == 2 and "--report" in r.stderr
     assert "doctor" not in r.stdout  # nothing ran
+
+
+def test_an_interrupted_step_stops_the_whole_check_and_the_report_says_where(monkeypatch, tmp_path):
+    ran = []
+
+    def stopped(ctx):
+        raise KeyboardInterrupt  # what the runner passes up once the workers are stopped
+
+    def should_not_run(ctx):
+        ran.append("ran")
+        raise AssertionError("a step ran after Ctrl-C")
+
+    monkeypatch.setattr(check_mod, "STEPS", [
+        ("doctor", _fake_step("doctor", "passed", "fine", {"facts": {}, "findings": []})),
+        ("verify", stopped), ("bench comm", should_not_run), ("bench train", should_not_run),
+    ])
+    ctx = check_mod.CheckContext(device="cpu", nproc="2", out_dir=tmp_path, quick=True, echo=print)
+    doc = check_mod.run_check(ctx)
+    assert not ran
+    assert doc["interrupted"] == "verify" and doc["signal"] == "SIGINT" and doc["passed"] is False
+    assert [s["status"] for s in doc["steps"]] == ["passed", "interrupted", "skipped", "skipped"]
+    assert "Ctrl-C" in doc["steps"][1]["reason"] and "interrupted during verify" in doc["steps"][2]["reason"]
+    from gpurig.report.html import render_report
+
+    html = render_report(doc)
+    assert "interrupted during verify" in html and "some steps failed" not in html
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_verify_stops_everything_at_once(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+    from tests.conftest import ROOT
+
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200")
+    proc = subprocess.Popen([sys.executable, "-m", "gpurig", "check", "--device", "cpu", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    seen = []
+    try:
+        deadline = time.monotonic() + 240
+        for line in proc.stdout:
+            seen.append(line)
+            if "verify" in line and "▶" in line or time.monotonic() > deadline:
+                break
+        time.sleep(3)  # the verify workers are up
+        os.killpg(proc.pid, signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = "".join(seen) + rest
+    assert proc.returncode == 130, text[-3000:]
+    assert "Traceback" not in text and "bench comm (" in text  # later steps are listed as skipped, not run
+    assert "interrupted during verify" in rest
+    doc = json.loads((out / "check.json").read_text())
+    assert doc["interrupted"] == "verify"
+    assert [s["status"] for s in doc["steps"]][1:] == ["interrupted", "skipped", "skipped"]
+    assert "interrupted during verify" in (out / "report.html").read_text()
+    assert not (out / "bench-comm").exists()
+    time.sleep(1)
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
+    assert not left, [p.info["cmdline"] for p in left]
+
+
+def test_an_earlier_checks_results_are_never_replaced_without_force(run_cli, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "check.json").write_text('{"earlier": true}')
+    report = tmp_path / "rig.html"
+    report.write_text("<p>earlier</p>")
+    r = run_cli("check", "--device", "cpu", "--out", str(out))
+    assert r.returncode == 2 and f"--out {out}" in r.stderr and "--force" in r.stderr
+    r = run_cli("check", "--device", "cpu", "--out", str(tmp_path / "new"), "--report", str(report))
+    assert r.returncode == 2 and f"--report {report}" in r.stderr and "--force" in r.stderr
+    assert (out / "check.json").read_text() == '{"earlier": true}' and report.read_text() == "<p>earlier</p>"
+    assert not (tmp_path / "new").exists()  # refused before anything was made
