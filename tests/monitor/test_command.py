@@ -15,7 +15,7 @@ from rich.console import Console
 
 from gpurig.commands.monitor import MonitorOptions, run
 from gpurig.errors import BadInput
-from gpurig.monitor.recorder import Recorder
+from gpurig.monitor.recorder import Recorder, read_recording
 from gpurig.monitor.sampler import FakeBackend, MonitorUnavailable, NvmlBackend, Sampler
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,6 +80,7 @@ def test_plot_writes_a_png_and_judges_the_recording(run_cli, tmp_path):
     with Recorder(rec) as r:
         for _ in range(5):
             r.write(sampler.sample())
+    (tmp_path / "plots").mkdir()  # gpurig never creates the folder of a file it writes
     out = tmp_path / "plots" / "run.png"
     res = run_cli("monitor", "--plot", str(rec), "--out", str(out), "--json")
     assert res.returncode == 0, res.stderr
@@ -199,3 +200,67 @@ def test_count_without_a_gpu_ends_after_the_one_line(run_cli, tmp_path, extra):
 def test_record_to_an_unwritable_path_exits_2_naming_record(run_cli, tmp_path):
     res = run_cli("monitor", "--record", str(tmp_path), "--count", "1", timeout=60)
     assert res.returncode == 2 and "--record" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_record_into_a_missing_folder_exits_2_and_creates_nothing(run_cli, tmp_path):
+    res = run_cli("monitor", "--record", str(tmp_path / "no" / "x.jsonl"), "--count", "1", timeout=60)
+    assert res.returncode == 2
+    assert f"--record {tmp_path / 'no' / 'x.jsonl'}: the folder {tmp_path / 'no'} does not exist" in res.stderr
+    assert not (tmp_path / "no").exists()
+
+
+def test_record_extends_an_existing_recording(tmp_path):
+    rec = tmp_path / "run.jsonl"
+    for _ in range(2):
+        assert run(MonitorOptions(record=rec, count=3, interval=0.01), backend=FakeBackend(gpus=2),
+                   console=_console(), sleep=lambda s: None) == 0
+    assert len(read_recording(rec).samples) == 6
+
+
+def test_record_never_appends_to_a_file_that_is_not_a_recording(run_cli, tmp_path):
+    mine = tmp_path / "train.py"
+    mine.write_text("print('my training script')\n")
+    res = run_cli("monitor", "--record", str(mine), "--count", "1", timeout=60)
+    assert res.returncode == 2
+    assert f"--record {mine}: the file exists and is not a monitor recording" in res.stderr
+    assert mine.read_text() == "print('my training script')\n"
+
+
+def test_extending_a_recording_with_a_torn_last_line_keeps_it_readable(tmp_path):
+    # A monitor killed (SIGKILL, a crash) in the middle of a line leaves it torn; samples appended
+    # after it would leave that line in the middle of the file, and the recording unreadable.
+    rec = tmp_path / "run.jsonl"
+    with Recorder(rec) as r:
+        for _ in range(3):
+            r.write(Sampler(FakeBackend(gpus=1)).sample())
+    whole = rec.read_text()
+    rec.write_text(whole + whole.splitlines()[0][:40])
+    console = _console()
+    assert run(MonitorOptions(record=rec, count=2, interval=0.01), backend=FakeBackend(gpus=1),
+               console=console, sleep=lambda s: None) == 0
+    back = read_recording(rec)
+    assert len(back.samples) == 5 and back.skipped == []
+    assert rec.read_text().startswith(whole)  # every whole sample kept, in order
+    assert "its last line was cut off (40 bytes" in console.file.getvalue()
+
+
+def test_plot_out_follows_the_one_rule(run_cli, tmp_path):
+    rec = tmp_path / "run.jsonl"
+    with Recorder(rec) as r:
+        for _ in range(3):
+            r.write(Sampler(FakeBackend(gpus=1)).sample())
+    missing = run_cli("monitor", "--plot", str(rec), "--out", str(tmp_path / "no" / "run.png"))
+    assert missing.returncode == 2 and "--out" in missing.stderr and "does not exist" in missing.stderr
+    assert not (tmp_path / "no").exists()
+    png = tmp_path / "run.png"
+    png.write_bytes(b"my own picture")
+    again = run_cli("monitor", "--plot", str(rec))  # the default PNG, next to the recording
+    assert again.returncode == 2
+    assert f"--out {png}: the file exists; add --force to replace it" in again.stderr
+    assert png.read_bytes() == b"my own picture"
+    forced = run_cli("monitor", "--plot", str(rec), "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    itself = run_cli("monitor", "--plot", str(rec), "--out", str(rec), "--force")
+    assert itself.returncode == 2 and "is the recording --plot reads" in itself.stderr
+    assert len(read_recording(rec).samples) == 3

@@ -30,7 +30,7 @@ def _quiet_console():
 
 
 def test_each_sample_is_one_flushed_json_line(tmp_path):
-    path = tmp_path / "sub" / "rec.jsonl"
+    path = tmp_path / "rec.jsonl"
     sampler = Sampler(FakeBackend(gpus=2))
     rec = Recorder(path)
     for _ in range(3):
@@ -45,6 +45,12 @@ def test_each_sample_is_one_flushed_json_line(tmp_path):
     rec.close()
     with pytest.raises(ValueError, match="closed"):
         rec.write(sampler.sample())
+
+
+def test_recorder_never_creates_a_folder(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        Recorder(tmp_path / "sub" / "rec.jsonl")
+    assert not (tmp_path / "sub").exists()
 
 
 def test_recorder_appends_to_an_existing_recording(tmp_path):

@@ -15,7 +15,7 @@ from rich.console import Console, Group
 from rich.text import Text
 
 from gpurig import __version__
-from gpurig.errors import BadInput
+from gpurig.errors import BadInput, check_output_file
 from gpurig.report.output import console_for, emit_json
 
 HELP = """Watch every GPU and say what the numbers mean for a multi-GPU job.
@@ -53,6 +53,7 @@ class MonitorOptions:
     count: int = 0
     plot: Path | None = None
     out: Path | None = None
+    force: bool = False  # replace an existing --out PNG
 
     def validate(self) -> None:
         """Bad combinations, named by their flags (exit 2)."""
@@ -66,6 +67,23 @@ class MonitorOptions:
             raise BadInput("--out names the PNG that --plot writes; give --plot FILE.jsonl too")
         if self.json_out and self.record is not None and not self.once:
             raise BadInput("--json prints one snapshot and --record records many: use --record alone, or add --once")
+
+    def png_path(self) -> Path:
+        """Where --plot writes: --out, or the recording's name with .png."""
+        assert self.plot is not None
+        return self.out or self.plot.with_suffix(".png")
+
+    def check_files(self) -> None:
+        """The files the run will write, checked before any reading or waiting: gpurig's one rule
+        (the folder must exist, a folder is not a file, an existing PNG is replaced only with
+        --force). An existing --record file is extended, so only its folder is checked here."""
+        if self.plot is not None:
+            out = self.png_path()
+            check_output_file(str(out), "--out", self.force)
+            if out.exists() and self.plot.exists() and out.resolve() == self.plot.resolve():
+                raise BadInput(f"--out {out}: is the recording --plot reads; give the PNG another name")
+        if self.record is not None:
+            check_output_file(str(self.record), "--record", force=True)
 
 
 # ------------------------------------------------------------------------------------------
@@ -201,15 +219,12 @@ def plot_recording(opts: MonitorOptions, console: Console) -> None:
         rec = read_recording(opts.plot, fields=PLOT_FIELDS)
     except RecordingError as exc:
         raise BadInput(f"--plot: {exc}") from None
-    out = opts.out or opts.plot.with_suffix(".png")
+    out = opts.png_path()
     png = monitor_png(rec.samples, title=f"{opts.plot.name}: {len(rec.samples)} samples")
     if png is None:
         raise BadInput(f"--plot: {opts.plot} has no utilisation, memory or power values to plot")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(png)
-    except OSError as exc:
-        raise BadInput(f"--out: cannot write {out} ({exc.strerror})") from None
+    check_output_file(str(out), "--out", opts.force)  # again: a file may have appeared while plotting
+    _write_bytes_atomic(out, png, "--out")
     findings = _verdicts(rec.samples)
     if opts.json_out:
         emit_json({"gpurig_version": __version__, "plot": str(out), "samples": len(rec.samples),
@@ -222,6 +237,27 @@ def plot_recording(opts: MonitorOptions, console: Console) -> None:
         console.print(verdict_lines(findings))
 
 
+def _write_bytes_atomic(path: Path, data: bytes, flag: str) -> None:
+    """`write_file_atomic` for bytes (a PNG): temporary file, fsync, rename; the file that was there
+    stays whole on any failure."""
+    import tempfile
+
+    parent = path.parent if str(path.parent) else Path(".")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise BadInput(f"{flag} {path}: cannot write it ({exc.strerror or exc})") from None
+
+
 def _snapshot(sampler: Any, interval: float, sleep: Any) -> dict[str, Any]:
     """One sample with traffic rates: NVLink and PCIe counters need two readings to give a rate."""
     sampler.sample()
@@ -232,9 +268,10 @@ def _snapshot(sampler: Any, interval: float, sleep: Any) -> dict[str, Any]:
 def run(opts: MonitorOptions, backend: Any = None, console: Console | None = None,
         sleep: Any = time.sleep) -> int:
     """Run the monitor; returns the exit status. `backend` replaces NVML (tests pass a FakeBackend)."""
-    from gpurig.monitor.recorder import Recorder
+    from gpurig.monitor.recorder import Recorder, RecordingError
 
     opts.validate()
+    opts.check_files()
     if console is None:
         console = console_for(opts.json_out)
         if not console.is_terminal and "COLUMNS" not in os.environ:
@@ -248,8 +285,14 @@ def run(opts: MonitorOptions, backend: Any = None, console: Console | None = Non
     if opts.record is not None:
         try:
             recorder = Recorder(opts.record)
+        except RecordingError as exc:
+            raise BadInput(f"--record {exc}") from None
         except OSError as exc:
-            raise BadInput(f"--record: cannot append to {opts.record} ({exc.strerror or exc})") from None
+            raise BadInput(f"--record {opts.record}: cannot append to it ({exc.strerror or exc})") from None
+        if recorder.dropped_bytes:
+            console.print(f"note: --record {opts.record}: its last line was cut off ({recorder.dropped_bytes} bytes, "
+                          "a monitor killed while writing it) and was dropped before extending the recording",
+                          markup=False, highlight=False, soft_wrap=True)
     try:
         return _watch(opts, backend, console, recorder, sleep)
     finally:
@@ -365,16 +408,21 @@ def register(app: typer.Typer) -> None:
         once: bool = typer.Option(False, "--once", help="Print one snapshot and exit."),
         json_out: bool = typer.Option(False, "--json", help="Print one snapshot as a JSON document on stdout."),
         record: Path | None = typer.Option(None, "--record", metavar="FILE",
-                                           help="Append every sample to FILE as one JSON line (flushed each time)."),
+                                           help="Append every sample to FILE as one JSON line (flushed each time). "
+                                                "An existing recording is extended, never replaced; a file that is "
+                                                "not one is refused. The folder must exist."),
         count: int = typer.Option(0, "--count", "-n", metavar="N",
                                   help="Stop after N samples (default 0: until Ctrl-C)."),
         plot: Path | None = typer.Option(None, "--plot", metavar="FILE.jsonl",
                                          help="Plot a recording: utilisation, memory and power over time."),
         out: Path | None = typer.Option(None, "--out", metavar="PNG",
-                                        help="Where --plot writes the PNG (default: the recording's name, .png)."),
+                                        help="Where --plot writes the PNG (default: the recording's name, .png); "
+                                             "the folder must exist."),
+        force: bool = typer.Option(False, "--force", help="Replace an existing --out PNG (a --record recording is "
+                                                          "extended, never replaced)."),
     ) -> None:
         opts = MonitorOptions(interval=interval, once=once, json_out=json_out, record=record, count=count,
-                              plot=plot, out=out)
+                              plot=plot, out=out, force=force)
         # `kill` (SIGTERM) ends a background recording as cleanly as Ctrl-C does.
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         try:

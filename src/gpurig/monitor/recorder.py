@@ -20,12 +20,29 @@ class RecordingError(ValueError):
     """A recording that cannot be read; the message names the file and the line."""
 
 
+# The first line of a recording is one sample: a few kB per GPU. Reading this much of a file is
+# enough to tell a recording from anything else without reading a day-long recording whole.
+FIRST_LINE_LIMIT = 4 << 20
+
+
 class Recorder:
-    """Appends samples to `path` (created, with its folder, when missing)."""
+    """Appends samples to `path`: a new file, or an existing recording, which is extended.
+
+    The folder must exist (the command checks it; nothing here creates folders). An existing file
+    that is not a recording is refused with `RecordingError`, so a mistyped name never gets JSON
+    lines appended to someone's file. When the monitor that wrote an existing recording was killed
+    in the middle of a line, that torn line (never a readable sample; `read_recording` skips it)
+    is cut off before extending, or it would sit in the middle of the file and make the whole
+    recording unreadable; `dropped_bytes` says how much was cut.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.dropped_bytes = 0
+        self.extended = False
+        if self.path.is_file() and self.path.stat().st_size > 0:
+            self.dropped_bytes = _prepare_to_extend(self.path)
+            self.extended = True
         self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
         self.written = 0
 
@@ -47,6 +64,37 @@ class Recorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _prepare_to_extend(path: Path) -> int:
+    """Check that `path` is a recording and cut a torn last line; returns the bytes cut."""
+    with path.open("rb+") as f:
+        first = f.readline(FIRST_LINE_LIMIT)
+        try:
+            Sample.from_dict(json.loads(first))
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError):
+            raise RecordingError(f"{path}: the file exists and is not a monitor recording (its first line is not "
+                                 "a sample); nothing was written to it: give a new file name") from None
+        size = f.seek(0, os.SEEK_END)
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        # Find the end of the last whole line, reading backwards in blocks.
+        end = size
+        while end > 0:
+            start = max(0, end - 65536)
+            f.seek(start)
+            block = f.read(end - start)
+            cut = block.rfind(b"\n")
+            if cut >= 0:
+                keep = start + cut + 1
+                f.truncate(keep)
+                return size - keep
+            end = start
+    # The only line is the first, read above as a whole sample: it merely lacks its newline.
+    with path.open("ab") as f:
+        f.write(b"\n")
+    return 0
 
 
 @dataclass
