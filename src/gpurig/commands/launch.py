@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from gpurig.errors import BadInput
+from gpurig.errors import BadInput, check_user_file
 from gpurig.report.output import console_for, emit_json
 
 HELP = """Run your own DDP script through torchrun with safe defaults; when it fails, say why.
@@ -26,7 +26,8 @@ Before starting it runs the doctor's fast checks (stops on an error unless --no-
 
 When a worker fails or the job hangs, it prints the root-cause rank's explanation first, then
 that rank's log tail; for a hang, the collective and the ranks that never arrived.
-Exit code: the failing worker's (128+N when killed by signal N), 2 for bad usage.
+Exit code: the failing worker's (128+N when killed by signal N), 2 for bad usage or input (a script
+Python cannot read or compile), refused before anything runs.
 
 Everything after SCRIPT goes to the script. Example:
   [bold]gpurig launch --dry-run train.py --epochs 3[/bold]
@@ -128,8 +129,18 @@ def register(app: typer.Typer) -> None:
             raise BadInput(f"--timeout must be 0 or more seconds, got {timeout:g}")
         if max_time is not None and max_time <= 0:
             raise BadInput(f"--max-time must be more than 0 seconds, got {max_time:g}")
-        if not module and not Path(script).is_file():
-            raise BadInput(f"SCRIPT {script}: no such file (use -m for a module)")
+        lint_findings = []
+        if not module:
+            from gpurig.commands.lint import lint_file
+
+            try:
+                check_user_file(script, f"SCRIPT {script}", "script")
+            except BadInput as exc:
+                if not Path(script).exists():
+                    raise BadInput(f"{exc} (use -m for a module)") from None
+                raise
+            # A script Python cannot read or compile would only fail in every worker: stop here.
+            lint_findings = lint_file(script)
         options = LaunchOptions(
             script=script,
             script_args=list(script_args or []),
@@ -172,16 +183,10 @@ def register(app: typer.Typer) -> None:
                           f"(another program holds it). {entry.fix}", soft_wrap=True)
             raise typer.Exit(1)
         # Preflight: lint the script, then the doctor's fast checks.
-        lint_findings = []
-        if not module:
-            from gpurig.commands.lint import lint_file, render_findings
+        if lint_findings:
+            from gpurig.commands.lint import render_findings
 
-            try:
-                lint_findings = lint_file(script)
-            except BadInput as exc:
-                console.print(f"  lint: skipped ({exc})", markup=False)
-            if lint_findings:
-                render_findings(console, script, lint_findings)
+            render_findings(console, script, lint_findings)
         report["lint"] = [f.to_dict() for f in lint_findings]
         if lint_findings and strict:
             report["result"] = {"status": "not-started", "reason": "lint findings with --strict"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import typer
 from rich.markup import escape
 
@@ -15,25 +17,63 @@ DDP without set_device/device_ids, torch.load without map_location, printing or 
 rank, a hard-coded init_method/MASTER_PORT, download=True or pretrained=True on every rank,
 find_unused_parameters=True, a DataLoader feeding a GPU without workers or pinned memory.
 
-Exit code: 0 nothing found, 1 findings, 2 the file is missing or not valid Python.
+Exit code: 0 nothing found, 1 findings, 2 the file is missing, unreadable, not UTF-8 (or its declared
+encoding) or not valid Python.
 
 Example: [bold]gpurig lint train.py --json[/bold]
 """
 
 
-def lint_file(script: str) -> list:
-    """Findings for a script on disk; a missing, unreadable or invalid file is bad input (exit 2)."""
+def read_script(script: str) -> str:
+    """The text of a script the user named, checked the way Python reads it: a missing, unreadable,
+    undecodable or syntactically invalid file is bad input (exit 2), naming the file and the line."""
+    import io
+    import tokenize
     from pathlib import Path
 
-    from gpurig.diagnose.lint import lint_source
-    from gpurig.errors import BadInput, read_user_text
+    from gpurig.errors import BadInput, check_user_file
 
-    path = Path(script)
-    source = read_user_text(script, f"SCRIPT {script}", "script")
+    label = f"SCRIPT {script}"
+    check_user_file(script, label, "script")
     try:
-        return lint_source(source, str(path))
+        data = Path(script).read_bytes()
+    except OSError as exc:
+        raise BadInput(f"{label}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        # From bytes, as the interpreter does: the encoding is UTF-8 unless the file declares another.
+        compile(data, script, "exec", flags=0x400, dont_inherit=True)  # 0x400: ast.PyCF_ONLY_AST
     except SyntaxError as exc:
-        raise BadInput(f"SCRIPT {script}: not valid Python (line {exc.lineno}: {exc.msg})") from None
+        raise BadInput(f"{label}: {_syntax_error_text(exc)}") from None
+    except ValueError as exc:  # null bytes, on some Python versions
+        raise BadInput(f"{label}: not valid Python ({exc})") from None
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding)
+
+
+def _syntax_error_text(exc: SyntaxError) -> str:
+    """Python's own words for a script it cannot compile, with the line (and its code) they are about."""
+    where = f"line {exc.lineno}: " if exc.lineno else ""
+    msg = exc.msg or "invalid syntax"
+    found = re.search(r"'([\w-]+)' codec can't decode byte (0x[0-9a-f]{2})", msg)
+    if found:  # bytes the file's encoding (UTF-8 unless a coding line says otherwise) cannot decode
+        codec, byte = found.groups()
+        name = "UTF-8" if codec.replace("_", "-").lower() in ("utf-8", "utf8") else codec
+        return f"not {name} text ({where}byte {byte}); save it as UTF-8 or declare its encoding in a coding line"
+    text = (exc.text or "").strip()
+    code = f": {text if len(text) <= 120 else text[:120] + ' …'}" if text else ""
+    return f"not valid Python ({where}{msg}){code}"
+
+
+def lint_file(script: str) -> list:
+    """Findings for a script on disk; a missing, unreadable or invalid file is bad input (exit 2)."""
+    from gpurig.diagnose.lint import lint_source
+    from gpurig.errors import BadInput
+
+    source = read_script(script)
+    try:
+        return lint_source(source, script)
+    except SyntaxError as exc:
+        raise BadInput(f"SCRIPT {script}: {_syntax_error_text(exc)}") from None
 
 
 def lint_path(script: str):

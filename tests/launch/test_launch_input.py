@@ -1,0 +1,70 @@
+"""`gpurig launch` refuses bad input before anything runs: exit 2, a message naming the file or flag,
+no plan printed, no preflight, no run directory, no process started."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+
+def _refused(out, tmp_path) -> None:
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.stderr.startswith("gpurig: error: ")
+    assert "Traceback" not in out.stderr
+    assert "--- workers ---" not in out.stdout and "preflight" not in out.stdout
+    assert not (tmp_path / "gpurig-runs").exists()  # no run directory: torchrun never started
+
+
+def test_script_with_a_syntax_error_stops_before_launch(run_cli, tmp_path):
+    source = "import os\nprint('hello'\n"
+    (tmp_path / "syn.py").write_text(source)
+    with pytest.raises(SyntaxError) as python_says:
+        compile(source, "syn.py", "exec")
+    out = run_cli("launch", "--device", "cpu", "syn.py", cwd=tmp_path)
+    _refused(out, tmp_path)
+    # The file, the line and Python's own words for the error.
+    line = out.stderr.strip()
+    assert line.startswith("gpurig: error: SCRIPT syn.py: not valid Python (line 2: ")
+    assert python_says.value.msg in line and "print('hello'" in line
+
+
+def test_script_that_is_not_utf8_text_stops_before_launch(run_cli, tmp_path):
+    (tmp_path / "latin.py").write_bytes(b"import os\nname = '\xe9t\xe9'\n")
+    out = run_cli("launch", "--device", "cpu", "latin.py", cwd=tmp_path)
+    _refused(out, tmp_path)
+    assert "SCRIPT latin.py: not UTF-8 text (line 2: byte 0xe9)" in out.stderr
+    lint = run_cli("lint", "latin.py", cwd=tmp_path)  # `gpurig lint` reads a script the same way
+    assert lint.returncode == 2 and lint.stderr == out.stderr
+    # Declared as Python allows, the same bytes are a valid script.
+    (tmp_path / "declared.py").write_bytes(b"# -*- coding: latin-1 -*-\nname = '\xe9t\xe9'\n")
+    out = run_cli("launch", "--dry-run", "--device", "cpu", "declared.py", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_script_stops_before_launch(run_cli, tmp_path):
+    script = tmp_path / "secret.py"
+    script.write_text("print('hi')\n")
+    script.chmod(0)
+    out = run_cli("launch", "--device", "cpu", "secret.py", cwd=tmp_path)
+    _refused(out, tmp_path)
+    assert "SCRIPT secret.py: cannot read it (Permission denied)" in out.stderr
+
+
+def test_directory_as_script_is_named_a_directory(run_cli, tmp_path):
+    (tmp_path / "project").mkdir()
+    out = run_cli("launch", "--device", "cpu", "project", cwd=tmp_path)
+    _refused(out, tmp_path)
+    assert out.stderr.strip() == "gpurig: error: SCRIPT project: is a directory, not a script"
+    out = run_cli("launch", "--device", "cpu", "missing.py", cwd=tmp_path)
+    _refused(out, tmp_path)
+    assert out.stderr.strip() == "gpurig: error: SCRIPT missing.py: no such file (use -m for a module)"
+
+
+def test_module_is_not_parsed(run_cli, tmp_path):
+    (tmp_path / "syn.py").write_text("def f(:\n")
+    out = run_cli("launch", "--dry-run", "--json", "--device", "cpu", "-m", "syn", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["plan"]["argv"][-2:] == ["--module", "syn"]
