@@ -152,3 +152,23 @@ def test_ctrl_c_ends_workers_and_dataloader_children(tmp_path):
     assert proc.returncode == 130
     assert json.loads(stdout)["result"]["status"] == "interrupted"
     _assert_no_process_left(pid_dir, 6)
+
+
+def test_force_replaces_an_earlier_launch_in_the_run_dir(launch, tmp_path):
+    """An earlier failed launch in --run-dir: with --force its files go and a good run reads as good
+    (its launcher log's failure table is not read as this run's); the user's own files stay."""
+    run = tmp_path / "run"
+    old_attempt = run / "logs" / "none_old" / "attempt_0" / "1"
+    old_attempt.mkdir(parents=True)
+    (old_attempt / "stderr.log").write_text("ValueError: injected failure on rank 1\n")
+    failed_log = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "torchrun_rank1_raises_gloo.log"
+    (run / "launcher.log").write_text(failed_log.read_text())
+    (run / "result.json").write_text('{"result": {"status": "failed"}}\n')
+    (run / "notes.txt").write_text("mine\n")
+    out, doc = launch("ddp_ok.py", "--run-dir", str(run), "--force")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert doc["result"]["status"] == "ok"
+    assert not (run / "logs" / "none_old").exists()
+    assert "injected failure" not in (run / "launcher.log").read_text()
+    assert json.loads((run / "result.json").read_text())["result"]["status"] == "ok"
+    assert (run / "notes.txt").read_text() == "mine\n"

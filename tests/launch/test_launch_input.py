@@ -68,3 +68,47 @@ def test_module_is_not_parsed(run_cli, tmp_path):
     out = run_cli("launch", "--dry-run", "--json", "--device", "cpu", "-m", "syn", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["plan"]["argv"][-2:] == ["--module", "syn"]
+
+
+def test_run_dir_that_is_a_file_is_refused_before_preflight(run_cli, tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "taken").write_text("not a folder\n")
+    out = run_cli("launch", "--device", "cpu", "--run-dir", "taken", "train.py", cwd=tmp_path)
+    _refused(out, tmp_path)
+    assert out.stderr.strip() == "gpurig: error: --run-dir taken: exists and is a file, not a folder"
+    assert "gpurig launch:" not in out.stdout  # refused before the plan is even printed
+    assert (tmp_path / "taken").read_text() == "not a folder\n"
+
+
+def test_run_dir_under_a_file_is_refused(run_cli, tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "taken").write_text("not a folder\n")
+    run_dir = os.path.join("taken", "run1")
+    out = run_cli("launch", "--device", "cpu", "--run-dir", run_dir, "train.py", cwd=tmp_path)
+    _refused(out, tmp_path)
+    assert out.stderr.startswith(f"gpurig: error: --run-dir {run_dir}: taken is a file, not a folder")
+
+
+def test_run_dir_holding_an_earlier_launch_is_refused_without_force(run_cli, tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    earlier = tmp_path / "run"
+    (earlier / "logs" / "none_abc" / "attempt_0" / "0").mkdir(parents=True)
+    (earlier / "result.json").write_text('{"result": {"status": "failed"}}\n')
+    (earlier / "launcher.log").write_text("the earlier run\n")
+    for flags in ([], ["--dry-run"]):
+        out = run_cli("launch", *flags, "--device", "cpu", "--run-dir", "run", "train.py", cwd=tmp_path)
+        _refused(out, tmp_path)
+        assert out.stderr.startswith("gpurig: error: --run-dir run: holds an earlier launch (result.json, launcher.log, logs/)")
+        assert "--force" in out.stderr
+    # Nothing of the earlier launch was touched.
+    assert (earlier / "result.json").read_text() == '{"result": {"status": "failed"}}\n'
+    assert (earlier / "launcher.log").read_text() == "the earlier run\n"
+    assert (earlier / "logs" / "none_abc" / "attempt_0" / "0").is_dir()
+
+
+def test_empty_run_dir_is_used(run_cli, tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "run").mkdir()
+    out = run_cli("launch", "--dry-run", "--json", "--device", "cpu", "--run-dir", "run", "train.py", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["plan"]["run_dir"] == "run"

@@ -3,6 +3,7 @@ defaults, and when it dies, say which rank and why."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -27,7 +28,11 @@ Before starting it runs the doctor's fast checks (stops on an error unless --no-
 When a worker fails or the job hangs, it prints the root-cause rank's explanation first, then
 that rank's log tail; for a hang, the collective and the ranks that never arrived.
 Exit code: the failing worker's (128+N when killed by signal N), 2 for bad usage or input (a script
-Python cannot read or compile), refused before anything runs.
+Python cannot read or compile, a --run-dir that is a file), refused before anything runs.
+
+The run directory (--run-dir, default a new gpurig-runs/launch-<time>-<pid>) holds one launch: a
+folder that already holds an earlier launch's logs and result is refused, so they are never mixed
+with this run's or lost; --force deletes that earlier launch's files (only those) and starts afresh.
 
 Everything after SCRIPT goes to the script. Example:
   [bold]gpurig launch --dry-run train.py --epochs 3[/bold]
@@ -69,6 +74,68 @@ def _render_plan(console, desc: dict) -> None:
         console.print(f"    {d['name']}={d['value']}  ({d['source']}: {d['why']})", markup=False, soft_wrap=True)
     console.print("  command:", markup=False)
     console.print(f"    {desc['command']}", markup=False, soft_wrap=True)
+
+
+def _earlier_launch(run_dir: Path) -> list[str]:
+    """What an earlier `gpurig launch` left in `run_dir` (empty when nothing)."""
+    from gpurig.launch.plan import TRACE_PREFIX
+
+    found = [name for name in ("result.json", "plan.json", "launcher.log") if (run_dir / name).exists()]
+    if any(run_dir.glob("logs/*/attempt_*")):
+        found.append("logs/")
+    if any(run_dir.glob(TRACE_PREFIX + "*")):
+        found.append(f"{TRACE_PREFIX}* dumps")
+    return found
+
+
+def _check_run_dir(run_dir: str, given: bool, force: bool) -> None:
+    """Before anything runs: the run directory is a folder gpurig can create or write, and holds no
+    earlier launch (unless --force). `BadInput` naming --run-dir otherwise."""
+    label = f"--run-dir {run_dir}" if given else f"run directory {run_dir}"
+    other = "" if given else " (choose another with --run-dir)"
+    p = Path(run_dir)
+    if p.is_symlink() and not p.exists():
+        raise BadInput(f"{label}: is a link to {os.readlink(p)}, which does not exist{other}")
+    if p.exists() and not p.is_dir():
+        raise BadInput(f"{label}: exists and is a file, not a folder{other}")
+    if p.is_dir():
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise BadInput(f"{label}: the folder is not writable{other}")
+        earlier = _earlier_launch(p)
+        if earlier and not force:
+            raise BadInput(
+                f"{label}: holds an earlier launch ({', '.join(earlier)}); give a new folder, "
+                "or add --force to delete that launch's files and start afresh"
+            )
+        return
+    ancestor = next((a for a in p.parents if a.exists()), Path("."))
+    if not ancestor.is_dir():
+        raise BadInput(f"{label}: {ancestor} is a file, not a folder; cannot create the run directory under it{other}")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise BadInput(f"{label}: cannot create it: {ancestor} is not writable{other}")
+
+
+def _clear_earlier_launch(run_dir: str, label: str) -> None:
+    """--force: delete what an earlier launch left in the run directory, and nothing else."""
+    import shutil
+
+    from gpurig.launch.plan import TRACE_PREFIX
+
+    p = Path(run_dir)
+    if not p.is_dir():
+        return
+    try:
+        for name in ("result.json", "plan.json", "launcher.log"):
+            (p / name).unlink(missing_ok=True)
+        for dump in p.glob(TRACE_PREFIX + "*"):
+            dump.unlink()
+        logs = p / "logs"
+        for run in {a.parent for a in logs.glob("*/attempt_*")}:
+            shutil.rmtree(run)
+        if logs.is_dir() and not any(logs.iterdir()):
+            logs.rmdir()
+    except OSError as exc:
+        raise BadInput(f"{label}: cannot delete the earlier launch's {exc.filename}: {exc.strerror or exc}") from None
 
 
 def render_diagnosis(console, diag: dict) -> None:
@@ -114,7 +181,8 @@ def register(app: typer.Typer) -> None:
         max_restarts: int = typer.Option(0, "--max-restarts", "--max_restarts", help="Restarts torchrun allows after a failure."),
         timeout: float = typer.Option(600.0, "--timeout", help="Collective timeout in seconds for init_process_group() called without timeout= (0: torch's default)."),
         max_time: float = typer.Option(None, "--max-time", help="Stop the whole run after this many seconds (default: no limit)."),
-        run_dir: str = typer.Option(None, "--run-dir", help="Where logs, dumps and the report go (default gpurig-runs/launch-<time>)."),
+        run_dir: str = typer.Option(None, "--run-dir", help="Where logs, dumps and the report go (default gpurig-runs/launch-<time>-<pid>); a folder holding an earlier launch is refused unless --force."),
+        force: bool = typer.Option(False, "--force", help="The --run-dir folder holds an earlier launch: delete that launch's files (only those) and start afresh."),
         env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the workers; repeatable; overrides a default."),
         module: bool = typer.Option(False, "-m", "--module", help="Run SCRIPT as a module (python -m)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (argv and environment) and exit."),
@@ -158,6 +226,7 @@ def register(app: typer.Typer) -> None:
             use_slurm=not no_slurm,
         )
         plan, desc = plan_launch(options)
+        _check_run_dir(desc["run_dir"], given=run_dir is not None, force=force)
         console = console_for(json_out)
         if dry_run:
             if json_out:
@@ -220,6 +289,8 @@ def register(app: typer.Typer) -> None:
         def echo(line: str) -> None:
             print(line, file=out, flush=True)
 
+        if force:
+            _clear_earlier_launch(plan.run_dir, f"--run-dir {plan.run_dir}")
         console.print("--- workers ---", markup=False)
         result, record = run_launch(plan, desc, max_time=max_time, echo=echo)
         diagnosis = explain_run(record, result.returncode, timed_out=result.timed_out, interrupted=result.interrupted)
