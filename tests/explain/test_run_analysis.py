@@ -139,6 +139,27 @@ def test_clean_run_and_interrupted_run():
     assert diag.status == "interrupted" and diag.exit_code == 130
 
 
+@pytest.mark.parametrize("stop_signal, code, words", [
+    (None, 130, "Ctrl-C (SIGINT)"),  # a runner that does not say which signal: Ctrl-C
+    ("SIGINT", 130, "Ctrl-C (SIGINT)"),
+    ("SIGTERM", 143, "SIGTERM (from a scheduler or kill)"),
+])
+def test_interrupted_run_is_one_line_without_advice(stop_signal, code, words):
+    # What the workers said as they were stopped (an NCCL error, torchrun's table) is not explained.
+    record = _record(
+        failures=[TableFailure(rank=0, local_rank=0, exitcode=-15, signal="SIGTERM", root_cause=True)],
+        ranks={0: RankLog(0, 0, text="RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1, unhandled system error"),
+               1: RankLog(1, 1, text="KeyboardInterrupt")},
+    )
+    diag = explain_run(record, returncode=-15, interrupted=True, stop_signal=stop_signal)
+    assert diag.status == "interrupted" and diag.exit_code == code
+    assert diag.signal == (stop_signal or "SIGINT")
+    assert diag.summary == f"stopped by {words}; every worker was stopped; logs in r; run the same command again to start over"
+    assert diag.matches == [] and diag.next_steps == [] and diag.log_tail == [] and diag.where is None
+    again = explain_run(record, returncode=-15, interrupted=True, stop_signal=stop_signal, again="start it again")
+    assert again.summary.endswith("; logs in r; start it again")
+
+
 def test_real_flight_recorder_dump_from_this_torch(tmp_path):
     """A dump made by the installed torch (its gloo flight recorder) reads back as its collectives."""
     code = (

@@ -154,6 +154,46 @@ def test_ctrl_c_ends_workers_and_dataloader_children(tmp_path):
     _assert_no_process_left(pid_dir, 6)
 
 
+@pytest.mark.parametrize("sig, code, words", [
+    (signal.SIGINT, 130, "stopped by Ctrl-C (SIGINT)"),
+    (signal.SIGTERM, 143, "stopped by SIGTERM"),
+])
+def test_stopped_run_says_so_in_one_line(tmp_path, sig, code, words):
+    """Ctrl-C at a terminal (SIGINT to the foreground process group) or a scheduler's SIGTERM: the
+    exit code says which, the result is one line (no advice, no explanation), no worker is left."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    env = dict(os.environ, PID_DIR=str(pid_dir), PYTHONPATH=str(ROOT / "src"), COLUMNS="300")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpurig", "launch", "--no-preflight", "--device", "cpu", "--run-dir", "run",
+         str(SCRIPTS / "sleep_loop.py")],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 150
+        while len(list(pid_dir.glob("*.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert len(list(pid_dir.glob("*.pid"))) == 2, "the 2 workers did not start"
+        os.killpg(proc.pid, sig)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == code, stdout[-2000:] + stderr[-2000:]
+    result = stdout[stdout.index("--- workers ---"):].splitlines()[1:]
+    assert result == [
+        f"INTERRUPTED: {words}{' (from a scheduler or kill)' if sig == signal.SIGTERM else ''}; every worker was "
+        "stopped; logs in run; run the same command again with --force to start over in it"
+    ], stdout[-3000:]
+    assert "NCCL_DEBUG" not in stdout and "next:" not in stdout
+    # torchrun's own SignalException traceback and failure table are kept out of the output by
+    # launch/runner.py (they go to run/launcher.log only).
+    assert "Traceback" not in stdout + stderr, stdout[-3000:]
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["result"]["exit_code"] == code
+    _assert_no_process_left(pid_dir, 2)
+
+
 def test_force_replaces_an_earlier_launch_in_the_run_dir(launch, tmp_path):
     """An earlier failed launch in --run-dir: with --force its files go and a good run reads as good
     (its launcher log's failure table is not read as this run's); the user's own files stay."""

@@ -27,8 +27,9 @@ Before starting it runs the doctor's fast checks (stops on an error unless --no-
 
 When a worker fails or the job hangs, it prints the root-cause rank's explanation first, then
 that rank's log tail; for a hang, the collective and the ranks that never arrived.
-Exit code: the failing worker's (128+N when killed by signal N), 2 for bad usage or input (a script
-Python cannot read or compile, a --run-dir that is a file), refused before anything runs.
+Exit code: the failing worker's (128+N when killed by signal N), 130 after Ctrl-C, 143 after SIGTERM,
+124 when --max-time ran out, 2 for bad usage or input (a script Python cannot read or compile, a
+--run-dir that is a file), refused before anything runs.
 
 The run directory (--run-dir, default a new gpurig-runs/launch-<time>-<pid>) holds one launch: a
 folder that already holds an earlier launch's logs and result is refused, so they are never mixed
@@ -293,14 +294,20 @@ def register(app: typer.Typer) -> None:
             _clear_earlier_launch(plan.run_dir, f"--run-dir {plan.run_dir}")
         console.print("--- workers ---", markup=False)
         result, record = run_launch(plan, desc, max_time=max_time, echo=echo)
-        diagnosis = explain_run(record, result.returncode, timed_out=result.timed_out, interrupted=result.interrupted)
+        # Which signal stopped an interrupted run (Ctrl-C's SIGINT or a scheduler's SIGTERM).
+        stop_signal = (getattr(result, "signal", None) or "SIGINT") if result.interrupted else None
+        again = ("run the same command again with --force to start over in it"
+                 if run_dir is not None and not force else "run the same command again to start over")
+        diagnosis = explain_run(record, result.returncode, timed_out=result.timed_out, interrupted=result.interrupted,
+                                stop_signal=stop_signal, again=again)
         diag = diagnosis.to_dict()
         diag["seconds"] = round(result.seconds, 2)
         report["result"] = diag
         from gpurig.report.output import to_json
 
         Path(plan.run_dir, "result.json").write_text(to_json(report) + "\n", encoding="utf-8")
-        console.print("--- result ---", markup=False)
+        if diag["status"] != "interrupted":  # the user stopped it: one quiet line, no report
+            console.print("--- result ---", markup=False)
         render_diagnosis(console, diag)
         if json_out:
             emit_json(report)

@@ -430,8 +430,42 @@ def analyze_traces(traces: dict[int, list], world_size: int | None) -> dict[str,
     return best
 
 
-def explain_run(record, returncode: int, timed_out: bool = False, interrupted: bool = False, tail: int = 30) -> RunDiagnosis:
-    """Decide which rank caused the run to end, and why. `record` is a launch.collect.RunRecord."""
+# How an interrupted run's line names the signal that stopped it.
+_STOP_WORDS = {"SIGINT": "Ctrl-C (SIGINT)", "SIGTERM": "SIGTERM (from a scheduler or kill)"}
+
+
+def _interrupted(record, stop_signal: str | None, again: str) -> RunDiagnosis:
+    """The user (or their scheduler) stopped the run: one quiet line, no matches and no advice.
+
+    The workers' last words are the signal we sent them, not a fault to explain."""
+    import signal as signals
+
+    name = stop_signal or "SIGINT"
+    try:
+        number = signals.Signals[name].value
+    except KeyError:
+        name, number = "SIGINT", signals.SIGINT.value
+    where = f"; logs in {record.run_dir}" if getattr(record, "run_dir", None) else ""
+    summary = f"stopped by {_STOP_WORDS.get(name, name)}; every worker was stopped{where}; {again}"
+    return RunDiagnosis(status="interrupted", exit_code=128 + number, summary=summary, signal=name)
+
+
+def explain_run(
+    record,
+    returncode: int,
+    timed_out: bool = False,
+    interrupted: bool = False,
+    tail: int = 30,
+    stop_signal: str | None = None,
+    again: str = "run the same command again to start over",
+) -> RunDiagnosis:
+    """Decide which rank caused the run to end, and why. `record` is a launch.collect.RunRecord.
+
+    An `interrupted` run was stopped on purpose by `stop_signal` ("SIGINT", the default, or
+    "SIGTERM"): its diagnosis is that one fact and `again`, how to continue.
+    """
+    if interrupted:
+        return _interrupted(record, stop_signal, again)
     failures = {f.rank: f for f in record.failures}
     per_rank: dict[int, list[Match]] = {}
     roles: dict[int, str | None] = {}
@@ -491,9 +525,6 @@ def explain_run(record, returncode: int, timed_out: bool = False, interrupted: b
         if not diag.matches and diag.status != "ok":
             diag.next_steps = list(NEXT_STEPS)
         return diag
-
-    if interrupted:  # the workers' own last words are the signal we sent them
-        return finish(RunDiagnosis(status="interrupted", exit_code=130, summary="interrupted (Ctrl-C or SIGTERM): every worker was stopped"), None)
 
     primary = [r for r, role in roles.items() if role == "primary"]
     timeouts = [r for r, role in roles.items() if role == "timeout"]
