@@ -112,3 +112,19 @@ def test_empty_run_dir_is_used(run_cli, tmp_path):
     out = run_cli("launch", "--dry-run", "--json", "--device", "cpu", "--run-dir", "run", "train.py", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["plan"]["run_dir"] == "run"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_run_dir_that_cannot_be_created_is_refused_before_preflight(run_cli, tmp_path):
+    # /proc grants root every permission and still refuses a new folder: only trying tells.
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    out = run_cli("launch", "--device", "cpu", "--run-dir", "/proc/gpurig-run", "train.py", cwd=tmp_path)
+    _refused(out, tmp_path)
+    assert out.stderr.startswith("gpurig: error: --run-dir /proc/gpurig-run: cannot create it")
+
+
+def test_trying_the_run_dir_leaves_nothing_when_the_launch_stops_early(run_cli, tmp_path):
+    (tmp_path / "train.py").write_text("import torch\nmodel = torch.nn.DataParallel(torch.nn.Linear(1, 1))\n")
+    out = run_cli("launch", "--strict", "--no-preflight", "--device", "cpu", "--run-dir", "new/run", "train.py", cwd=tmp_path)
+    assert out.returncode == 1 and "--strict" in out.stdout
+    assert not (tmp_path / "new").exists()

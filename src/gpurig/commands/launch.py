@@ -89,9 +89,10 @@ def _earlier_launch(run_dir: Path) -> list[str]:
     return found
 
 
-def _check_run_dir(run_dir: str, given: bool, force: bool) -> None:
+def _check_run_dir(run_dir: str, given: bool, force: bool, try_create: bool = False) -> None:
     """Before anything runs: the run directory is a folder gpurig can create or write, and holds no
-    earlier launch (unless --force). `BadInput` naming --run-dir otherwise."""
+    earlier launch (unless --force). `BadInput` naming --run-dir otherwise. `try_create`: a folder
+    that does not exist yet is made and removed again, for what permissions alone do not tell."""
     label = f"--run-dir {run_dir}" if given else f"run directory {run_dir}"
     other = "" if given else " (choose another with --run-dir)"
     p = Path(run_dir)
@@ -114,6 +115,17 @@ def _check_run_dir(run_dir: str, given: bool, force: bool) -> None:
         raise BadInput(f"{label}: {ancestor} is a file, not a folder; cannot create the run directory under it{other}")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise BadInput(f"{label}: cannot create it: {ancestor} is not writable{other}")
+    if try_create:
+        missing = [d for d in (p, *p.parents) if not d.exists()]  # the folder first, then its parents
+        try:
+            p.mkdir(parents=True)
+        except OSError as exc:
+            raise BadInput(f"{label}: cannot create it ({exc.strerror or exc}){other}") from None
+        for d in missing:  # the run creates it again; a stop before then leaves nothing behind
+            try:
+                d.rmdir()
+            except OSError:
+                break
 
 
 def _clear_earlier_launch(run_dir: str, label: str) -> None:
@@ -227,7 +239,7 @@ def register(app: typer.Typer) -> None:
             use_slurm=not no_slurm,
         )
         plan, desc = plan_launch(options)
-        _check_run_dir(desc["run_dir"], given=run_dir is not None, force=force)
+        _check_run_dir(desc["run_dir"], given=run_dir is not None, force=force, try_create=not dry_run)
         console = console_for(json_out)
         if dry_run:
             if json_out:
