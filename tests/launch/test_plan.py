@@ -217,3 +217,101 @@ def test_module_mode_runs_python_dash_m():
     plan, _ = plan_launch(LaunchOptions(script="mypkg.train", script_args=["--x"], module=True, run_dir="r"),
                           environ={}, cpu_count=2, device_choice=CPU2, port=1, python="python")
     assert plan.argv[-3:] == ["--module", "mypkg.train", "--x"]
+
+
+GIB = 2**30
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Pretend this machine has `cores` CPU cores and `gib` GiB of memory available."""
+    import gpurig.launch.plan as plan
+
+    def _set(cores, gib):
+        monkeypatch.setattr(plan, "cpu_budget", lambda: (cores, None if gib is None else int(gib * GIB)))
+
+    return _set
+
+
+def test_cpu_processes_beyond_the_cores_and_memory_are_refused_naming_both(machine):
+    from gpurig.launch.plan import resolve_device
+
+    machine(2, 24)
+    with pytest.raises(BadInput) as exc:
+        resolve_device("cpu", "64")
+    message = str(exc.value)
+    assert message.startswith("--nproc 64: too many CPU processes for this machine (2 CPU cores, 24.0 GiB of memory "
+                              "available)")
+    assert "64 processes are more than 4 per core" in message
+    assert "64 processes need about 32.5 GiB of memory (0.5 GiB each, 0.5 GiB for the launcher)" in message
+    assert message.endswith("use --nproc 8 or fewer")
+
+
+def test_memory_alone_can_refuse_and_sets_what_fits(machine):
+    from gpurig.launch.plan import resolve_device
+
+    machine(64, 4)  # many cores, little memory: (4 - 0.5) GiB / 0.5 GiB = 7 workers
+    with pytest.raises(BadInput, match=r"16 processes need about 8\.5 GiB.*use --nproc 7 or fewer$"):
+        resolve_device("cpu", 16)
+    assert resolve_device("cpu", 7).nproc == 7
+
+
+def test_up_to_four_processes_per_core_are_allowed(machine):
+    from gpurig.launch.plan import resolve_device
+
+    machine(2, 24)
+    assert resolve_device("cpu", 8).nproc == 8
+    assert resolve_device("cpu", "auto").nproc == 2
+    machine(None, None)  # nothing known: nothing refused
+    assert resolve_device("cpu", 64).nproc == 64
+
+
+def test_the_error_names_the_flag_of_the_command(machine):
+    from gpurig.launch.plan import resolve_device
+
+    machine(1, 24)
+    with pytest.raises(BadInput, match=r"^--nproc-per-node 5: .*use --nproc-per-node 4 or fewer$"):
+        resolve_device("cpu", 5, flag="--nproc-per-node")
+
+
+def test_auto_that_does_not_fit_says_so(machine):
+    from gpurig.launch.plan import resolve_device
+
+    machine(1, 0.75)
+    with pytest.raises(BadInput, match=r"^--nproc auto \(2 CPU processes\): .*not even one CPU process fits"):
+        resolve_device("cpu", "auto")
+
+
+def test_cuda_processes_are_bounded_by_the_gpus_not_by_this_rule(machine, monkeypatch):
+    import gpurig.launch.plan as plan
+
+    machine(1, 0.75)
+    monkeypatch.setattr(plan, "visible_gpu_count", lambda: 2)
+    monkeypatch.setattr(plan, "torch_cuda_build", lambda: "13.0")
+    monkeypatch.setattr(plan, "torch_installed", lambda: True)
+    assert plan.resolve_device("cuda", 2).nproc == 2
+    with pytest.raises(BadInput, match="--nproc 3 is more than the 2 visible GPU"):
+        plan.resolve_device("cuda", 3)
+
+
+@pytest.mark.parametrize("command, flag", [
+    (["verify", "--device", "cpu"], "--nproc"),
+    (["bench", "comm", "--device", "cpu"], "--nproc"),
+    (["train", "--device", "cpu", "--preset", "demo"], "--nproc"),
+    (["launch", "--device", "cpu", "{script}"], "--nproc-per-node"),
+])
+def test_every_command_refuses_more_cpu_processes_than_the_cores_hold_before_starting(run_cli, tmp_path,
+                                                                                       command, flag):
+    from gpurig.probe.system import usable_cpus
+
+    too_many = 4 * usable_cpus(cpu_count=os.cpu_count()) + 1
+    script = tmp_path / "t.py"
+    script.write_text("print('ran')\n")
+    args = [str(script) if a == "{script}" else a for a in command]
+    at = len(args) - 1 if command[0] == "launch" else len(args)
+    args[at:at] = [flag, str(too_many)]
+    out = run_cli(*args, cwd=tmp_path, timeout=120)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert f"gpurig: error: {flag} {too_many}: too many CPU processes for this machine (" in out.stderr
+    assert "CPU core" in out.stderr and "of memory available" in out.stderr
+    assert "Traceback" not in out.stderr and "ran" not in out.stdout

@@ -20,6 +20,23 @@ from gpurig.probe.visible import torch_cuda_build, torch_installed, visible_gpu_
 DEVICES = ("auto", "cuda", "cpu")
 CPU_DEFAULT_NPROC = 2
 
+# What one CPU (gloo) worker costs in memory, measured: `gpurig verify --device cpu` on a 2-core,
+# 24 GB machine (torch 2.14 CPU build), the PSS and USS of every process of the run sampled every
+# 0.2 s. With 2, 4, 8 and 16 workers each worker peaked at 430-505 MiB PSS (380-480 MiB of it its
+# own), the torchrun agent at 375-510 MiB, and the memory available to the machine fell by 8.4 GiB
+# for 16 workers. Hence 512 MiB a worker and 512 MiB for the agent (16 workers: 8.5 GiB). A worker
+# of `train` or `bench` holds a model and data on top, so this is a floor every command shares:
+# more workers than fit at verify's size fit for nothing, and the kernel kills one for memory
+# minutes in (64 workers on that machine: killed after 190 s).
+CPU_WORKER_BYTES = 512 * 2**20
+CPU_LAUNCHER_BYTES = 512 * 2**20
+# Processes per core. gloo ranks wait for each other in blocking socket reads rather than spinning,
+# so a few per core only share the core: the same verify took 12 s with 2 workers on the 2 cores,
+# 28 s with 4 and 45 s with 8 (4 per core), but 141 s with 16 (8 per core), where every collective
+# waits for ranks that are off the cores and the --timeout of a collective comes within reach.
+# Memory, unlike cores, cannot be overcommitted at all: its rule has no slack beyond the figures.
+CPU_PROCS_PER_CORE = 4
+
 
 @dataclass
 class DeviceChoice:
@@ -79,6 +96,59 @@ def parse_nproc(value: str | int, flag: str = "--nproc") -> int | None:
     return n
 
 
+def cpu_budget() -> tuple[int | None, int | None]:
+    """(CPU cores this process may use, bytes of memory available for new processes); None when unknown.
+
+    Cores: the affinity mask capped by the cgroup CPU quota. Memory: the kernel's MemAvailable,
+    capped by the cgroup memory limit (a container's --memory: /proc/meminfo shows the host's)."""
+    from gpurig.probe.system import read_cgroup_limits, usable_cpus
+
+    cores = usable_cpus(cpu_count=os.cpu_count())
+    available = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    _quota, limit = read_cgroup_limits()
+    if limit is not None:
+        available = min(available, limit) if available is not None else limit
+    return cores, available
+
+
+def check_cpu_processes(n: int, flag: str = "--nproc", asked: str | int = "auto") -> None:
+    """Refuse, before anything starts, more CPU worker processes than the machine holds: more than
+    CPU_PROCS_PER_CORE per core, or more than its available memory at CPU_WORKER_BYTES each."""
+    cores, available = cpu_budget()
+    gib = 2**30
+    problems: list[str] = []
+    fits: list[int] = []
+    machine: list[str] = []
+    if cores:
+        machine.append(f"{cores} CPU core{'s' if cores != 1 else ''}")
+        fits.append(CPU_PROCS_PER_CORE * cores)
+        if n > CPU_PROCS_PER_CORE * cores:
+            problems.append(f"{n} processes are more than {CPU_PROCS_PER_CORE} per core")
+    if available is not None:
+        machine.append(f"{available / gib:.1f} GiB of memory available")
+        fits.append(max(0, (available - CPU_LAUNCHER_BYTES) // CPU_WORKER_BYTES))
+        need = n * CPU_WORKER_BYTES + CPU_LAUNCHER_BYTES
+        if need > available:
+            problems.append(f"{n} processes need about {need / gib:.1f} GiB of memory "
+                            f"({CPU_WORKER_BYTES / gib:.1f} GiB each, {CPU_LAUNCHER_BYTES / gib:.1f} GiB for the launcher)")
+    if not problems:
+        return
+    what = f"{flag} {n}" if str(asked).strip().lower() != "auto" else f"{flag} auto ({n} CPU processes)"
+    fit = min(fits)
+    advice = (f"use {flag} {fit} or fewer" if fit >= 1
+              else "not even one CPU process fits: free some memory, or run where more is available")
+    raise BadInput(f"{what}: too many CPU processes for this machine ({', '.join(machine)}): "
+                   + "; ".join(problems) + f"; {advice}")
+
+
 def resolve_device(device: str = "auto", nproc: str | int = "auto", flag: str = "--nproc") -> DeviceChoice:
     """Decide CUDA or CPU and the number of processes, from NVML and torch's files alone."""
     if device not in DEVICES:
@@ -110,6 +180,7 @@ def resolve_device(device: str = "auto", nproc: str | int = "auto", flag: str = 
             raise BadInput(f"{flag} {n} is more than the {gpus} visible GPU(s); one process per GPU")
     else:
         n = wanted or CPU_DEFAULT_NPROC
+        check_cpu_processes(n, flag, nproc)
     return DeviceChoice(device=device, nproc=n, reason=reason)
 
 
