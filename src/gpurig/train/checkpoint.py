@@ -137,8 +137,8 @@ def load_checkpoint_file(path: Path) -> dict[str, Any]:
     except IsADirectoryError:
         raise BadInput(f"--resume {path}: is a directory, not a checkpoint file") from None
     except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, zipfile errors...
-        raise BadInput(f"--resume: checkpoint {path} is corrupt or not a gpurig checkpoint "
-                       f"({describe_load_error(exc)})") from None
+        raise BadInput(f"--resume: checkpoint {path} is corrupt or not a gpurig checkpoint: "
+                       f"{describe_load_error(exc)}") from None
     if not isinstance(state, dict) or "model" not in state or "step" not in state:
         raise BadInput(f"--resume: checkpoint {path} is not a gpurig checkpoint (no model/step)")
     return state

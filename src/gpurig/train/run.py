@@ -107,7 +107,7 @@ def _check_resume_archive(run_dir: Path, resume: str | None, fallback: bool) -> 
     why = ckpt.archive_problem(path)
     if why:
         hint = "; rerun with --resume-fallback to use the previous checkpoint" if resume == "auto" else ""
-        raise BadInput(f"--resume: checkpoint {path} is corrupt or not a gpurig checkpoint ({why}){hint}")
+        raise BadInput(f"--resume: checkpoint {path} is corrupt or not a gpurig checkpoint: {why}{hint}")
 
 
 def _written_since(path: Path, t: float) -> bool:
