@@ -192,6 +192,12 @@ def test_stopped_run_says_so_in_one_line(tmp_path, sig, code, words):
     assert "Traceback" not in stdout + stderr, stdout[-3000:]
     assert json.loads((tmp_path / "run" / "result.json").read_text())["result"]["exit_code"] == code
     _assert_no_process_left(pid_dir, 2)
+    # asked later, `gpurig explain` says the same: stopped on purpose, not a failure
+    later = subprocess.run([sys.executable, "-m", "gpurig", "explain", "run", "--json"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert later.returncode == 0, later.stdout + later.stderr
+    run = json.loads(later.stdout)["run"]
+    assert run["status"] == "interrupted" and words in run["summary"] and not run["matches"]
 
 
 def test_force_replaces_an_earlier_launch_in_the_run_dir(launch, tmp_path):

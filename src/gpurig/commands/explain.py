@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
             record = collect_run(run_dir)
             if not record.launcher_tail and not record.ranks:
                 raise BadInput(f"FILE {run_dir}: the run directory holds no logs yet")
-            returncode, timed_out = (1 if record.failures else 0), False
+            returncode, timed_out, interrupted = (1 if record.failures else 0), False, False
             saved = Path(run_dir, "result.json")
             if saved.is_file():  # how the run ended, as `gpurig launch` saw it
                 import json
@@ -101,9 +101,11 @@ def register(app: typer.Typer) -> None:
                     ended = json.loads(saved.read_text()).get("result", {})
                     returncode = int(ended.get("exit_code", returncode))
                     timed_out = ended.get("status") == "hang" and returncode == 124
+                    interrupted = ended.get("status") == "interrupted"  # stopped on purpose: no failure
                 except (ValueError, TypeError, AttributeError):
                     pass
-            diagnosis = explain_run(record, returncode=returncode, timed_out=timed_out).to_dict()
+            diagnosis = explain_run(record, returncode=returncode, timed_out=timed_out, interrupted=interrupted,
+                                    stop_signal="SIGTERM" if returncode == 143 else "SIGINT").to_dict()
             data = {"run_dir": run_dir, "matches": diagnosis["matches"], "run": diagnosis}
             if json_out:
                 emit_json(data)
