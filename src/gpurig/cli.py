@@ -88,14 +88,18 @@ def reflow(text: str | None) -> str | None:
 
 
 def _stops_quietly(callback):
-    """A Ctrl-C (or a SIGTERM turned into `launch.runner.Stop`) that reaches the top of a command
-    ends it with one line and 130 (143 for SIGTERM), not a traceback or click's "Aborted!". Workers
-    are already stopped by then: the runner stops them before it passes the interrupt on."""
+    """Ctrl-C, or SIGTERM (turned into `launch.runner.Stop` while the command runs), that reaches
+    the top of a command ends it with one line and 130 (143 for SIGTERM), not a traceback or
+    click's "Aborted!". Workers are already stopped by then: the runner stops them before it passes
+    the interrupt on."""
 
     @functools.wraps(callback)
     def wrapper(*args, **kwargs):
+        from gpurig.launch.runner import sigterm_stops
+
         try:
-            return callback(*args, **kwargs)
+            with sigterm_stops():  # `kill` or a scheduler: the same clean stop as Ctrl-C, workers included
+                return callback(*args, **kwargs)
         except KeyboardInterrupt as exc:
             signame = getattr(exc, "signame", "SIGINT")
             words = "Ctrl-C (SIGINT)" if signame == "SIGINT" else signame

@@ -57,24 +57,34 @@ def check_output_file(path: str, flag: str, force: bool = False) -> None:
         raise BadInput(f"{flag} {p}: the file exists; add --force to replace it")
 
 
-def write_file_atomic(path: str, text: str, flag: str, mode: int | None = None) -> None:
-    """Write `text` through a temporary file, fsync and rename: a crash or a full disk never leaves
-    half a file, and the file that was there stays whole. `BadInput` naming the flag on failure."""
+def _default_mode() -> int:
+    """What open() would give a new file under this process's umask (mkstemp gives 0600)."""
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_file_atomic(path: str, data: str | bytes, flag: str, mode: int | None = None) -> None:
+    """Write `data` (text as UTF-8, or bytes) through a temporary file, fsync and rename: a crash or
+    a full disk never leaves half a file, and the file that was there stays whole. The file gets
+    `mode`, or what the umask gives a new file. `BadInput` naming the flag on failure."""
     import os
     import tempfile
     from pathlib import Path
 
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
+    raw = data.encode("utf-8") if isinstance(data, str) else data
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
             f.flush()
             os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, _default_mode() if mode is None else mode)
         os.replace(tmp, p)
     except OSError as exc:
         if tmp and os.path.exists(tmp):

@@ -15,7 +15,7 @@ from rich.console import Console, Group
 from rich.text import Text
 
 from gpurig import __version__
-from gpurig.errors import BadInput, check_output_file
+from gpurig.errors import BadInput, check_output_file, write_file_atomic
 from gpurig.report.output import console_for, emit_json
 
 HELP = """Watch every GPU and say what the numbers mean for a multi-GPU job.
@@ -224,7 +224,7 @@ def plot_recording(opts: MonitorOptions, console: Console) -> None:
     if png is None:
         raise BadInput(f"--plot: {opts.plot} has no utilisation, memory or power values to plot")
     check_output_file(str(out), "--out", opts.force)  # again: a file may have appeared while plotting
-    _write_bytes_atomic(out, png, "--out")
+    write_file_atomic(str(out), png, "--out")
     findings = _verdicts(rec.samples)
     if opts.json_out:
         emit_json({"gpurig_version": __version__, "plot": str(out), "samples": len(rec.samples),
@@ -235,27 +235,6 @@ def plot_recording(opts: MonitorOptions, console: Console) -> None:
         console.print(f"[yellow]note[/yellow]: {note}")
     if findings:
         console.print(verdict_lines(findings))
-
-
-def _write_bytes_atomic(path: Path, data: bytes, flag: str) -> None:
-    """`write_file_atomic` for bytes (a PNG): temporary file, fsync, rename; the file that was there
-    stays whole on any failure."""
-    import tempfile
-
-    parent = path.parent if str(path.parent) else Path(".")
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if tmp and os.path.exists(tmp):
-            os.unlink(tmp)
-        raise BadInput(f"{flag} {path}: cannot write it ({exc.strerror or exc})") from None
 
 
 def _snapshot(sampler: Any, interval: float, sleep: Any) -> dict[str, Any]:

@@ -70,7 +70,7 @@ def machine_lines(facts: RigFacts) -> list[str]:
             lines.append("[bold]No NVIDIA GPU[/bold] — CPU-only machine")
     fw = facts.frameworks
     if not fw.probed:
-        lines.append("  frameworks: not probed (--fast)")
+        lines.append("  frameworks: not probed (--fast, or a snapshot saved without them)")
     else:
         t = fw.torch
         if t.installed:
