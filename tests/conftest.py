@@ -48,6 +48,16 @@ def pytest_collection_modifyitems(config, items):
     gpu_items = [i for i in items if "gpu" in i.keywords]
     gpus = cuda_gpu_count() if gpu_items else 0
     for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("gpu"))  # one at a time on the machine's GPUs
+        else:
+            # Tests sharing a module-scoped fixture (a reference training run) go to one test
+            # process, so the fixture is built once rather than once per process.
+            info = getattr(item, "_fixtureinfo", None)
+            shared = sorted(name for name, defs in (info.name2fixturedefs.items() if info else ())
+                            if defs and defs[-1].scope == "module" and name in item.fixturenames)
+            if shared:
+                item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{shared[0]}"))
         if "gpu" in item.keywords and gpus == 0:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
         if "tf" in item.keywords and not has_tf:
