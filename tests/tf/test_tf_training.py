@@ -132,3 +132,18 @@ def test_a_bad_config_found_in_the_worker_exits_2(tmp_path):
     assert summary is None
     assert "data.batch_size" in proc.stderr and "1438 training samples" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_resuming_a_finished_run_keeps_its_summary(reference, tmp_path, run_cli):
+    """`gpurig train --out RUN --resume auto` on a finished TensorFlow run: the run's own config
+    (config.toml) says it is TensorFlow and complete; nothing trains and summary.json stays whole."""
+    import shutil
+
+    out, _ = reference
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    before = (run / "summary.json").read_bytes()
+    proc = run_cli("train", "--device", "cpu", "--out", str(run), "--resume", "auto", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "already complete at step 90" in proc.stdout
+    assert (run / "summary.json").read_bytes() == before

@@ -250,8 +250,15 @@ def register(app: typer.Typer) -> None:
         if not 0 <= node_rank < nnodes:
             raise BadInput(f"--node-rank {node_rank} is outside 0..{nnodes - 1} (--nnodes {nnodes})")
         if cfg.framework == "tf":
-            from gpurig.train.run import default_run_dir
+            from gpurig.train.run import default_run_dir, finished_run
             from gpurig.train.tf.runner import adapt_verdicts, run_tf_training
+
+            done = finished_run(Path(out), cfg) if (resume and out and nnodes == 1) else None
+            if done is not None:  # as under torch: a finished run resumed trains nothing and keeps its files
+                Renderer(console)("complete", {"step": done.get("steps")})
+                if json_out:
+                    emit_json({**done, "run_dir": str(out), "already_complete": True})
+                return
 
             facts = findings = None
             if device != "cpu":

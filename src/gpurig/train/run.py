@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import tomllib
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -36,14 +37,21 @@ def default_run_dir(prefix: str = "") -> Path:
 
 
 def saved_config(run_dir: str | os.PathLike) -> TrainConfig | None:
-    """The config a previous run in `run_dir` used (for `--resume auto` without a config)."""
+    """The config a previous run in `run_dir` used (for `--resume auto` without a config):
+    launch.json's (PyTorch), else config.toml's (written by either framework)."""
     p = Path(run_dir) / "launch.json"
+    if p.is_file():
+        try:
+            return from_dict(json.loads(p.read_text())["config"])
+        except (ValueError, KeyError) as exc:
+            raise BadInput(f"--out {run_dir}: launch.json is unreadable ({exc})") from None
+    p = Path(run_dir) / "config.toml"
     if not p.is_file():
         return None
     try:
-        return from_dict(json.loads(p.read_text())["config"])
+        return from_dict(tomllib.loads(p.read_text()))
     except (ValueError, KeyError) as exc:
-        raise BadInput(f"--out {run_dir}: launch.json is unreadable ({exc})") from None
+        raise BadInput(f"--out {run_dir}: config.toml is unreadable ({exc})") from None
 
 
 def check_timeout(timeout: float | None, flag: str = "--timeout") -> None:
@@ -77,7 +85,8 @@ def finished_run(run_dir: Path, cfg: TrainConfig) -> dict[str, Any] | None:
     would train nothing and must not replace what the finished run recorded."""
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
-        started_with = json.loads((run_dir / "launch.json").read_text())["config"]["train"]
+        # config.toml: what the run was started with, under either framework
+        started_with = tomllib.loads((run_dir / "config.toml").read_text())["train"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not isinstance(summary, dict) or summary.get("stopped"):
