@@ -111,7 +111,8 @@ class Renderer:
             # the user pressed Ctrl-C (gpurig stops them with it).
             why = "" if str(p.get("why", "")).startswith("SIG") else f" ({p.get('why')})"
             text = p.get("text") or (f"resumed from {p['path']} at step {p['step']}" if kind == "resumed"
-                                     else f"stopping at step {p['step']}{why}; saving a checkpoint")
+                                     else f"stopping at step {p['step']}{why}"
+                                     + ("; saving a checkpoint" if p.get("checkpoint", True) else ""))
             c.print(f"  [yellow]{text}[/yellow]")
         elif kind == "line":
             text = p["text"]

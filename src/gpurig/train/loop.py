@@ -980,7 +980,8 @@ class Trainer:
                     stopped = True
                     done = True
                     say(ctx, PROGRESS + json.dumps({"event": "stopping", "step": step,
-                                                    "why": _Stop.signal_name or "train.max_seconds reached"}))
+                                                    "why": _Stop.signal_name or "train.max_seconds reached",
+                                                    "checkpoint": bool(cfg.checkpoint.enabled)}))
                     break
             if done:
                 # A stop or the step limit inside an epoch: resume continues at this batch.
