@@ -1,8 +1,9 @@
 """torchrun's own lines (its log, its SignalException traceback, its ChildFailedError table) are told
 apart from the workers' in real merged output, so a stopped run shows the user what matters only."""
 
-from gpurig.launch.runner import AgentNoise
 from tests.conftest import FIXTURES
+
+from gpurig.launch.runner import AgentNoise
 
 LOGS = FIXTURES / "torchrun"
 
