@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,25 +53,30 @@ def signal_words(signame: str | None) -> str:
 
 
 @contextlib.contextmanager
-def sigterm_stops(on_term=None):
-    """Inside the block, SIGTERM to this process (a scheduler's preemption, `kill`) stops the run the
-    way Ctrl-C does, as `Stop("SIGTERM")`; `on_term()` is called first. Outside the main thread
+def _handling(signum: int, handler) -> Iterator[None]:
+    """`handler` for `signum` inside the block, the previous one after it. Outside the main thread
     signals cannot be caught and nothing changes."""
-
-    def handler(signum, frame):  # noqa: ARG001
-        if on_term is not None:
-            on_term()
-        raise Stop("SIGTERM")
-
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = signal.signal(signum, handler)
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signum, previous)
+
+
+def sigterm_stops(on_term=None):
+    """Inside the block, SIGTERM to this process (a scheduler's preemption, `kill`) stops the run the
+    way Ctrl-C does, as `Stop("SIGTERM")`; `on_term()` is called first."""
+
+    def handler(signum, frame):  # noqa: ARG001
+        if on_term is not None:
+            on_term()
+        raise Stop("SIGTERM")
+
+    return _handling(signal.SIGTERM, handler)
 
 
 _AGENT_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S*torch/distributed/\S+\.py:\d+\] ")
@@ -365,19 +370,10 @@ def raise_if_interrupted(result: RunResult) -> None:
         raise Stop("SIGTERM") if result.signal == "SIGTERM" else KeyboardInterrupt()
 
 
-@contextlib.contextmanager
 def _ignoring_interrupts():
     """While the workers are being stopped, further Ctrl-Cs (people press it twice) are ignored:
     the stop that is under way finishes and leaves nothing running."""
-    try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    return _handling(signal.SIGINT, signal.SIG_IGN)
 
 
 LAST_RUN_POINTER = os.path.join("gpurig-runs", "last-launch")
