@@ -111,3 +111,49 @@ def run_cli():
         )
 
     return _run
+
+
+def assert_no_process_left(marker: str, wait: float = 15.0) -> None:
+    """No process anywhere whose command line mentions `marker` (the run directory), within `wait`
+    seconds (a stopped worker may still be exiting)."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + wait
+    while True:
+        left = []
+        for p in psutil.process_iter(["cmdline", "status"]):
+            try:
+                if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or []):
+                    left.append(p)
+            except psutil.Error:
+                continue
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not left, [p.info["cmdline"] for p in left]
+
+
+
+def signal_after(proc: subprocess.Popen, needle: str, send, limit: float = 180, settle: float = 0.0,
+                 wait: float = 120) -> str:
+    """Read `proc`'s output until a line holds `needle` (or `limit` seconds pass), wait `settle`
+    seconds, call `send()` (the signal, as a terminal or a scheduler would send it), and return
+    everything it printed. The process is killed if it outlives `wait` seconds after that."""
+    import time
+
+    lines, deadline = [], time.monotonic() + limit
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if needle in line or time.monotonic() > deadline:
+                break
+        time.sleep(settle)
+        send()
+        rest, _ = proc.communicate(timeout=wait)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return "".join(lines) + rest

@@ -147,31 +147,17 @@ def test_ctrl_c_during_verify_stops_everything_at_once(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
 
-    import psutil
-    from tests.conftest import ROOT
+    from tests.conftest import ROOT, assert_no_process_left, signal_after
 
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200")
     proc = subprocess.Popen([sys.executable, "-m", "gpurig", "check", "--device", "cpu", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
-    seen = []
-    try:
-        deadline = time.monotonic() + 240
-        for line in proc.stdout:
-            seen.append(line)
-            if "verify" in line and "▶" in line or time.monotonic() > deadline:
-                break
-        time.sleep(3)  # the verify workers are up
-        os.killpg(proc.pid, signal.SIGINT)
-        rest, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    text = "".join(seen) + rest
+    # the verify workers are up 3 s after its line: then a terminal's Ctrl-C to the foreground group
+    text = signal_after(proc, "▶ verify", lambda: os.killpg(proc.pid, signal.SIGINT), limit=240, settle=3)
+    rest = text[text.index("▶ verify"):]
     assert proc.returncode == 130, text[-3000:]
     assert "Traceback" not in text and "bench comm (" in text  # later steps are listed as skipped, not run
     assert "interrupted during verify" in rest
@@ -180,9 +166,7 @@ def test_ctrl_c_during_verify_stops_everything_at_once(tmp_path):
     assert [s["status"] for s in doc["steps"]][1:] == ["interrupted", "skipped", "skipped"]
     assert "interrupted during verify" in (out / "report.html").read_text()
     assert not (out / "bench-comm").exists()
-    time.sleep(1)
-    left = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
-    assert not left, [p.info["cmdline"] for p in left]
+    assert_no_process_left(str(out))
 
 
 def test_an_earlier_checks_results_are_never_replaced_without_force(run_cli, tmp_path):

@@ -9,7 +9,7 @@ import time
 
 import psutil
 import pytest
-from tests.conftest import ROOT
+from tests.conftest import ROOT, assert_no_process_left
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +41,4 @@ def test_a_stopped_verify_leaves_nothing_running(tmp_path, sig, code, words):
             proc.communicate()
     assert proc.returncode == code, stdout[-2000:] + stderr[-2000:]
     assert f"gpurig: stopped by {words}" in stderr and "Traceback" not in stdout + stderr
-    time.sleep(1)
-    left = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
-    assert not left, [p.info["cmdline"] for p in left]
+    assert_no_process_left(str(out))

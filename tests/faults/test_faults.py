@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from tests.conftest import ROOT
+from tests.conftest import ROOT, assert_no_process_left
 
 from gpurig.errors import BadInput, ProblemFound
 from gpurig.train import checkpoint as ckpt
@@ -62,23 +62,6 @@ def _assert_bitwise(a: Path, b: Path) -> None:
 
 def _steps(run_dir: Path) -> list[int]:
     return [int(p.name[5:14]) for p in ckpt.list_checkpoints(run_dir)]
-
-
-def assert_no_process_left(marker: str, wait: float = 15.0) -> None:
-    """No process anywhere whose command line mentions `marker` (the run directory)."""
-    deadline = time.monotonic() + wait
-    while True:
-        left = []
-        for p in psutil.process_iter(["cmdline", "status"]):
-            try:
-                if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or []):
-                    left.append(p)
-            except psutil.Error:
-                continue
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert not left, [p.info["cmdline"] for p in left]
 
 
 @pytest.fixture(scope="module")

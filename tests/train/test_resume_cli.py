@@ -10,10 +10,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from tests.conftest import ROOT
+from tests.conftest import ROOT, assert_no_process_left, signal_after
 
 from gpurig.train import checkpoint as ckpt
 
@@ -139,35 +138,20 @@ def test_a_config_file_applies_over_the_demo_preset_and_says_so(run_cli, tmp_pat
 
 
 def test_ctrl_c_stops_training_with_one_line_and_a_checkpoint_to_continue_from(tmp_path):
-    import psutil
-
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpurig", "train", "--device", "cpu", "--out", str(out), "--set", "train.steps=1000000",
          "--set", "train.log_every=50", "--set", "eval.enabled=false"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
-    lines = []
-    try:
-        deadline = time.monotonic() + 180
-        for line in proc.stdout:
-            lines.append(line)
-            if "step 100/" in line or time.monotonic() > deadline:
-                break
-        os.killpg(proc.pid, signal.SIGINT)  # what a terminal does on Ctrl-C: the foreground group
-        rest, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    text = signal_after(proc, "step 100/", lambda: os.killpg(proc.pid, signal.SIGINT))  # a terminal's Ctrl-C
+    rest = text[text.index("step 100/"):] if "step 100/" in text else text
     after = rest.strip().splitlines()
-    assert proc.returncode == 130, "".join(lines) + rest
+    assert proc.returncode == 130, text[-3000:]
     assert not any(word in rest for word in NOISE + ("NCCL_DEBUG",)), rest
     last = after[-1]
     assert last.startswith("stopped by Ctrl-C (SIGINT) at step") and f"gpurig train --out {out} --resume auto" in last
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stopped"] and summary["stop_reason"] == "Ctrl-C (SIGINT)"
     assert ckpt.step_of(ckpt.list_checkpoints(out)[-1]) == summary["steps"]
-    time.sleep(1)
-    left = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
-    assert not left, [p.info["cmdline"] for p in left]
+    assert_no_process_left(str(out))
