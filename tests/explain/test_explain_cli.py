@@ -17,7 +17,8 @@ def test_file_json_shape_and_best_first(run_cli):
     assert {"id", "title", "cause", "fix", "confidence", "evidence"} <= set(first)
     # torchrun's root cause (rank 1's own exception) before rank 0's "connection closed by peer".
     assert first["id"] == "uncaught-exception" and "boom on rank 1" in first["evidence"]
-    assert [m["id"] for m in doc["matches"][1:]] == ["peer-connection-lost", "worker-terminated-by-launcher"]
+    catalogue = [m["id"] for m in doc["matches"][1:] if m["kind"] == "catalogue"]
+    assert catalogue == ["peer-connection-lost", "worker-terminated-by-launcher"]
 
 
 def test_gloo_timeout_log(run_cli):
@@ -34,14 +35,29 @@ def test_stdin_and_human_output(run_cli):
     assert "fix:" in out.stdout
 
 
-def test_nothing_matched_says_so_with_next_steps(run_cli):
-    out = run_cli("explain", "-", input="epoch 3 loss 0.123\nall good\n")
+def test_nothing_matched_says_so_with_next_steps_that_fit_the_log(run_cli):
+    out = run_cli("explain", "-", input="torchrun --nproc-per-node 2 train.py\nepoch 3 loss 0.123\nall good\n")
     assert out.returncode == 0
     assert "No known error matched" in out.stdout
     for step in ("NCCL_DEBUG=INFO", "TORCH_DISTRIBUTED_DEBUG=DETAIL", "gpurig doctor"):
         assert step in out.stdout
     doc = json.loads(run_cli("explain", "--json", "-", input="nothing here\n").stdout)
-    assert doc["matches"] == [] and len(doc["next_steps"]) == 3
+    assert doc["matches"] == [] and doc["world"] == "unknown" and doc["next_steps"]
+    # A TensorFlow log gets TensorFlow's next steps, never NCCL advice.
+    doc = json.loads(run_cli("explain", "--json", "-", input="I tensorflow/core/platform/cpu_feature_guard.cc:193] "
+                             "This TensorFlow binary is optimized\nEpoch 1/10\n").stdout)
+    assert doc["world"] == "tensorflow" and doc["matches"] == []
+    assert not any("NCCL" in s for s in doc["next_steps"]) and any("list_physical_devices" in s for s in doc["next_steps"])
+
+
+def test_empty_and_binary_files_are_said_plainly(run_cli, tmp_path):
+    empty, binary = tmp_path / "empty.log", tmp_path / "core.bin"
+    empty.write_text("\n  \n")
+    binary.write_bytes(b"\x7fELF\x02\x01\x00\x00" + bytes(range(256)) * 8)
+    out = run_cli("explain", str(empty))
+    assert out.returncode == 2 and "empty.log: empty" in out.stderr and out.stdout == ""
+    out = run_cli("explain", str(binary))
+    assert out.returncode == 2 and "core.bin: not text" in out.stderr
 
 
 def test_bad_input_exits_2(run_cli, tmp_path):

@@ -15,12 +15,21 @@ from gpurig.report.output import console_for, emit_json
 HELP = """Explain an error log: what happened, why, the fix, and the line it was read from.
 
 Reads a log file, stdin ('-'), a `gpurig launch` run directory, or with no argument the last run of
-`gpurig launch` in this directory. Matches a catalogue of the errors users meet on multi-GPU
-machines (CUDA, NCCL, torchrun, DataLoader, TensorFlow, containers), best first. Pasted output of
+`gpurig launch` in this directory. Two tiers, best first:
+
+  1. a catalogue of the errors users meet on multi-GPU machines (CUDA, NCCL, torchrun,
+     DataLoader, TensorFlow, containers, drivers), each with a precise cause and fix;
+  2. when the catalogue is not sure, the closest of several hundred resolved public threads
+     (issues and forum posts), with the cause that thread established, its fix and its URL.
+
+Each answer has a confidence: for threads, the share of answers that sure which were right on
+threads held out from tuning. When nothing is close it says so, with next steps that fit the log
+(a TensorFlow, Docker or WSL log gets no NCCL advice). Pasted output of
 `python -m torch.utils.collect_env` or `nvidia-smi` is turned into facts and judged by the
 doctor's rules (e.g. a cu128 torch on a 470 driver).
 
-Exit code: 0 nothing explained, 1 a problem was explained, 2 the input cannot be read.
+Exit code: 0 nothing explained, 1 a problem was explained, 2 the input cannot be read, is empty
+or is not text.
 
 Examples:
   [bold]gpurig explain train.log[/bold]
@@ -68,11 +77,14 @@ def render_explanation(console, data: dict) -> None:
             console.print(f"  • {step}", markup=False)
         return
     for i, m in enumerate(matches, 1):
-        console.print(f"{i}. [bold]{escape(m['title'])}[/bold] ({m['id']}, confidence {m['confidence']:.2f})")
+        what = m["class"] if m.get("kind") == "thread" else m["id"]
+        console.print(f"{i}. [bold]{escape(m['title'])}[/bold] ({escape(what)}, confidence {m['confidence']:.2f})")
         console.print(f"   cause: {m['cause']}", markup=False, soft_wrap=True)
         console.print(f"   fix: {m['fix']}", markup=False, soft_wrap=True)
         line = f" (line {m['line']})" if m.get("line") else ""
         console.print(f"   evidence{line}: {m['evidence']}", markup=False, soft_wrap=True)
+        if m.get("kind") == "thread":
+            console.print(f"   thread: {m['source']}", markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -115,6 +127,9 @@ def register(app: typer.Typer) -> None:
             problem = diagnosis["status"] in ("failed", "hang")
         else:
             result = explain_text(text)
+            if result.input != "text":
+                what = "stdin" if source == "-" else source
+                raise BadInput(f"FILE {what}: {'empty: nothing to explain' if result.input == 'empty' else 'not text (a binary file?); pass the log as text'}")
             data = result.to_dict()
             if json_out:
                 emit_json(data)

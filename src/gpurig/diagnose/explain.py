@@ -54,10 +54,14 @@ class Match:
     evidence: str
     role: str = "primary"
     line: int | None = None  # 1-based line of the evidence in the text
-    source: str = ""
+    source: str = ""  # where the explanation comes from: the catalogue's sources, or a thread's URL
+    kind: str = "catalogue"  # "catalogue", "thread" (a resolved public thread) or "doctor" (a pasted report)
+    cls: str = ""  # the cause class: a catalogue id, or the class of a thread's cause
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["class"] = data.pop("cls") or self.id
+        return data
 
 
 class CatalogueError(ValueError):
@@ -144,6 +148,7 @@ def match_entry(entry: CatalogueEntry, text: str) -> Match | None:
         role=entry.role,
         line=line_no,
         source=entry.source,
+        cls=entry.id,
     )
 
 
@@ -172,7 +177,9 @@ def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = No
 def _findings_as_matches(findings: list, where: str) -> list[Match]:
     out = []
     for f in findings:
-        if f.severity not in ("error", "warn"):
+        # Only what is wrong: a pasted report's warnings (memory in use, a clock below its
+        # maximum) describe a working machine as often as a broken one.
+        if f.severity != "error":
             continue
         evidence = ", ".join(f"{k}={v}" for k, v in (f.evidence or {}).items()) or where
         out.append(
@@ -185,6 +192,7 @@ def _findings_as_matches(findings: list, where: str) -> list[Match]:
                 evidence=f"{where}: {evidence}",
                 role="primary",
                 source="gpurig doctor rules, judged on the pasted report",
+                kind="doctor",
             )
         )
     return out
@@ -216,9 +224,12 @@ class Explanation:
     notes: list[str] = field(default_factory=list)
     facts: dict | None = None  # facts read from a pasted report
     next_steps: list[str] = field(default_factory=list)
+    input: str = "text"  # "text", "empty" or "not text"
+    world: str = "unknown"  # what the log comes from: pytorch, tensorflow, docker, ... (for the next steps)
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"matches": [m.to_dict() for m in self.matches]}
+        data: dict[str, Any] = {"matches": [m.to_dict() for m in self.matches], "input": self.input,
+                                "world": self.world}
         if self.notes:
             data["notes"] = self.notes
         if self.facts is not None:
@@ -255,16 +266,146 @@ def _torchrun_root_cause(text: str) -> tuple[list[Match], list[str]]:
     return matches, notes
 
 
-def explain_text(text: str) -> Explanation:
-    """Everything `gpurig explain` says about one log or pasted report."""
+def input_kind(text: str) -> str:
+    """'empty', 'not text' (a binary file: NUL bytes or mostly undecodable), or 'text'."""
+    if not text.strip():
+        return "empty"
+    head = text[:8192]
+    if "\x00" in head or head.count("\ufffd") > len(head) // 10:
+        return "not text"
+    return "text"
+
+
+# What a log comes from, read from the words it uses: the next steps depend on it (a TensorFlow,
+# Docker or WSL log gets no NCCL advice). First match wins; order from specific to general.
+_WORLDS = [
+    ("wsl", re.compile(r"/usr/lib/wsl|\bWSL2?\b|microsoft-standard", re.I)),
+    ("docker", re.compile(r"docker: Error response|nvidia-container-cli|nvidia-container-runtime|"
+                          r"could not select device driver|OCI runtime|unknown or invalid runtime name", re.I)),
+    ("kubernetes", re.compile(r"nvidia\.com/gpu|kubectl|device-plugin|FailedScheduling|\bpod\b", re.I)),
+    ("slurm", re.compile(r"\bslurmstepd\b|\bsrun\b|\bsbatch\b|SLURM_", re.I)),
+    ("tensorflow", re.compile(r"tensorflow|\btf\.distribute|\bkeras\b|MirroredStrategy|ResourceExhaustedError", re.I)),
+    ("deepspeed", re.compile(r"deepspeed", re.I)),
+    ("accelerate", re.compile(r"\baccelerate\b", re.I)),
+    ("lightning", re.compile(r"lightning", re.I)),
+    ("driver", re.compile(r"NVIDIA-SMI has failed|Failed to initialize NVML|\bNVRM\b|\bXid\b", re.I)),
+    ("pytorch", re.compile(r"torch|nccl|\bc10\b|torchrun|CUDA", re.I)),
+]
+
+WORLD_STEPS = {
+    "pytorch": NEXT_STEPS,
+    "deepspeed": ["Read the first rank's traceback above the DeepSpeed launcher's lines: the launcher only reports that a rank exited.",
+                  "Rerun with NCCL_DEBUG=INFO if the failure is inside a collective.", NEXT_STEPS[2]],
+    "accelerate": ["Run `accelerate env` and check `num_processes` against the number of GPUs.",
+                   "Rerun with NCCL_DEBUG=INFO if the failure is inside a collective.", NEXT_STEPS[2]],
+    "lightning": ["Check the Trainer's `accelerator`, `devices` and `strategy` against the machine (`gpurig doctor`).",
+                  "Rerun with NCCL_DEBUG=INFO if the failure is inside a collective."],
+    "tensorflow": ["Run `python -c \"import tensorflow as tf; print(tf.config.list_physical_devices('GPU'))\"`: an empty list means TensorFlow cannot load its CUDA libraries.",
+                   "Rerun with TF_CPP_MIN_LOG_LEVEL=0 and read the first 'W'/'E' lines about libraries or devices.",
+                   "Run `gpurig doctor` to check the driver and TensorFlow's build against it."],
+    "docker": ["Run `docker run --rm --gpus all ubuntu nvidia-smi`: if it fails, the NVIDIA Container Toolkit is not set up on the host.",
+               "Run `gpurig doctor` on the host, then `gpurig env docker` for a container that fits it."],
+    "wsl": ["In WSL2 the driver comes from Windows: check that /usr/lib/wsl/lib/libcuda.so exists and is on the library path, and do not install a Linux driver inside WSL.",
+            "Run `nvidia-smi` inside WSL; then `gpurig doctor`."],
+    "kubernetes": ["Check that the node advertises GPUs: `kubectl describe node | grep nvidia.com/gpu` (the NVIDIA device plugin must run there).",
+                   "Run `gpurig env k8s` for a job spec that asks for the GPUs correctly."],
+    "slurm": ["Check that the job asked for GPUs (`--gres=gpu:N` or `--gpus-per-node=N`) and that CUDA_VISIBLE_DEVICES is set inside it.",
+              "Run `gpurig env slurm` for a batch script that fits the machine."],
+    "driver": ["Run `nvidia-smi` and `dmesg | grep -i -E 'nvrm|xid'` on the host: the driver's own words say what broke.",
+               "Run `gpurig doctor`."],
+    "unknown": ["Paste the full log, from the first error line to the end (the first error is usually the cause).",
+                "Run `gpurig doctor` to check the driver, the GPUs and the framework builds."],
+}
+
+
+def world_of(text: str) -> str:
+    for name, pattern in _WORLDS:
+        if pattern.search(text[-2_000_000:]):
+            return name
+    return "unknown"
+
+
+# Catalogue entries that say only how a process ended (a signal, a peer gone, a generic exception):
+# a resolved thread that names the cause in the same log comes before them.
+GENERIC = {"worker-aborted", "worker-segfault", "worker-terminated-by-launcher", "peer-connection-lost",
+           "uncaught-exception", "host-out-of-memory-killed", "abort-at-exit"}
+
+
+def _thread_match(hit) -> Match:
+    case = hit.case
+    return Match(
+        id=f"thread:{case.id}",
+        title=f"Like a resolved thread: {case.title.strip()[:160]}",
+        cause=case.cause,
+        fix=case.fix,
+        confidence=round(hit.confidence, 2),
+        evidence=hit.evidence,
+        role="primary",
+        source=case.url,
+        kind="thread",
+        cls=case.cls,
+    )
+
+
+def explain_text(text: str, index: Any = "default", exclude: str | None = None) -> Explanation:
+    """Everything `gpurig explain` says about one log or pasted report.
+
+    `index` is a `threads.ThreadIndex` (default: every shipped thread; None: the catalogue alone);
+    `exclude` a thread id the index must not answer with (for measuring on a thread it holds).
+    """
+    kind = input_kind(text)
+    if kind != "text":
+        what = "the input is empty" if kind == "empty" else "the input is not text (a binary file?)"
+        steps = ["Pass the log as text: a file, or '-' to read it from stdin (e.g. `gpurig explain - < train.log`)."]
+        return Explanation(notes=[what], next_steps=steps, input=kind, world="unknown")
     root_matches, notes = _torchrun_root_cause(text)
     seen = {m.id for m in root_matches}
     matches = root_matches + [m for m in match_catalogue(text) if m.id not in seen]
     pasted, pasted_notes, facts = explain_pasted_report(text)
-    result = Explanation(matches=rank_matches(pasted + matches), notes=notes + pasted_notes, facts=facts)
+    ranked = rank_matches(pasted + matches)
+    if index == "default":
+        from gpurig.diagnose.threads import default_index
+
+        index = default_index()
+        if index is None:
+            notes.append("the index of resolved threads needs the rank_bm25 package (pip install rank-bm25); catalogue only")
+    if index is not None:
+        from gpurig.diagnose.threads import SURE, has_failure
+
+        # A log that reports no failure (warnings, notices, progress) is answered by a thread only
+        # when the thread is about that very warning: the score must say "sure".
+        floor = None if has_failure(text) else SURE
+        ranked = _with_threads(ranked, index.search(text, exclude=exclude), floor)
+    world = world_of(text)
+    result = Explanation(matches=ranked, notes=notes + pasted_notes, facts=facts, world=world)
     if not result.matches:
-        result.next_steps = list(NEXT_STEPS)
+        result.next_steps = list(WORLD_STEPS.get(world, NEXT_STEPS))
     return result
+
+
+def _with_threads(ranked: list[Match], hits: list, floor: float | None = None) -> list[Match]:
+    """Merge the closest resolved threads into the catalogue's answer.
+
+    A thread leads when the catalogue has nothing, only a consequence or a generic reading (how
+    the process ended), or something less sure; a thread of a class the catalogue already gave
+    only supports it, and is listed after."""
+    from gpurig.diagnose.threads import FLOOR, SURE
+
+    threads = [_thread_match(h) for h in hits if h.confidence >= (FLOOR if floor is None else floor)]
+    if not threads:
+        return ranked
+    known = {m.cls or m.id for m in ranked}
+    known |= {HIDES[k] for k in known if k in HIDES}  # a class the catalogue's answer made redundant
+    lead = ranked[0] if ranked else None
+    first = threads[0]
+    thread_leads = lead is None or (
+        first.cls not in known
+        and (lead.role == "secondary" or (lead.id in GENERIC and first.confidence > lead.confidence)
+             or (first.confidence >= SURE and first.confidence > lead.confidence))
+    )
+    if thread_leads:
+        return [first] + ranked + [t for t in threads[1:] if t.cls not in known]
+    return ranked + [t for t in threads if t.cls not in known or t is first]
 
 
 # --- reading a traceback --------------------------------------------------------------------

@@ -103,8 +103,14 @@ def _read(name: str) -> dict[str, Any]:
 
 @functools.cache
 def error_catalogue_data() -> dict[str, Any]:
-    """The raw error catalogue (errors.toml); `gpurig.diagnose.explain` turns it into typed entries."""
-    return _read("errors.toml")
+    """The raw error catalogue: errors.toml, then each errors-<area>.toml in name order, their
+    [[entry]] lists joined; `gpurig.diagnose.explain` turns it into typed entries."""
+    names = ["errors.toml"] + sorted(
+        p.name for p in resources.files("gpurig.knowledge").iterdir() if re.fullmatch(r"errors-[a-z0-9-]+\.toml", p.name))
+    entries: list[Any] = []
+    for name in names:
+        entries.extend(_read(name).get("entry", []))
+    return {"entry": entries}
 
 
 def _rows(name: str, table: str) -> list[dict[str, Any]]:

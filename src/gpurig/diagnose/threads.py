@@ -1,0 +1,515 @@
+"""Resolved public threads: when the catalogue is not sure, the closest real case.
+
+`knowledge/threads/*.jsonl` holds public issues and forum threads on multi-GPU training errors,
+each reduced to the error text as it was pasted, the cause the thread established, the fix and the
+URL. A log is compared with them over its *distinctive lines* (the lines that say something went
+wrong), normalised so that numbers, paths, addresses, hosts and rank prefixes do not count, and
+ranked with BM25 (the `rank_bm25` package). The closest cases vote for a cause class; the answer
+is the best case of the winning class, with a confidence read from a calibration table measured
+on the development threads (`calibration.toml`: of answers with this score, how many were right).
+
+The threads are split once, by a hash of their URL, into a development part (tuned on) and a
+test part (only measured on); see `split_of`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+FIELDS = ("id", "url", "title", "framework", "class", "log", "cause", "fix", "established_by", "found_by")
+ESTABLISHED_BY = ("maintainer", "reporter-confirmed", "accepted-answer", "several-users")
+TEST_EVERY = 5  # one thread in five is held out for measuring
+
+# How many of the closest cases vote, and the least calibrated confidence at which a thread is
+# offered as the explanation (below it, explain says plainly that nothing is close).
+VOTERS = 7
+FLOOR = 0.3
+
+
+class ThreadsError(ValueError):
+    pass
+
+
+@dataclass
+class Case:
+    id: str
+    url: str
+    title: str
+    framework: str
+    cls: str
+    log: str
+    cause: str
+    fix: str
+    established_by: str
+    found_by: str
+    split: str = "dev"
+    tokens: list[str] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], where: str) -> Case:
+        missing = [k for k in FIELDS if not isinstance(raw.get(k), str) or not raw.get(k).strip()]
+        if missing:
+            raise ThreadsError(f"{where}: {', '.join(missing)} missing or empty")
+        case = cls(id=raw["id"], url=raw["url"], title=raw["title"], framework=raw["framework"], cls=raw["class"],
+                   log=raw["log"], cause=raw["cause"], fix=raw["fix"], established_by=raw["established_by"],
+                   found_by=raw["found_by"])
+        case.split = split_of(case.url)
+        case.tokens = tokens_of(case.log) + tokens_of_title(case.title)
+        return case
+
+
+def split_of(url: str) -> str:
+    """'test' for one URL in TEST_EVERY, fixed for ever by the URL alone; 'dev' for the rest."""
+    key = url.strip().rstrip("/").lower()
+    return "test" if int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % TEST_EVERY == 0 else "dev"
+
+
+# --- normalising a log --------------------------------------------------------------------------
+
+# Lines that say something went wrong (the rest of a log is start-up chatter, progress, frames).
+_DISTINCTIVE = re.compile(
+    r"error|exception|fail|fatal|abort|killed|\bkill|timeout|timed out|cannot|can't|can not|could ?n[o']t|unable|"
+    r"not found|no such|invalid|mismatch|denied|refused|reset by peer|signal|assert|\bwarn|out of memory|\boom\b|"
+    r"exceed|unsupported|not supported|undefined symbol|segmentation|core dumped|illegal|unknown|exit ?code|"
+    r"return code|unhandled|terminate|\bhang|stuck|deadlock|incompatible|too old|expected|unexpected|missing|nan\b|"
+    r"no module|not available|not compiled|no cuda|no gpu|insufficient|xid|\bbus\b|busy|already|not initiali[sz]ed|"
+    r"does not|doesn't|is not|are not|not enough|only one|stopped|closed|broken pipe|errno|status_|nvml|"
+    r"dlerror|dlopen|not load|cuda_error|\bnccl\b|\bnet/",
+    re.I,
+)
+_FRAME = re.compile(r'^\s*File "[^"]*", line \d+|^\s*\^+\s*$|^\s*~+\^*~*\s*$|^\s*at [\w.$]+\(')
+# A launcher's report that a worker ended (torchrun's ChildFailedError table, DeepSpeed's "exits
+# with return code"): the same in every failed run, whatever the cause. Only its exit code says
+# something (-9: killed, -11: segfault, ...), so that alone is kept, as one token.
+_LAUNCHER = re.compile(
+    r"ChildFailedError|elastic/multiprocessing/api\.py|Sending process \d+ closing signal|"
+    r"^\s*(?:\[\d+\]:?\s*)?(?:error_file|traceback|time|host|rank|exitcode|local_rank)\s*:|Root Cause \(first observed failure\)|"
+    r"^\s*Failures:|To enable traceback see|torch\.distributed\.elastic|returned non-zero exit status|"
+    r"Killing subprocess|exits? with return code|sigkill_handler|failed \(exitcode|No error file defined for parent|"
+    r"^\s*\S+\.py FAILED\s*$",
+    re.I | re.M,
+)
+_EXIT_CODE = re.compile(r"(?:exit ?code|return code|exit status)\s*[:=]?\s*(-?\d+)", re.I)
+_INFO = re.compile(r"\bNCCL INFO\b|\bI\d{4} \d\d:\d\d|^\s*\d+%\|")
+_PREFIXES = re.compile(
+    r"^\s*(?:\[(?:rank|default|stderr|stdout)?\s*\d+\]:?\s*|\d+:\s+|rank\d+:\s*|\[\d+,\s*\d+\]<\w+>:\s*|"
+    r"\[?[\w.-]+:\d+:\d+\]?\s+|(?:[EWIF]\d{4} [\d:.]+ \d+ \S+\]\s*))+"
+)
+_MASKS = [
+    (re.compile(r"https?://\S+"), " url "),
+    (re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.@+~-]+){2,}[\\/]?"), lambda m: " " + m.group(0).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] + " "),
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), " hex "),
+    (re.compile(r"\b[0-9a-f]{12,}\b"), " hex "),
+    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), " ip "),
+    (re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?\S*"), " "),
+    (re.compile(r"\b\d\d:\d\d:\d\d(?:[.,]\d+)?\b"), " "),
+    (re.compile(r"\d+(?:\.\d+)?"), " 0 "),
+]
+_TOKEN = re.compile(r"[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*|0")
+_STOP = frozenset(
+    "the a an of to in on at is was be for and or it this that with as by from are not but if you your please "
+    "consider using use see more set line file most recent call last 0 i we my me have has had can will would should "
+    "when while then than which there their they them its into also any all some other been do does did so such".split()
+)
+
+
+# A line that reports a failure, not a warning or a notice: an exception, an error, a crash.
+_ERROR_LINE = re.compile(
+    r"\b\w*(?:Error|Exception)\b|\bERROR\b|\berror\b|\bfatal\b|\bFATAL\b|\bfailed\b|\bFAILED\b|\bTraceback\b|"
+    r"\bKilled\b|\bkilled\b|\bAborted\b|Segmentation fault|core dumped|exit ?code|return code|\bassert|"
+    r"\bcannot\b|\bcan't\b|\bunable to\b|\bCould not\b|\bcould not\b|undefined symbol|not found|No such file|"
+    r"\bhang|\bhung\b|\bstuck\b|timed out|^E\d{4} |^\s*(?:\[\w+\]:\s*)?\[E ",
+    re.M,
+)
+
+
+def has_failure(text: str) -> bool:
+    """Whether the log reports a failure at all (not only warnings, notices and progress)."""
+    return _ERROR_LINE.search(text) is not None
+
+
+def normalise_line(line: str) -> str:
+    line = _PREFIXES.sub("", line)
+    for pattern, repl in _MASKS:
+        line = pattern.sub(repl, line)
+    return " ".join(line.lower().split())
+
+
+def distinctive_lines(text: str, limit: int = 80) -> list[str]:
+    """The normalised lines that say something went wrong, each once, the first and last kept
+    when there are more than `limit` (the first error and the final one both matter)."""
+    seen: dict[str, None] = {}
+    # Only lines holding a keyword are looked at: a regex over the whole text finds them fast,
+    # even in a log of tens of megabytes.
+    pos = 0
+    for m in _DISTINCTIVE.finditer(text):
+        if m.start() < pos:
+            continue
+        start = text.rfind("\n", 0, m.start()) + 1
+        end = text.find("\n", m.end())
+        end = len(text) if end < 0 else end
+        pos = end
+        raw = text[start:end]
+        if len(raw) > 2000 or _FRAME.search(raw) or _INFO.search(raw):
+            continue
+        if _LAUNCHER.search(raw):
+            code = _EXIT_CODE.search(raw)
+            if code:
+                seen.setdefault(f"launcher exitcode_{code.group(1).replace('-', 'm')}", None)
+            continue
+        norm = normalise_line(raw)
+        if len(_TOKEN.findall(norm)) >= 2:
+            seen.setdefault(norm, None)
+    lines = list(seen)
+    if len(lines) > limit:
+        lines = lines[: limit // 4] + lines[-(limit - limit // 4):]
+    return lines
+
+
+def _tokens(lines: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for line in lines:
+        words = [w for w in _TOKEN.findall(line) if w not in _STOP and len(w) > 1]
+        out.extend(words)
+        out.extend(f"{a}~{b}" for a, b in zip(words, words[1:], strict=False))  # word pairs: phrases count
+    return out
+
+
+def tokens_of(text: str) -> list[str]:
+    return _tokens(distinctive_lines(text))
+
+
+def tokens_of_title(title: str) -> list[str]:
+    return _tokens([normalise_line(title)])
+
+
+# --- the shipped threads ------------------------------------------------------------------------
+
+
+def _threads_dir():
+    return resources.files("gpurig.knowledge").joinpath("threads")
+
+
+def parse_cases(lines: Iterable[tuple[str, str]], problems: list[str] | None = None) -> list[Case]:
+    """Cases from (where, json line) pairs; a URL may appear once.
+
+    With `problems` given, a bad line or a repeated URL is skipped and described there (what a
+    user's `explain` does: one bad line of shipped data must not cost every answer); without it,
+    the first one raises ThreadsError (what the tests do)."""
+    cases: list[Case] = []
+    urls: dict[str, str] = {}
+    ids: set[str] = set()
+    for where, line in lines:
+        if not line.strip():
+            continue
+        try:
+            try:
+                raw = json.loads(line)
+            except ValueError as exc:
+                raise ThreadsError(f"{where}: not JSON ({exc})") from None
+            if not isinstance(raw, dict):
+                raise ThreadsError(f"{where}: not a JSON object")
+            case = Case.from_dict(raw, where)
+            key = case.url.rstrip("/").lower()
+            if key in urls:
+                raise ThreadsError(f"{where}: {case.url} is already {urls[key]}")
+            if case.id in ids:
+                raise ThreadsError(f"{where}: the id {case.id} is used twice")
+        except ThreadsError as exc:
+            if problems is None:
+                raise
+            problems.append(str(exc))
+            continue
+        urls[key] = case.id
+        ids.add(case.id)
+        cases.append(case)
+    return cases
+
+
+def read_case_lines() -> list[tuple[str, str]]:
+    pairs = []
+    for item in sorted(_threads_dir().iterdir(), key=lambda p: p.name):
+        if item.name.endswith(".jsonl"):
+            for n, line in enumerate(item.read_text(encoding="utf-8").splitlines(), 1):
+                pairs.append((f"{item.name}:{n}", line))
+    return pairs
+
+
+@lru_cache(maxsize=1)
+def load_classes() -> dict[str, dict[str, str]]:
+    """class id -> {"definition", "same_as"} from classes.toml (catalogue ids need no entry)."""
+    data = tomllib.loads(_threads_dir().joinpath("classes.toml").read_text(encoding="utf-8"))
+    return dict(data.get("class", {}))
+
+
+def canonical(cls: str, classes: dict[str, dict[str, str]] | None = None) -> str:
+    """The class `cls` is folded into (itself when it names a cause of its own)."""
+    classes = load_classes() if classes is None else classes
+    seen = set()
+    while cls in classes and classes[cls].get("same_as") and cls not in seen:
+        seen.add(cls)
+        cls = classes[cls]["same_as"]
+    return cls
+
+
+PROBLEMS: list[str] = []  # shipped lines skipped by load_cases (the tests require none)
+
+
+@lru_cache(maxsize=1)
+def load_cases() -> tuple[Case, ...]:
+    cases = parse_cases(read_case_lines(), PROBLEMS)
+    classes = load_classes()
+    for case in cases:
+        case.cls = canonical(case.cls, classes)
+    return tuple(cases)
+
+
+@lru_cache(maxsize=1)
+def load_calibration() -> tuple[tuple[float, float], ...]:
+    """(least score, share of answers right) pairs, highest score first."""
+    path = _threads_dir().joinpath("calibration.toml")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return ()
+    return tuple(sorted(((float(b["score"]), float(b["right"])) for b in data.get("bin", [])), reverse=True))
+
+
+def calibrated(score: float, table: Sequence[tuple[float, float]] | None = None) -> float:
+    table = load_calibration() if table is None else table
+    for least, right in table:
+        if score >= least:
+            return right
+    return 0.0 if table else min(score, 0.5)
+
+
+# --- the index ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Hit:
+    """The closest resolved case of the winning class, and how the answer was reached."""
+
+    case: Case
+    score: float  # 0..1 before calibration: the class's share of the votes times the case's overlap
+    confidence: float
+    share: float
+    overlap: float
+    evidence: str
+
+
+class ThreadIndex:
+    """BM25 over the cases' distinctive tokens."""
+
+    def __init__(self, cases: Sequence[Case]) -> None:
+        from rank_bm25 import BM25Okapi
+
+        self.cases = [c for c in cases if c.tokens]
+        self.bm25 = BM25Okapi([c.tokens for c in self.cases]) if self.cases else None
+
+    def search(self, text: str, exclude: str | None = None, table: Sequence[tuple[float, float]] | None = None,
+               classes: int = 3) -> list[Hit]:
+        """The closest case of each of the `classes` classes with the most votes, best first."""
+        query = _tokens(distinctive_lines(text))
+        if not query or self.bm25 is None:
+            return []
+        scores = self.bm25.get_scores(query)
+        order = sorted(range(len(self.cases)), key=lambda i: -scores[i])
+        top = [i for i in order if scores[i] > 0 and self.cases[i].id != exclude][:VOTERS]
+        if not top:
+            return []
+        votes: dict[str, float] = {}
+        for i in top:
+            votes[self.cases[i].cls] = votes.get(self.cases[i].cls, 0.0) + float(scores[i])
+        total = sum(votes.values())
+        words = {t for t in query if "~" not in t}
+        hits = []
+        for cls in sorted(votes, key=lambda k: -votes[k])[:classes]:
+            case = self.cases[next(i for i in top if self.cases[i].cls == cls)]
+            case_words = {t for t in case.tokens if "~" not in t}
+            share = votes[cls] / total
+            overlap = len(words & case_words) / max(1, len(case_words))
+            score = round(share * overlap, 4)
+            hits.append(Hit(case=case, score=score, confidence=calibrated(score, table), share=share,
+                            overlap=overlap, evidence=_evidence(text, case_words)))
+        return hits
+
+
+def _evidence(text: str, case_words: set[str]) -> str:
+    """The user's line that shares the most words with the case."""
+    best, best_n = "", 0
+    for m in _DISTINCTIVE.finditer(text):
+        start = text.rfind("\n", 0, m.start()) + 1
+        end = text.find("\n", m.end())
+        raw = text[start: len(text) if end < 0 else end].strip()
+        n = len(set(_TOKEN.findall(normalise_line(raw))) & case_words)
+        if n > best_n:
+            best, best_n = raw, n
+    return best if len(best) <= 400 else best[:400] + " …"
+
+
+@lru_cache(maxsize=1)
+def default_index() -> ThreadIndex | None:
+    """The index of every shipped thread, or None where rank_bm25 is not installed."""
+    try:
+        return ThreadIndex(load_cases())
+    except ImportError:
+        return None
+
+
+# --- calibration and measurement ------------------------------------------------------------------
+
+
+def leave_one_out(cases: Sequence[Case]) -> list[tuple[float, bool]]:
+    """(score, right) for each case, answered by an index of all the others."""
+    index = ThreadIndex(cases)
+    out = []
+    for case in cases:
+        hits = index.search(case.log, exclude=case.id, table=(), classes=1)
+        if hits:
+            out.append((hits[0].score, hits[0].case.cls == case.cls))
+    return out
+
+
+def calibration_table(pairs: Sequence[tuple[float, bool]], bins: int = 6) -> list[tuple[float, float]]:
+    """Equal-count score bins -> the share right in each (add-one smoothed), made monotone:
+    adjacent bins where a higher score was right less often are pooled (isotonic regression)."""
+    pairs = sorted(pairs)
+    if not pairs:
+        return []
+    size = max(1, len(pairs) // bins)
+    chunks = [list(pairs[i: i + size]) for i in range(0, len(pairs), size)]
+    if len(chunks) > 1 and len(chunks[-1]) < size // 2:
+        chunks[-2].extend(chunks.pop())
+    pooled: list[list] = []  # [least score, right, count]
+    for k, chunk in enumerate(chunks):
+        least, right, n = (chunk[0][0] if k else 0.0), sum(1 for _, ok in chunk if ok), len(chunk)
+        while pooled and pooled[-1][1] / pooled[-1][2] > right / n:
+            prev = pooled.pop()
+            least, right, n = prev[0], prev[1] + right, prev[2] + n
+        pooled.append([least, right, n])
+    return [(round(least, 4), round((right + 1) / (n + 2), 3)) for least, right, n in pooled]
+
+
+def write_calibration(path, cases: Sequence[Case]) -> list[tuple[float, float]]:
+    dev = [c for c in cases if c.split == "dev"]
+    table = calibration_table(leave_one_out(dev))
+    lines = ["# Written by `python -m gpurig.diagnose.threads calibrate`: leave-one-out over the development",
+             f"# threads ({len(dev)}); an answer scoring at least `score` was right this share of the time.", ""]
+    for least, right in sorted(table, reverse=True):
+        lines += ["[[bin]]", f"score = {least}", f"right = {right}", ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return table
+
+
+SURE = 0.85  # an answer at least this confident is presented as the cause ("sure"), not as a lead
+
+
+@dataclass
+class Rates:
+    cases: int = 0
+    first_right: int = 0
+    top3_right: int = 0
+    confidently_wrong: int = 0
+    nothing: int = 0
+    wrong: list[dict] = field(default_factory=list)
+
+    def rate(self, n: int) -> float:
+        return n / self.cases if self.cases else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cases": self.cases, "first_right": round(self.rate(self.first_right), 3),
+                "top3_right": round(self.rate(self.top3_right), 3),
+                "confidently_wrong": round(self.rate(self.confidently_wrong), 3),
+                "nothing": round(self.rate(self.nothing), 3)}
+
+
+def measure(cases: Sequence[Case], index: ThreadIndex | None, leave_out_self: bool = False) -> Rates:
+    """How often `explain` names each case's cause class: first, within three, and confidently wrong."""
+    from gpurig.diagnose.explain import explain_text
+
+    rates = Rates()
+    for case in cases:
+        found = explain_text(case.log, index=index, exclude=case.id if leave_out_self else None).matches
+        classes = [m.cls or m.id for m in found]
+        rates.cases += 1
+        if not found:
+            rates.nothing += 1
+        if classes[:1] == [case.cls]:
+            rates.first_right += 1
+        else:
+            rates.wrong.append({"id": case.id, "class": case.cls, "got": classes[:3],
+                                "confidence": found[0].confidence if found else None})
+            if found and found[0].confidence >= SURE:
+                rates.confidently_wrong += 1
+        if case.cls in classes[:3]:
+            rates.top3_right += 1
+    return rates
+
+
+def measure_splits(cases: Sequence[Case] | None = None, test: bool = True) -> dict[str, Rates]:
+    """The development part answered leave-one-out, the test part by an index of the development part."""
+    cases = list(load_cases() if cases is None else cases)
+    dev = [c for c in cases if c.split == "dev"]
+    index = ThreadIndex(dev)
+    out = {"dev": measure(dev, index, leave_out_self=True)}
+    if test:
+        out["test"] = measure([c for c in cases if c.split == "test"], index)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(prog="python -m gpurig.diagnose.threads",
+                                 description="Maintain the index of resolved threads shipped with gpurig.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("calibrate", help="measure the development threads and rewrite calibration.toml")
+    sub.add_parser("stats", help="how many threads, per split and per class")
+    m = sub.add_parser("measure", help="explain's rates on the development part (leave-one-out) and the test part")
+    m.add_argument("--test", action="store_true", help="also measure the held-out test part (report it; never tune on it)")
+    m.add_argument("--wrong", action="store_true", help="list the development threads answered wrongly")
+    sh = sub.add_parser("show", help="print development threads (the test part is never shown)")
+    sh.add_argument("--class", dest="cls", help="only this class")
+    args = ap.parse_args(argv)
+    cases = load_cases()
+    if args.cmd == "calibrate":
+        path = Path(str(_threads_dir().joinpath("calibration.toml")))
+        for least, right in write_calibration(path, cases):
+            print(f"score >= {least:.4f}: right {right:.0%}")
+        return 0
+    if args.cmd == "measure":
+        for name, rates in measure_splits(cases, test=args.test).items():
+            print(f"{name}: {json.dumps(rates.to_dict())}")
+            if args.wrong and name == "dev":
+                for w in rates.wrong:
+                    print("   ", json.dumps(w))
+        return 0
+    if args.cmd == "show":
+        for c in cases:
+            if c.split == "dev" and (args.cls is None or c.cls == args.cls):
+                print(json.dumps({"id": c.id, "url": c.url, "class": c.cls, "title": c.title, "log": c.log,
+                                  "cause": c.cause, "fix": c.fix}, ensure_ascii=False))
+        return 0
+    by_split: dict[str, int] = {}
+    by_class: dict[str, int] = {}
+    for c in cases:
+        by_split[c.split] = by_split.get(c.split, 0) + 1
+        by_class[c.cls] = by_class.get(c.cls, 0) + 1
+    print(f"{len(cases)} threads: " + ", ".join(f"{k} {v}" for k, v in sorted(by_split.items())))
+    for k, v in sorted(by_class.items(), key=lambda kv: -kv[1]):
+        print(f"  {v:4d}  {k}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
