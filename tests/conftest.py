@@ -43,6 +43,31 @@ def cuda_gpu_count() -> int:
     return _GPU_COUNT
 
 
+# Figures a test measured (`record_property("explain_rates", json)`), printed at the end of the
+# run. The property travels in the test's report, so this works across xdist workers too.
+_MEASURED: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        for name, value in getattr(report, "user_properties", ()):
+            if name == "explain_rates":
+                _MEASURED[name] = value
+
+
+def pytest_terminal_summary(terminalreporter):
+    import json
+
+    if "explain_rates" in _MEASURED:
+        rates = json.loads(_MEASURED["explain_rates"])
+        terminalreporter.section("gpurig explain on real logs")
+        for part in ("dev", "test"):
+            r = rates[part]
+            terminalreporter.write_line(
+                f"{part:4s} ({r['cases']} threads): first answer right {r['first_right']:.1%}, within three "
+                f"{r['top3_right']:.1%}, confidently wrong {r['confidently_wrong']:.1%}, nothing said {r['nothing']:.1%}")
+
+
 def pytest_collection_modifyitems(config, items):
     has_tf = importlib.util.find_spec("tensorflow") is not None
     gpu_items = [i for i in items if "gpu" in i.keywords]

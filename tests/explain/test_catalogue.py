@@ -40,7 +40,7 @@ def test_example_matches_its_entry(entry_id, index, example):
     assert match is not None, f"{entry_id} does not match its example {index}"
     assert match.evidence  # the line it was read from
     # ... and the whole explainer puts it among its answers (or a more specific entry that hides it).
-    ids = [m.id for m in match_catalogue(example)]
+    ids = [m.id for m in match_catalogue(example, benign=True)]
     assert entry_id in ids or any(HIDES.get(i) == entry_id for i in ids)
 
 
@@ -125,3 +125,15 @@ def test_catalogue_errors_are_reported_clearly():
         parse_catalogue({"entry": [{k: v for k, v in base.items() if k != "source"}]})
     with pytest.raises(CatalogueError, match="used twice"):
         parse_catalogue({"entry": [base, base]})
+
+
+def test_a_harmless_notice_is_a_note_never_an_error():
+    notice = "Using bfloat16 Automatic Mixed Precision (AMP)\nYou are using a CUDA device ('NVIDIA A100-SXM4-80GB') that has Tensor Cores. To properly utilize them, you should set `torch.set_float32_matmul_precision('medium' | 'high')` which will trade-off precision for performance."
+    alone = explain_text(notice)
+    assert alone.matches == [] and [m.id for m in alone.benign] == ["lightning-tf32-matmul-warning"]
+    assert alone.to_dict()["benign"][0]["role"] == "benign" and alone.next_steps
+    # Beside a real failure the notice is not mentioned at all.
+    failing = explain_text(notice + "\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert failing.matches[0].id == "cuda-out-of-memory" and failing.benign == []
+    # ... and a launch's per-rank reading never takes a notice for a rank's fault.
+    assert all(m.role != "benign" for m in match_catalogue(notice))

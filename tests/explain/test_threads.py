@@ -151,3 +151,18 @@ def test_healthy_real_log_gets_no_explanation(name):
     result = explain_text((HEALTHY / name).read_text())
     assert result.matches == [], [(m.id, m.confidence, m.evidence) for m in result.matches]
     assert result.next_steps  # said plainly: nothing matched, and what to do next
+
+
+def test_a_long_log_is_read_through_its_focus_with_true_line_numbers():
+    progress = "".join(f"[rank{i % 8}]: step {i} loss 0.{i % 97:02d} lr 3e-4 tokens/s 123456\n" for i in range(40000))
+    failure = "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.19 GiB\n"
+    log = progress + failure + progress
+    assert len(log) > 2_000_000
+    result = explain_text(log)
+    assert result.matches[0].id == "cuda-out-of-memory"
+    assert result.matches[0].line == 40001  # a line of the whole log, not of the part read
+    assert any("long log" in n for n in result.notes)
+    from gpurig.diagnose.explain import focus
+
+    part = focus(log)
+    assert failure in part and len(part) < 600_000

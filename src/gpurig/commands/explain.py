@@ -72,7 +72,14 @@ def render_explanation(console, data: dict) -> None:
     if not matches:
         if data.get("facts") is not None:
             console.print("The pasted report shows nothing the doctor's rules flag.")
-        console.print("[yellow]No known error matched.[/yellow] Next steps:")
+        if data.get("benign"):
+            console.print("[green]No error found.[/green] Known harmless messages in this log:")
+            for m in data["benign"]:
+                console.print(f"  • {m['title']}: {m['cause']}", markup=False, soft_wrap=True)
+                console.print(f"    evidence: {m['evidence']}", markup=False, soft_wrap=True)
+            console.print("If the run still failed, the failure is not in this text. Next steps:")
+        else:
+            console.print("[yellow]No known error matched.[/yellow] Next steps:")
         for step in data.get("next_steps", []):
             console.print(f"  • {step}", markup=False)
         return

@@ -15,10 +15,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-ROLES = ("primary", "timeout", "secondary")
+ROLES = ("primary", "timeout", "secondary", "benign")
 # A secondary match ("connection closed by peer") is a consequence of another rank's failure:
 # it goes after anything that says what actually happened.
-_ROLE_PENALTY = {"primary": 0.0, "timeout": 0.05, "secondary": 0.3}
+_ROLE_PENALTY = {"primary": 0.0, "timeout": 0.05, "secondary": 0.3, "benign": 0.5}
 
 NEXT_STEPS = [
     "Rerun with NCCL_DEBUG=INFO to see what NCCL was doing (look for 'NCCL WARN' lines).",
@@ -158,12 +158,14 @@ def rank_matches(matches: list[Match]) -> list[Match]:
 
 
 # A specific entry -> the generic one it makes redundant when both match.
-HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": "nccl-system-error"}
+HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": "nccl-system-error",
+         "nccl-bad-env-setting": "nccl-system-error", "docker-network-isolation": "nccl-system-error"}
 
 
-def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = None) -> list[Match]:
+def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = None, benign: bool = False) -> list[Match]:
+    """The entries `text` matches, best first; harmless notices (role "benign") only when asked."""
     catalogue = catalogue if catalogue is not None else load_catalogue()
-    found = [m for e in catalogue if (m := match_entry(e, text)) is not None]
+    found = [m for e in catalogue if (benign or e.role != "benign") and (m := match_entry(e, text)) is not None]
     # A specific explanation hides a generic one read from the same line (the first collective
     # timing out is a more useful reading than "a collective timed out").
     ids = {m.id for m in found}
@@ -226,10 +228,13 @@ class Explanation:
     next_steps: list[str] = field(default_factory=list)
     input: str = "text"  # "text", "empty" or "not text"
     world: str = "unknown"  # what the log comes from: pytorch, tensorflow, docker, ... (for the next steps)
+    benign: list[Match] = field(default_factory=list)  # known harmless messages, when the log holds no failure
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"matches": [m.to_dict() for m in self.matches], "input": self.input,
                                 "world": self.world}
+        if self.benign:
+            data["benign"] = [m.to_dict() for m in self.benign]
         if self.notes:
             data["notes"] = self.notes
         if self.facts is not None:
@@ -277,19 +282,20 @@ def input_kind(text: str) -> str:
 
 
 # What a log comes from, read from the words it uses: the next steps depend on it (a TensorFlow,
-# Docker or WSL log gets no NCCL advice). First match wins; order from specific to general.
+# Docker or WSL log gets no NCCL advice). First match wins; order from specific to general. The
+# patterns are lowercase and run on the lowercased text (a case-insensitive regex is much slower).
 _WORLDS = [
-    ("wsl", re.compile(r"/usr/lib/wsl|\bWSL2?\b|microsoft-standard", re.I)),
-    ("docker", re.compile(r"docker: Error response|nvidia-container-cli|nvidia-container-runtime|"
-                          r"could not select device driver|OCI runtime|unknown or invalid runtime name", re.I)),
-    ("kubernetes", re.compile(r"nvidia\.com/gpu|kubectl|device-plugin|FailedScheduling|\bpod\b", re.I)),
-    ("slurm", re.compile(r"\bslurmstepd\b|\bsrun\b|\bsbatch\b|SLURM_", re.I)),
-    ("tensorflow", re.compile(r"tensorflow|\btf\.distribute|\bkeras\b|MirroredStrategy|ResourceExhaustedError", re.I)),
-    ("deepspeed", re.compile(r"deepspeed", re.I)),
-    ("accelerate", re.compile(r"\baccelerate\b", re.I)),
-    ("lightning", re.compile(r"lightning", re.I)),
-    ("driver", re.compile(r"NVIDIA-SMI has failed|Failed to initialize NVML|\bNVRM\b|\bXid\b", re.I)),
-    ("pytorch", re.compile(r"torch|nccl|\bc10\b|torchrun|CUDA", re.I)),
+    ("wsl", re.compile(r"/usr/lib/wsl|\bwsl2?\b|microsoft-standard")),
+    ("docker", re.compile(r"docker: error response|nvidia-container-cli|nvidia-container-runtime|"
+                          r"could not select device driver|oci runtime|unknown or invalid runtime name")),
+    ("kubernetes", re.compile(r"nvidia\.com/gpu|kubectl|device-plugin|failedscheduling|\bpod\b")),
+    ("slurm", re.compile(r"\bslurmstepd\b|\bsrun\b|\bsbatch\b|slurm_")),
+    ("tensorflow", re.compile(r"tensorflow|\btf\.distribute|\bkeras\b|mirroredstrategy|resourceexhaustederror")),
+    ("deepspeed", re.compile(r"deepspeed")),
+    ("accelerate", re.compile(r"\baccelerate\b")),
+    ("lightning", re.compile(r"lightning")),
+    ("driver", re.compile(r"nvidia-smi has failed|failed to initialize nvml|\bnvrm\b|\bxid\b")),
+    ("pytorch", re.compile(r"torch|nccl|\bc10\b|torchrun|cuda")),
 ]
 
 WORLD_STEPS = {
@@ -319,16 +325,87 @@ WORLD_STEPS = {
 
 
 def world_of(text: str) -> str:
+    low = text.lower()
     for name, pattern in _WORLDS:
-        if pattern.search(text[-2_000_000:]):
+        if pattern.search(low):
             return name
     return "unknown"
 
+
+# A log longer than this is read through its focus: its beginning, its end, and every line that
+# holds a word of failure, with the lines around it. Logs grow by repeating progress and chatter,
+# which says nothing; the catalogue and the index then read a few hundred kilobytes, not 30 MB.
+FOCUS_OVER = 1_000_000
+_FOCUS_HEAD, _FOCUS_TAIL, _FOCUS_LINES, _FOCUS_AROUND = 50_000, 150_000, 2000, 2
+# Fragments of the words of failure (case-sensitive, found by str.find, which is fast).
+_FOCUS_KEYS = ("rror", "ERROR", "xception", "ail", "FAIL", "illed", "raceback", "atal", "FATAL", "bort", "egmentation",
+               "efused", "enied", "imed out", "imeout", "annot", "ould not", "nable", "ot found", "o such", "nvalid",
+               "ismatch", "NVRM", "Xid", "xitcode", "eturn code", "ut of memory", "NCCL WARN", "Init COMPLETE",
+               "ignal", "MirroredStrategy", "OOM")
+
+
+def focus(text: str) -> str:
+    """The part of a long log worth reading (see FOCUS_OVER); a short log is returned whole."""
+    if len(text) <= FOCUS_OVER:
+        return text
+    body_start, body_end = _FOCUS_HEAD, len(text) - _FOCUS_TAIL
+    starts: set[int] = set()
+    for key in _FOCUS_KEYS:
+        i = text.find(key, body_start, body_end)
+        while i >= 0 and len(starts) < 4 * _FOCUS_LINES:
+            line_start = text.rfind("\n", 0, i) + 1
+            starts.add(line_start)
+            line_end = text.find("\n", i)
+            if line_end < 0:
+                break
+            i = text.find(key, line_end, body_end)
+    picked = sorted(starts)
+    if len(picked) > _FOCUS_LINES:  # the first failures and the last ones
+        picked = picked[: _FOCUS_LINES // 4] + picked[-(_FOCUS_LINES - _FOCUS_LINES // 4):]
+    spans: list[tuple[int, int]] = []
+    for start in picked:
+        a = start
+        for _ in range(_FOCUS_AROUND):
+            a = text.rfind("\n", 0, max(a - 1, 0)) + 1 if a > 0 else 0
+        b = start
+        for _ in range(_FOCUS_AROUND + 1):
+            nxt = text.find("\n", b)
+            b = len(text) if nxt < 0 else nxt + 1
+        if spans and a <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], b))
+        else:
+            spans.append((a, b))
+    head_end = text.find("\n", body_start) + 1 or body_start
+    tail_start = text.rfind("\n", 0, body_end) + 1
+    parts = [text[:head_end]] + [text[a:b] for a, b in spans if b > head_end and a < tail_start] + [text[tail_start:]]
+    return "".join(p if p.endswith("\n") else p + "\n" for p in parts)
+
+
+def _relocate(matches: list[Match], text: str) -> None:
+    """Line numbers of evidence read in a log's focus, as lines of the whole log."""
+    for m in matches:
+        if m.line is None or not m.evidence:
+            continue
+        pos = text.find(m.evidence.rstrip(" …"))
+        m.line = text.count("\n", 0, pos) + 1 if pos >= 0 else None
+
+
+# How a process ended, without why: an exit code, a signal.
+_EXIT_READING = re.compile(r"exit ?code|return code|exit status|[Ss]ignal \d|SIG[A-Z]{3,}")
 
 # Catalogue entries that say only how a process ended (a signal, a peer gone, a generic exception):
 # a resolved thread that names the cause in the same log comes before them.
 GENERIC = {"worker-aborted", "worker-segfault", "worker-terminated-by-launcher", "peer-connection-lost",
            "uncaught-exception", "host-out-of-memory-killed", "abort-at-exit"}
+
+
+def _benign_classes() -> set[str]:
+    try:
+        from gpurig.diagnose.threads import load_classes
+
+        return {k for k, v in load_classes().items() if v.get("benign")}
+    except (OSError, ValueError):
+        return set()
 
 
 def _thread_match(hit) -> Match:
@@ -358,11 +435,15 @@ def explain_text(text: str, index: Any = "default", exclude: str | None = None) 
         what = "the input is empty" if kind == "empty" else "the input is not text (a binary file?)"
         steps = ["Pass the log as text: a file, or '-' to read it from stdin (e.g. `gpurig explain - < train.log`)."]
         return Explanation(notes=[what], next_steps=steps, input=kind, world="unknown")
+    whole, text = text, focus(text)
     root_matches, notes = _torchrun_root_cause(text)
     seen = {m.id for m in root_matches}
-    matches = root_matches + [m for m in match_catalogue(text) if m.id not in seen]
+    matches = root_matches + [m for m in match_catalogue(text, benign=True) if m.id not in seen]
     pasted, pasted_notes, facts = explain_pasted_report(text)
-    ranked = rank_matches(pasted + matches)
+    benign_classes = _benign_classes()
+    everything = rank_matches(pasted + matches)
+    harmless = [m for m in everything if m.role == "benign" or m.cls in benign_classes]
+    ranked = [m for m in everything if m not in harmless]
     if index == "default":
         from gpurig.diagnose.threads import default_index
 
@@ -375,9 +456,18 @@ def explain_text(text: str, index: Any = "default", exclude: str | None = None) 
         # A log that reports no failure (warnings, notices, progress) is answered by a thread only
         # when the thread is about that very warning: the score must say "sure".
         floor = None if has_failure(text) else SURE
-        ranked = _with_threads(ranked, index.search(text, exclude=exclude), floor)
+        merged = _with_threads(ranked, index.search(text, exclude=exclude), floor)
+        harmless += [m for m in merged if m.cls in benign_classes and m not in ranked]
+        ranked = [m for m in merged if m.cls not in benign_classes]
+    for m in harmless:
+        m.role = "benign"
+    if ranked:  # a real failure: harmless notices beside it are noise
+        harmless = []
+    if text is not whole:
+        _relocate(ranked + harmless, whole)
+        notes.append(f"a long log ({len(whole) / 1e6:.1f} MB): read its first and last lines and every line that reports a failure")
     world = world_of(text)
-    result = Explanation(matches=ranked, notes=notes + pasted_notes, facts=facts, world=world)
+    result = Explanation(matches=ranked, notes=notes + pasted_notes, facts=facts, world=world, benign=harmless[:3])
     if not result.matches:
         result.next_steps = list(WORLD_STEPS.get(world, NEXT_STEPS))
     return result
@@ -398,9 +488,11 @@ def _with_threads(ranked: list[Match], hits: list, floor: float | None = None) -
     known |= {HIDES[k] for k in known if k in HIDES}  # a class the catalogue's answer made redundant
     lead = ranked[0] if ranked else None
     first = threads[0]
+    generic = lead is not None and lead.id in GENERIC and (
+        lead.id != "host-out-of-memory-killed" or _EXIT_READING.search(lead.evidence or "") is not None)
     thread_leads = lead is None or (
         first.cls not in known
-        and (lead.role == "secondary" or (lead.id in GENERIC and first.confidence > lead.confidence)
+        and (lead.role == "secondary" or (generic and first.confidence > lead.confidence)
              or (first.confidence >= SURE and first.confidence > lead.confidence))
     )
     if thread_leads:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 FIELDS = ("id", "url", "title", "framework", "class", "log", "cause", "fix", "established_by", "found_by")
@@ -62,8 +63,10 @@ class Case:
                    log=raw["log"], cause=raw["cause"], fix=raw["fix"], established_by=raw["established_by"],
                    found_by=raw["found_by"])
         case.split = split_of(case.url)
-        case.tokens = tokens_of(case.log) + tokens_of_title(case.title)
         return case
+
+    def compute_tokens(self) -> list[str]:
+        return tokens_of(self.log) + tokens_of_title(self.title)
 
 
 def split_of(url: str) -> str:
@@ -75,15 +78,14 @@ def split_of(url: str) -> str:
 # --- normalising a log --------------------------------------------------------------------------
 
 # Lines that say something went wrong (the rest of a log is start-up chatter, progress, frames).
-_DISTINCTIVE = re.compile(
-    r"error|exception|fail|fatal|abort|killed|\bkill|timeout|timed out|cannot|can't|can not|could ?n[o']t|unable|"
-    r"not found|no such|invalid|mismatch|denied|refused|reset by peer|signal|assert|\bwarn|out of memory|\boom\b|"
-    r"exceed|unsupported|not supported|undefined symbol|segmentation|core dumped|illegal|unknown|exit ?code|"
+_DISTINCTIVE = re.compile(  # applied to the lowercased text: a case-insensitive alternation is ten times slower
+    r"error|exception|fail|fatal|abort|\bkill|timeout|timed out|cannot|can't|can not|could not|couldn't|unable|"
+    r"not found|no such|invalid|mismatch|denied|refused|reset by peer|signal|assert|\bwarn|out of memory|oom\b|"
+    r"exceed|unsupported|not supported|undefined symbol|segmentation|core dumped|illegal|unknown|exit code|exitcode|"
     r"return code|unhandled|terminate|\bhang|stuck|deadlock|incompatible|too old|expected|unexpected|missing|nan\b|"
-    r"no module|not available|not compiled|no cuda|no gpu|insufficient|xid|\bbus\b|busy|already|not initiali[sz]ed|"
+    r"no module|not available|not compiled|no cuda|no gpu|insufficient|xid|bus\b|busy|already|not initiali|"
     r"does not|doesn't|is not|are not|not enough|only one|stopped|closed|broken pipe|errno|status_|nvml|"
-    r"dlerror|dlopen|not load|cuda_error|\bnccl\b|\bnet/",
-    re.I,
+    r"dlerror|dlopen|not load|cuda_error|nccl|net/"
 )
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+|^\s*\^+\s*$|^\s*~+\^*~*\s*$|^\s*at [\w.$]+\(')
 # A launcher's report that a worker ended (torchrun's ChildFailedError table, DeepSpeed's "exits
@@ -96,6 +98,13 @@ _LAUNCHER = re.compile(
     r"Killing subprocess|exits? with return code|sigkill_handler|failed \(exitcode|No error file defined for parent|"
     r"^\s*\S+\.py FAILED\s*$",
     re.I | re.M,
+)
+# Lines torch and the launchers print around any failure: they say nothing about which one.
+_BOILERPLATE = re.compile(
+    r"kernel errors might be asynchronously reported|for debugging consider passing cuda_launch_blocking|"
+    r"compile with `?torch_use_cuda_dsa|device-side assertions|setting omp_num_threads environment variable|"
+    r"^\s*warnings\.warn\(|^\s*\*{5,}\s*$",
+    re.M,
 )
 _EXIT_CODE = re.compile(r"(?:exit ?code|return code|exit status)\s*[:=]?\s*(-?\d+)", re.I)
 _INFO = re.compile(r"\bNCCL INFO\b|\bI\d{4} \d\d:\d\d|^\s*\d+%\|")
@@ -123,9 +132,9 @@ _STOP = frozenset(
 
 # A line that reports a failure, not a warning or a notice: an exception, an error, a crash.
 _ERROR_LINE = re.compile(
-    r"\b\w*(?:Error|Exception)\b|\bERROR\b|\berror\b|\bfatal\b|\bFATAL\b|\bfailed\b|\bFAILED\b|\bTraceback\b|"
-    r"\bKilled\b|\bkilled\b|\bAborted\b|Segmentation fault|core dumped|exit ?code|return code|\bassert|"
-    r"\bcannot\b|\bcan't\b|\bunable to\b|\bCould not\b|\bcould not\b|undefined symbol|not found|No such file|"
+    r"Error\b|Exception\b|ERROR|\berror\b|\bfatal\b|FATAL|\bfailed\b|FAILED|Traceback|"
+    r"\b[Kk]illed\b|Aborted|Segmentation fault|core dumped|exit ?code|return code|\bassert|"
+    r"\bcannot\b|\bcan't\b|\bunable to\b|[Cc]ould not|undefined symbol|not found|No such file|"
     r"\bhang|\bhung\b|\bstuck\b|timed out|^E\d{4} |^\s*(?:\[\w+\]:\s*)?\[E ",
     re.M,
 )
@@ -143,35 +152,40 @@ def normalise_line(line: str) -> str:
     return " ".join(line.lower().split())
 
 
-def distinctive_lines(text: str, limit: int = 80) -> list[str]:
-    """The normalised lines that say something went wrong, each once, the first and last kept
-    when there are more than `limit` (the first error and the final one both matter)."""
-    seen: dict[str, None] = {}
-    # Only lines holding a keyword are looked at: a regex over the whole text finds them fast,
-    # even in a log of tens of megabytes.
+def distinctive(text: str, limit: int = 80) -> list[tuple[str, str]]:
+    """(normalised, as written) for the lines that say something went wrong, each once; the first
+    and the last kept when there are more than `limit` (the first error and the final one both matter)."""
+    seen: dict[str, str] = {}
+    low = text.lower()
+    if len(low) != len(text):  # a rare character whose lowercase is longer: read positions off the lowercase
+        text = low
     pos = 0
-    for m in _DISTINCTIVE.finditer(text):
+    for m in _DISTINCTIVE.finditer(low):
         if m.start() < pos:
             continue
-        start = text.rfind("\n", 0, m.start()) + 1
-        end = text.find("\n", m.end())
-        end = len(text) if end < 0 else end
+        start = low.rfind("\n", 0, m.start()) + 1
+        end = low.find("\n", m.end())
+        end = len(low) if end < 0 else end
         pos = end
         raw = text[start:end]
-        if len(raw) > 2000 or _FRAME.search(raw) or _INFO.search(raw):
+        if len(raw) > 2000 or _FRAME.search(raw) or _INFO.search(raw) or _BOILERPLATE.search(low, start, end):
             continue
         if _LAUNCHER.search(raw):
             code = _EXIT_CODE.search(raw)
             if code:
-                seen.setdefault(f"launcher exitcode_{code.group(1).replace('-', 'm')}", None)
+                seen.setdefault(f"launcher exitcode_{code.group(1).replace('-', 'm')}", raw.strip())
             continue
         norm = normalise_line(raw)
         if len(_TOKEN.findall(norm)) >= 2:
-            seen.setdefault(norm, None)
-    lines = list(seen)
+            seen.setdefault(norm, raw.strip())
+    lines = list(seen.items())
     if len(lines) > limit:
         lines = lines[: limit // 4] + lines[-(limit - limit // 4):]
     return lines
+
+
+def distinctive_lines(text: str, limit: int = 80) -> list[str]:
+    return [norm for norm, _ in distinctive(text, limit)]
 
 
 def _tokens(lines: Iterable[str]) -> list[str]:
@@ -243,6 +257,26 @@ def read_case_lines() -> list[tuple[str, str]]:
     return pairs
 
 
+TOKENS_FILE = "tokens.json"
+
+
+def tokens_key(pairs: Sequence[tuple[str, str]]) -> str:
+    """What the shipped tokens were computed from: every thread line and this module's code."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for where, line in pairs:
+        digest.update(where.encode() + b"\0" + line.encode() + b"\n")
+    return digest.hexdigest()
+
+
+def _shipped_tokens(key: str) -> dict[str, list[str]] | None:
+    """The tokens of every thread as `calibrate` wrote them, when they still fit `key`."""
+    try:
+        data = json.loads(_threads_dir().joinpath(TOKENS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data.get("tokens") if isinstance(data, dict) and data.get("key") == key else None
+
+
 @lru_cache(maxsize=1)
 def load_classes() -> dict[str, dict[str, str]]:
     """class id -> {"definition", "same_as"} from classes.toml (catalogue ids need no entry)."""
@@ -265,10 +299,15 @@ PROBLEMS: list[str] = []  # shipped lines skipped by load_cases (the tests requi
 
 @lru_cache(maxsize=1)
 def load_cases() -> tuple[Case, ...]:
-    cases = parse_cases(read_case_lines(), PROBLEMS)
+    """Every shipped thread, with its tokens (from tokens.json when it is current: normalising
+    six hundred logs costs more than a user should wait for)."""
+    pairs = read_case_lines()
+    cases = parse_cases(pairs, PROBLEMS)
+    shipped = _shipped_tokens(tokens_key(pairs)) or {}
     classes = load_classes()
     for case in cases:
         case.cls = canonical(case.cls, classes)
+        case.tokens = shipped.get(case.id) or case.compute_tokens()
     return tuple(cases)
 
 
@@ -318,7 +357,8 @@ class ThreadIndex:
     def search(self, text: str, exclude: str | None = None, table: Sequence[tuple[float, float]] | None = None,
                classes: int = 3) -> list[Hit]:
         """The closest case of each of the `classes` classes with the most votes, best first."""
-        query = _tokens(distinctive_lines(text))
+        lines = distinctive(text)
+        query = list(dict.fromkeys(_tokens(norm for norm, _ in lines)))  # each word once: a repeated line is one signal
         if not query or self.bm25 is None:
             return []
         scores = self.bm25.get_scores(query)
@@ -339,18 +379,15 @@ class ThreadIndex:
             overlap = len(words & case_words) / max(1, len(case_words))
             score = round(share * overlap, 4)
             hits.append(Hit(case=case, score=score, confidence=calibrated(score, table), share=share,
-                            overlap=overlap, evidence=_evidence(text, case_words)))
+                            overlap=overlap, evidence=_evidence(lines, case_words)))
         return hits
 
 
-def _evidence(text: str, case_words: set[str]) -> str:
+def _evidence(lines: list[tuple[str, str]], case_words: set[str]) -> str:
     """The user's line that shares the most words with the case."""
     best, best_n = "", 0
-    for m in _DISTINCTIVE.finditer(text):
-        start = text.rfind("\n", 0, m.start()) + 1
-        end = text.find("\n", m.end())
-        raw = text[start: len(text) if end < 0 else end].strip()
-        n = len(set(_TOKEN.findall(normalise_line(raw))) & case_words)
+    for norm, raw in lines:
+        n = len(set(_TOKEN.findall(norm)) & case_words)
         if n > best_n:
             best, best_n = raw, n
     return best if len(best) <= 400 else best[:400] + " …"
@@ -438,8 +475,9 @@ def measure(cases: Sequence[Case], index: ThreadIndex | None, leave_out_self: bo
 
     rates = Rates()
     for case in cases:
-        found = explain_text(case.log, index=index, exclude=case.id if leave_out_self else None).matches
-        classes = [m.cls or m.id for m in found]
+        result = explain_text(case.log, index=index, exclude=case.id if leave_out_self else None)
+        found = result.matches or result.benign  # a harmless notice is the answer when it is all the log says
+        classes = [canonical(m.cls or m.id) for m in found]
         rates.cases += 1
         if not found:
             rates.nothing += 1
@@ -468,21 +506,25 @@ def measure_splits(cases: Sequence[Case] | None = None, test: bool = True) -> di
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    from pathlib import Path
 
     ap = argparse.ArgumentParser(prog="python -m gpurig.diagnose.threads",
                                  description="Maintain the index of resolved threads shipped with gpurig.")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("calibrate", help="measure the development threads and rewrite calibration.toml")
+    sub.add_parser("calibrate", help="rewrite tokens.json and calibration.toml (after any change to the threads)")
     sub.add_parser("stats", help="how many threads, per split and per class")
     m = sub.add_parser("measure", help="explain's rates on the development part (leave-one-out) and the test part")
     m.add_argument("--test", action="store_true", help="also measure the held-out test part (report it; never tune on it)")
     m.add_argument("--wrong", action="store_true", help="list the development threads answered wrongly")
+    sub.add_parser("table", help="the catalogue as a Markdown table (for docs/explain.md)")
     sh = sub.add_parser("show", help="print development threads (the test part is never shown)")
     sh.add_argument("--class", dest="cls", help="only this class")
     args = ap.parse_args(argv)
     cases = load_cases()
     if args.cmd == "calibrate":
+        pairs = read_case_lines()
+        tokens = {c.id: c.compute_tokens() for c in cases}
+        Path(str(_threads_dir().joinpath(TOKENS_FILE))).write_text(
+            json.dumps({"key": tokens_key(pairs), "tokens": tokens}, separators=(",", ":")) + "\n", encoding="utf-8")
         path = Path(str(_threads_dir().joinpath("calibration.toml")))
         for least, right in write_calibration(path, cases):
             print(f"score >= {least:.4f}: right {right:.0%}")
@@ -493,6 +535,20 @@ def main(argv: list[str] | None = None) -> int:
             if args.wrong and name == "dev":
                 for w in rates.wrong:
                     print("   ", json.dumps(w))
+        return 0
+    if args.cmd == "table":
+        from gpurig.diagnose.explain import load_catalogue
+
+        counts: dict[str, int] = {}
+        for c in cases:
+            counts[c.cls] = counts.get(c.cls, 0) + 1
+        print("| id | what | role | threads | a real example |")
+        print("|---|---|---|---|---|")
+        for e in sorted(load_catalogue(), key=lambda e: e.id):
+            example = " / ".join(e.examples[0].strip().splitlines()[-2:])
+            example = example if len(example) <= 110 else example[:107] + "..."
+            cell = example.replace("|", "\\|").replace("`", "'")
+            print(f"| `{e.id}` | {e.title.replace('|', '/')} | {e.role} | {counts.get(e.id, 0)} | `{cell}` |")
         return 0
     if args.cmd == "show":
         for c in cases:
