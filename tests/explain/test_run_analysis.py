@@ -210,3 +210,30 @@ def test_real_nccl_hang_captured_on_two_h200(tmp_path):
     assert diag.where == "rank 0 waited at skip_allreduce_cuda.py:18"
     assert "last collective of rank 1: all_reduce #1 at skip_allreduce_cuda.py:18" in diag.summary
     assert diag.ranks == {"0": "timeout", "1": "secondary"}
+
+
+def test_a_rank_that_only_raised_gets_the_closest_resolved_thread():
+    # The catalogue can say only "the script raised": a resolved thread with the same error says why.
+    import re
+
+    from gpurig.diagnose.explain import load_catalogue
+    from gpurig.diagnose.threads import load_cases
+
+    known = {e.id for e in load_catalogue()}
+    answered = []
+    for case in load_cases():
+        raised = [ln for ln in case.log.splitlines() if re.match(r"\s*[\w.]+(Error|Exception): ", ln)]
+        if case.cls in known or not raised:
+            continue
+        record = _record(
+            failures=[TableFailure(rank=1, local_rank=1, exitcode=1, root_cause=True)],
+            ranks={0: RankLog(0, 0, text="step 1\n"), 1: RankLog(1, 1, text="Traceback (most recent call last):\n" + raised[-1] + "\n")},
+        )
+        diag = explain_run(record, returncode=1)
+        assert diag.root_rank == 1
+        first = diag.matches[0]
+        if first.kind == "thread":
+            assert first.source.startswith("https://") and first.cls
+            assert "uncaught-exception" in [m.id for m in diag.matches]  # the rank's own reading stays
+            answered.append(case.id)
+    assert answered

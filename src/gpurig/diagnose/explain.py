@@ -473,6 +473,18 @@ def explain_text(text: str, index: Any = "default", exclude: str | None = None) 
     return result
 
 
+def _threads_for(ranked: list[Match], text: str) -> list[Match]:
+    """`ranked` with the closest resolved threads merged in (unchanged without the index)."""
+    from gpurig.diagnose.threads import SURE, default_index, has_failure
+
+    index = default_index()
+    if index is None:
+        return ranked
+    benign = _benign_classes()
+    merged = _with_threads(ranked, index.search(text), None if has_failure(text) else SURE)
+    return [m for m in merged if m.cls not in benign]
+
+
 def _with_threads(ranked: list[Match], hits: list, floor: float | None = None) -> list[Match]:
     """Merge the closest resolved threads into the catalogue's answer.
 
@@ -755,6 +767,12 @@ def explain_run(
                     diag.log_tail = lines[-tail:]
                 diag.where = diag.where or user_frame(log.text + "\n" + (log.error_traceback or ""))
         diag.ranks = ranks_summary
+        if rank is not None and diag.status == "failed" and (not diag.matches or diag.matches[0].id in GENERIC):
+            # The catalogue says only how the rank ended (an exception, a signal): a resolved
+            # thread may know why.
+            log = record.ranks.get(rank)
+            if log is not None:
+                diag.matches = _threads_for(diag.matches, log.text + "\n" + (log.error_traceback or ""))
         if not diag.matches and diag.status != "ok":
             diag.next_steps = list(NEXT_STEPS)
         return diag
