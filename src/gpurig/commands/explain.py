@@ -92,13 +92,15 @@ def render_explanation(console, data: dict) -> None:
         console.print(f"   evidence{line}: {m['evidence']}", markup=False, soft_wrap=True)
         if m.get("kind") == "thread":
             console.print(f"   thread: {m['source']}", markup=False, soft_wrap=True)
+        for url in m.get("see_also", [])[:2]:
+            console.print(f"   same cause, resolved: {url}", markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
     @app.command("explain", help=HELP)
     def explain(
         source: str = typer.Argument(None, help="A log file, '-' for stdin, a run directory; default: the last `gpurig launch` run."),
-        json_out: bool = typer.Option(False, "--json", help='One JSON document: {"matches": [{"id","title","cause","fix","confidence","evidence"}]}.'),
+        json_out: bool = typer.Option(False, "--json", help='One JSON document: {"matches": [{"id","title","cause","fix","confidence","evidence","source","kind","class","see_also"}], "input", "world", "next_steps" (when nothing matched), "benign" (harmless notices)}.'),
     ) -> None:
         from gpurig.diagnose.explain import explain_run, explain_text
 

@@ -57,6 +57,7 @@ class Match:
     source: str = ""  # where the explanation comes from: the catalogue's sources, or a thread's URL
     kind: str = "catalogue"  # "catalogue", "thread" (a resolved public thread) or "doctor" (a pasted report)
     cls: str = ""  # the cause class: a catalogue id, or the class of a thread's cause
+    see_also: list[str] = field(default_factory=list)  # resolved threads (URLs) of the same cause
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -488,28 +489,39 @@ def _threads_for(ranked: list[Match], text: str) -> list[Match]:
 def _with_threads(ranked: list[Match], hits: list, floor: float | None = None) -> list[Match]:
     """Merge the closest resolved threads into the catalogue's answer.
 
-    A thread leads when the catalogue has nothing, only a consequence or a generic reading (how
-    the process ended), or something less sure; a thread of a class the catalogue already gave
-    only supports it, and is listed after."""
-    from gpurig.diagnose.threads import FLOOR, SURE
+    A thread of a cause the catalogue already gave supports that answer (its URL goes to the
+    answer's `see_also`). A thread of another cause leads when the catalogue has nothing, only a
+    consequence or a generic reading (how the process ended), or something less sure; otherwise it
+    is offered after, as another possible cause. `floor` overrides the least confidence of a
+    thread that may lead (a log with no failure in it needs a sure one)."""
+    from gpurig.diagnose.threads import ALTERNATIVE, FLOOR, SURE
 
-    threads = [_thread_match(h) for h in hits if h.confidence >= (FLOOR if floor is None else floor)]
-    if not threads:
-        return ranked
-    known = {m.cls or m.id for m in ranked}
-    known |= {HIDES[k] for k in known if k in HIDES}  # a class the catalogue's answer made redundant
-    lead = ranked[0] if ranked else None
-    first = threads[0]
+    lead_floor = FLOOR if floor is None else floor
+    other_floor = ALTERNATIVE if floor is None else floor
+    out = list(ranked)
+    new: list[Match] = []
+    for hit in hits:
+        t = _thread_match(hit)
+        holder = next((m for m in out if (m.cls or m.id) == t.cls or HIDES.get(m.id) == t.cls), None)
+        if holder is not None:
+            if hit.confidence >= other_floor:
+                holder.see_also.append(t.source)
+            continue
+        new.append(t)
+    if not new:
+        return out
+    lead = out[0] if out else None
+    first = new[0]
     generic = lead is not None and lead.id in GENERIC and (
         lead.id != "host-out-of-memory-killed" or _EXIT_READING.search(lead.evidence or "") is not None)
-    thread_leads = lead is None or (
-        first.cls not in known
-        and (lead.role == "secondary" or (generic and first.confidence > lead.confidence)
-             or (first.confidence >= SURE and first.confidence > lead.confidence))
-    )
+    thread_leads = first.confidence >= lead_floor and (
+        lead is None or lead.role == "secondary" or (generic and first.confidence > lead.confidence)
+        or (first.confidence >= SURE and first.confidence > lead.confidence))
     if thread_leads:
-        return [first] + ranked + [t for t in threads[1:] if t.cls not in known]
-    return ranked + [t for t in threads if t.cls not in known or t is first]
+        return [first] + out + [t for t in new[1:] if t.confidence >= other_floor]
+    if not out:
+        return []  # nothing close enough to say
+    return out + [t for t in new if t.confidence >= other_floor]
 
 
 # --- reading a traceback --------------------------------------------------------------------

@@ -33,6 +33,7 @@ TEST_EVERY = 5  # one thread in five is held out for measuring
 # offered as the explanation (below it, explain says plainly that nothing is close).
 VOTERS = 7
 FLOOR = 0.3
+ALTERNATIVE = 0.2  # the least confidence of a thread offered as another possible cause, after a first answer
 
 
 class ThreadsError(ValueError):
