@@ -212,28 +212,27 @@ def test_real_nccl_hang_captured_on_two_h200(tmp_path):
     assert diag.ranks == {"0": "timeout", "1": "secondary"}
 
 
-def test_a_rank_that_only_raised_gets_the_closest_resolved_thread():
+def test_a_rank_that_only_raised_gets_the_closest_resolved_thread(monkeypatch):
     # The catalogue can say only "the script raised": a resolved thread with the same error says why.
-    import re
+    from gpurig.diagnose import threads
 
-    from gpurig.diagnose.explain import load_catalogue
-    from gpurig.diagnose.threads import load_cases
-
-    known = {e.id for e in load_catalogue()}
-    answered = []
-    for case in load_cases():
-        raised = [ln for ln in case.log.splitlines() if re.match(r"\s*[\w.]+(Error|Exception): ", ln)]
-        if case.cls in known or not raised:
-            continue
-        record = _record(
-            failures=[TableFailure(rank=1, local_rank=1, exitcode=1, root_cause=True)],
-            ranks={0: RankLog(0, 0, text="step 1\n"), 1: RankLog(1, 1, text="Traceback (most recent call last):\n" + raised[-1] + "\n")},
-        )
-        diag = explain_run(record, returncode=1)
-        assert diag.root_rank == 1
-        first = diag.matches[0]
-        if first.kind == "thread":
-            assert first.source.startswith("https://") and first.cls
-            assert "uncaught-exception" in [m.id for m in diag.matches]  # the rank's own reading stays
-            answered.append(case.id)
-    assert answered
+    case = threads.Case(id="t-1", url="https://example.org/t/1", title="FrobnicatorError on rank 1", framework="pytorch",
+                        cls="frobnicator-misconfigured", log="FrobnicatorError: the quux frobnicator refused the widget",
+                        cause="The frobnicator needs a widget per rank.", fix="Give each rank its own widget.",
+                        established_by="maintainer", found_by="issues: frobnicator")
+    other = threads.Case(id="t-2", url="https://example.org/t/2", title="Port in use", framework="pytorch",
+                         cls="rendezvous-port-in-use", log="RuntimeError: Address already in use", cause="c", fix="f",
+                         established_by="maintainer", found_by="issues: port")
+    for c in (case, other):
+        c.tokens = c.compute_tokens()
+    monkeypatch.setattr(threads, "default_index", lambda: threads.ThreadIndex([case, other, other]))
+    monkeypatch.setattr(threads, "load_calibration", lambda: ((0.0, 0.9),))
+    record = _record(
+        failures=[TableFailure(rank=1, local_rank=1, exitcode=1, root_cause=True)],
+        ranks={0: RankLog(0, 0, text="step 1\n"),
+               1: RankLog(1, 1, text="Traceback (most recent call last):\nFrobnicatorError: the quux frobnicator refused the widget\n")},
+    )
+    diag = explain_run(record, returncode=1)
+    assert diag.root_rank == 1
+    assert [(m.kind, m.cls or m.id) for m in diag.matches] == [("thread", "frobnicator-misconfigured"), ("catalogue", "uncaught-exception")]
+    assert diag.matches[0].source == "https://example.org/t/1" and "widget per rank" in diag.matches[0].cause
