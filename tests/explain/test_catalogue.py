@@ -137,3 +137,11 @@ def test_a_harmless_notice_is_a_note_never_an_error():
     assert failing.matches[0].id == "cuda-out-of-memory" and failing.benign == []
     # ... and a launch's per-rank reading never takes a notice for a rank's fault.
     assert all(m.role != "benign" for m in match_catalogue(notice))
+
+
+def test_the_docs_list_every_entry():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "explain.md").read_text()
+    missing = [e.id for e in CATALOGUE if f"| `{e.id}` |" not in doc]
+    assert missing == [], "run `python -m gpurig.diagnose.threads table` and put it in docs/explain.md"

@@ -160,7 +160,8 @@ def rank_matches(matches: list[Match]) -> list[Match]:
 
 # A specific entry -> the generic one it makes redundant when both match.
 HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": "nccl-system-error",
-         "nccl-bad-env-setting": "nccl-system-error", "docker-network-isolation": "nccl-system-error"}
+         "nccl-bad-env-setting": "nccl-system-error", "docker-network-isolation": "nccl-system-error",
+         "host-oom-loading-weights": "host-out-of-memory-killed", "timeout-while-rank0-busy": "nccl-watchdog-timeout"}
 
 
 def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = None, benign: bool = False) -> list[Match]:
@@ -456,7 +457,9 @@ def explain_text(text: str, index: Any = "default", exclude: str | None = None) 
 
         # A log that reports no failure (warnings, notices, progress) is answered by a thread only
         # when the thread is about that very warning: the score must say "sure".
-        floor = None if has_failure(text) else SURE
+        # The same for a pasted collect_env / nvidia-smi report: its lines ("Could not collect")
+        # are not errors, and the doctor's rules have judged it.
+        floor = None if has_failure(text) and facts is None else SURE
         merged = _with_threads(ranked, index.search(text, exclude=exclude), floor)
         harmless += [m for m in merged if m.cls in benign_classes and m not in ranked]
         ranked = [m for m in merged if m.cls not in benign_classes]

@@ -507,7 +507,9 @@ def measure_splits(cases: Sequence[Case] | None = None, test: bool = True) -> di
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+    import signal
 
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `... show | head` ends quietly
     ap = argparse.ArgumentParser(prog="python -m gpurig.diagnose.threads",
                                  description="Maintain the index of resolved threads shipped with gpurig.")
     sub = ap.add_subparsers(dest="cmd", required=True)
