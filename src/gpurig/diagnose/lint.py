@@ -11,22 +11,52 @@ script shows it does the right thing somewhere (a rank check, a `set_epoch` call
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
 RANK_WORDS = ("rank", "is_main", "main_process", "master", "is_master", "is_primary", "primary", "local_zero", "global_zero")
 RANK_NAMES = {"main", "leader", "is_leader", "zero"}  # whole names that only make sense as "the rank that speaks"
+# Names of the process's GPU index: `if gpu == 0` / `if self.gpu_id == 0` picks one process as well.
+GPU_NAMES = {"gpu", "gpu_id", "gpu_idx", "device_id", "local_gpu", "cuda_id", "gpu_index", "device_index"}
 OUTPUT_LOG_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: str  # "error" (the run is wrong or breaks), "warn" (lost results or time), "info"
+    cosmetic: bool  # off unless selected: duplicated output, a missed speed-up
+    why: str  # why it matters, one sentence
+
+
+RULES = {r.id: r for r in (
+    Rule("data-parallel", "warn", False, "One process drives every GPU through the GIL and gathers on GPU 0: several times slower than DDP."),
+    Rule("ddp-without-device", "error", False, "Without a device every rank builds its replica on GPU 0 (or DDP spans all visible GPUs): out of memory or wrong results."),
+    Rule("sampler-without-set-epoch", "warn", False, "The sampler shuffles with the same seed every epoch, so every epoch sees the same order."),
+    Rule("torch-load-without-map-location", "warn", False, "Every rank loads the checkpoint onto the GPU it was saved from, usually GPU 0: memory there runs out."),
+    Rule("save-on-every-rank", "warn", False, "Every rank writes the same file at once: a corrupt or truncated checkpoint, and N times the I/O."),
+    Rule("download-on-every-rank", "warn", False, "Every rank downloads into the same place at once: they race and corrupt the files."),
+    Rule("hard-coded-rendezvous", "warn", False, "A fixed port or address makes a second job on the machine fail with 'Address already in use'."),
+    Rule("no-destroy-process-group", "warn", False, "Without destroy_process_group the process group is torn down during interpreter exit, which can hang or abort a finished run."),
+    Rule("global-rank-as-device", "error", False, "The global rank is not a GPU index on a second node: ranks 8..15 ask for cuda:8..15 and fail."),
+    Rule("print-on-every-rank", "info", True, "Every rank prints the same lines: N copies of the output."),
+    Rule("tqdm-on-every-rank", "info", True, "Every rank draws its own progress bar: N bars fighting over one terminal."),
+    Rule("find-unused-parameters", "info", True, "find_unused_parameters=True walks the autograd graph every step: slower when nothing is unused."),
+    Rule("dataloader-starves-gpu", "info", True, "Loading in the training process without pinned memory leaves the GPU waiting for data."),
+)}
+DEFAULT_RULES = frozenset(r.id for r in RULES.values() if not r.cosmetic)
 
 
 @dataclass
 class LintFinding:
     id: str
-    severity: str  # "warn"
+    severity: str  # the rule's: "error", "warn" or "info"
     line: int
     title: str
     fix: str
     code: str = ""  # the source line
+    why: str = ""  # why it matters (the rule's)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,17 +85,31 @@ def _is_const(node: ast.AST | None, value: Any) -> bool:
     return isinstance(node, ast.Constant) and node.value is value
 
 
+def _leaf_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
 def _mentions_rank(test: ast.AST) -> bool:
+    """Whether a condition picks ranks: it names a rank (`rank == 0`, `dist.get_rank() != 0`,
+    `args.rank % ngpus_per_node == 0`, `accelerator.is_main_process`, `trainer.is_global_zero`),
+    or compares the process's GPU index with 0 (`if self.gpu_id == 0`)."""
     for node in ast.walk(test):
-        name = None
-        if isinstance(node, ast.Name):
-            name = node.id
-        elif isinstance(node, ast.Attribute):
-            name = node.attr
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        name = _leaf_name(node)
+        if name is None and isinstance(node, ast.Constant) and isinstance(node.value, str):
             name = node.value if node.value in ("RANK", "LOCAL_RANK") else None
         if name and (any(w in name.lower() for w in RANK_WORDS) or name.lower() in RANK_NAMES):
             return True
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            zero = any(isinstance(x, ast.Constant) and x.value in (0, -1) for x in sides) or any(
+                isinstance(x, (ast.List, ast.Tuple, ast.Set)) and any(isinstance(e, ast.Constant) and e.value in (0, -1) for e in x.elts)
+                for x in sides)
+            if zero and any((_leaf_name(x) or "").lower() in GPU_NAMES for x in sides):
+                return True
     return False
 
 
@@ -83,15 +127,49 @@ class _Scanner(ast.NodeVisitor):
         self._guard = 0
         self._functions: list[str] = []
         self.defined: set[str] = set()
+        # One pass collects what the rules need about the whole file (a walk per question is
+        # what makes a linter slow on a big file):
+        self.silenced = False  # print replaced, or a logging level that depends on the rank
+        self.rank_names: set[str] = set()  # names holding the global rank
+        self.constants: dict[str, Any] = {}  # NAME = constant
+        self.device_before: dict[int, bool] = {}  # id(DDP call) -> set_device ran before it on its path
+        self._path: list[bool] = []  # per open block: set_device already ran in it
+        self._set_devices = 0
+        self._methods: dict[type, Any] = {}
+
+    def visit(self, node: ast.AST) -> Any:
+        # NodeVisitor's own dispatch builds a method name for every node; a table per class is
+        # what keeps a 14 MB file in seconds.
+        method = self._methods.get(node.__class__)
+        if method is None:
+            method = getattr(self, "visit_" + node.__class__.__name__, None) or self.generic_visit
+            self._methods[node.__class__] = method
+        return method(node)
+
+    def generic_visit(self, node: ast.AST) -> None:
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self.visit(item)
+            elif isinstance(value, ast.AST):
+                self.visit(value)
 
     def _block(self, stmts: list[ast.stmt]) -> None:
         raised = 0
+        self._path.append(False)
         for stmt in stmts:
+            before = self._set_devices
             self.visit(stmt)
+            if self._set_devices > before and (
+                    not isinstance(stmt, _BRANCHING) or getattr(stmt, "_both_set_device", False)):
+                self._path[-1] = True  # set_device ran on the path of everything after this statement
             # `if rank != 0: return` guards everything after it in the same block.
             if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and _exits(stmt.body) and not stmt.orelse:
                 self._guard += 1
                 raised += 1
+        self._path.pop()
         self._guard -= raised
 
     def visit_Module(self, node: ast.Module) -> None:
@@ -102,11 +180,15 @@ class _Scanner(ast.NodeVisitor):
             self.visit(d)
         # A function body starts unguarded: whether it runs on one rank depends on its callers.
         outer, self._guard = self._guard, 0
+        outer_path, self._path = self._path, []
         self._functions.append(node.name)
         self.defined.add(node.name)
+        if node.name in _SILENCERS:
+            self.silenced = True
         self._block(node.body)
         self._functions.pop()
         self._guard = outer
+        self._path = outer_path
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
@@ -114,8 +196,12 @@ class _Scanner(ast.NodeVisitor):
         self.visit(node.test)
         guarded = _mentions_rank(node.test)
         self._guard += guarded
+        start = self._set_devices
         self._block(node.body)
+        in_body = self._set_devices > start
+        middle = self._set_devices
         self._block(node.orelse)  # `else` of a rank check is also one-rank code
+        node._both_set_device = in_body and self._set_devices > middle  # type: ignore[attr-defined]
         self._guard -= guarded
 
     def visit_For(self, node: ast.For) -> None:
@@ -145,6 +231,16 @@ class _Scanner(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         self.calls.append((node, self._guard > 0))
         self.enclosing[id(node)] = tuple(self._functions)
+        func = _dotted(node.func)
+        short = _name_of(func)
+        if short == "set_device":
+            self._set_devices += 1
+        elif short in ("DistributedDataParallel", "DDP"):
+            self.device_before[id(node)] = any(self._path)
+        elif short in ("setLevel", "basicConfig") and _mentions_rank(node):
+            self.silenced = True
+        elif short in _SILENCERS:
+            self.silenced = True
         self.generic_visit(node)
 
     def one_rank_functions(self) -> set[str]:
@@ -166,25 +262,154 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Assign(self, node: ast.Assign) -> None:
         self.assigns.append((node, self._guard > 0))
+        for t in node.targets:
+            if _dotted(t) in ("builtins.print", "__builtin__.print", "__builtins__.print"):
+                self.silenced = True
+        if len(node.targets) == 1:
+            name = _dotted(node.targets[0])
+            if isinstance(node.value, ast.Constant) and isinstance(node.targets[0], ast.Name):
+                self.constants[name] = node.value.value
+            elif name and _holds_global_rank(node.value):
+                self.rank_names.add(name)
         self.generic_visit(node)
+
+
+_BRANCHING = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _holds_global_rank(value: ast.AST) -> bool:
+    """`int(os.environ["RANK"])`, `os.environ.get("RANK")`, `os.getenv("RANK")`, `dist.get_rank()`
+    (not LOCAL_RANK). Looked at shallowly: it runs on every assignment of the file."""
+    if isinstance(value, ast.Call):
+        func = _dotted(value.func)
+        if _name_of(func) == "get_rank":
+            return True
+        if func == "int" and value.args:
+            return _holds_global_rank(value.args[0])
+        if _name_of(func) in ("get", "getenv") and value.args:
+            return isinstance(value.args[0], ast.Constant) and value.args[0].value == "RANK"
+    if isinstance(value, ast.Subscript) and _dotted(value.value).endswith("environ"):
+        return isinstance(value.slice, ast.Constant) and value.slice.value == "RANK"
+    return False
 
 
 def _name_of(func: str) -> str:
     return func.rsplit(".", 1)[-1]
 
 
-def lint_source(source: str, filename: str = "<script>") -> list[LintFinding]:
-    """All findings for one script, in line order. A syntax error is reported as bad input."""
-    tree = ast.parse(source, filename=filename)
+# --- what the script's own project does elsewhere -------------------------------------------
+
+# A helper that silences every rank but one (DETR/MoCo's setup_for_distributed, YOLOv5's logging).
+_SILENCERS = {"setup_for_distributed", "setup_print", "suppress_print", "silence_print", "disable_print",
+              "is_master_print", "set_logging", "setup_logger", "init_distributed_mode", "init_distributed"}
+
+
+def _silences_output(tree: ast.AST) -> bool:
+    """Whether code replaces print on other ranks (`builtins.print = ...`), defines or calls a
+    known silencing helper, or sets a logging level that depends on the rank."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if _dotted(t) in ("builtins.print", "__builtin__.print", "__builtins__.print"):
+                    return True
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in _SILENCERS:
+            if any(isinstance(n, ast.Assign) and any(_dotted(t).endswith(".print") for t in n.targets) for n in ast.walk(node)) \
+                    or any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ("setLevel", "basicConfig", "disable")
+                           and _mentions_rank(n) for n in ast.walk(node)):
+                return True
+        elif isinstance(node, ast.Call) and _name_of(_dotted(node.func)) in ("setLevel", "basicConfig") and _mentions_rank(node):
+            return True
+    return False
+
+
+def _local_modules(tree: ast.AST, path) -> list:
+    """The project's own modules the script imports (files beside it or in its folders), read
+    and parsed; what cannot be found or parsed is left out."""
+    from pathlib import Path
+
+    if path is None:
+        return []
+    base = Path(path).resolve().parent
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+            names.extend(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            names.extend([node.module] if node.module else [a.name for a in node.names])
+        elif isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+    found, seen = [], set()
+    for name in names:
+        rel = Path(*name.split("."))
+        for root in (base, base.parent):
+            for cand in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
+                if cand in seen or not cand.is_file() or cand.stat().st_size > 2_000_000:
+                    continue
+                seen.add(cand)
+                try:
+                    found.append(ast.parse(cand.read_bytes()))
+                except (SyntaxError, ValueError, RecursionError, OSError):
+                    pass
+    return found
+
+
+def _mentions_rank_value(node: ast.AST) -> bool:
+    """A file name that contains the rank (`f"ckpt_{rank}.pt"`): every rank writes its own file."""
+    return _mentions_rank(node) or any(
+        isinstance(n, ast.Name) and n.id.lower() in GPU_NAMES for n in ast.walk(node))
+
+
+def lint_source(source: str, filename: str = "<script>", path=None, select=None, ignore=None,
+                tree: ast.AST | None = None) -> list[LintFinding]:
+    """The findings for one script, in line order. A syntax error is reported as bad input.
+
+    `path` (the script's file) lets the linter read the project's own modules the script imports;
+    `select` / `ignore` choose rules by id (default: every rule that is not cosmetic). A line ending
+    in `# gpurig: ignore[rule-id]` (or a bare `# gpurig: ignore`) keeps its findings quiet; a
+    `# gpurig: ignore-file[rule-id]` comment anywhere does so for the whole file.
+    """
+    tree = ast.parse(source, filename=filename) if tree is None else tree
+    findings = _lint_tree(tree, source, path)
+    chosen = set(select) if select else set(DEFAULT_RULES)
+    chosen -= set(ignore or ())
+    return _suppressed([f for f in findings if f.id in chosen], source)
+
+
+_IGNORE = re.compile(r"#\s*gpurig:\s*ignore(-file)?(?:\[([\w\-, ]+)\])?")
+
+
+def _suppressed(findings: list[LintFinding], source: str) -> list[LintFinding]:
+    if "gpurig:" not in source:
+        return findings
+    lines = source.splitlines()
+    whole_file: set[str] = set()
+    for m in _IGNORE.finditer(source):
+        if m.group(1):
+            whole_file |= {r.strip() for r in (m.group(2) or "*").split(",")}
+    kept = []
+    for f in findings:
+        if "*" in whole_file or f.id in whole_file:
+            continue
+        m = _IGNORE.search(lines[f.line - 1]) if 0 < f.line <= len(lines) else None
+        if m and not m.group(1) and (m.group(2) is None or f.id in {r.strip() for r in m.group(2).split(",")}):
+            continue
+        kept.append(f)
+    return kept
+
+
+def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
     lines = source.splitlines()
     scan = _Scanner()
     scan.visit(tree)
     findings: list[LintFinding] = []
+    modules = _local_modules(tree, path)
 
     def add(rule: str, node: ast.AST, title: str, fix: str) -> None:
         line = getattr(node, "lineno", 1)
         code = lines[line - 1].strip() if 0 < line <= len(lines) else ""
-        findings.append(LintFinding(id=rule, severity="warn", line=line, title=title, fix=fix, code=code))
+        findings.append(LintFinding(id=rule, severity=RULES[rule].severity, line=line, title=title, fix=fix, code=code,
+                                    why=RULES[rule].why))
 
     one_rank = scan.one_rank_functions()
     calls = [
@@ -192,19 +417,30 @@ def lint_source(source: str, filename: str = "<script>") -> list[LintFinding]:
         for c, g in scan.calls
     ]
     names = {_name_of(f) for _, f, _ in calls}
+    module_calls = {_name_of(_dotted(n.func)) for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)}
     text = source
     uses_cuda = any(
         ("cuda" in f.split(".")) or f.endswith(".cuda") for _, f, _ in calls
     ) or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
     distributed = bool(
-        names & {"init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn"}
-    ) or "LOCAL_RANK" in text
+        names & {"init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "get_rank",
+                 "get_world_size", "Accelerator", "init_distributed_mode", "init_distributed", "setup_distributed"}
+    ) or "LOCAL_RANK" in text or bool(re.search(r"^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b", text, re.M))
+    silenced = scan.silenced or any(_silences_output(m) for m in modules)
+    set_epoch_anywhere = any(f.endswith("set_epoch") for _, f, _ in calls) or "set_epoch" in module_calls
+    any_set_device = any(f.endswith("set_device") for _, f, _ in calls)
 
-    set_device_lines = [c.lineno for c, f, _ in calls if f.endswith("cuda.set_device") or f == "set_device"]
+    def set_device_before(call: ast.Call) -> bool:
+        """Whether torch.cuda.set_device ran on every path that reaches `call`: in a statement
+        before it in its own block or an enclosing one, not in a sibling branch. Inside a function
+        the callers' path is unknown: a set_device anywhere in the file counts."""
+        return scan.device_before.get(id(call), False) or (bool(scan.enclosing.get(id(call))) and any_set_device)
+
+    rank_names = scan.rank_names
 
     for call, func, guarded in calls:
         short = _name_of(func)
-        if short == "DataParallel":
+        if short == "DataParallel" or func.endswith("parallel.data_parallel"):
             add(
                 "data-parallel", call,
                 "nn.DataParallel: one process drives every GPU, and the GIL and GPU 0 hold it back",
@@ -220,15 +456,22 @@ def lint_source(source: str, filename: str = "<script>") -> list[LintFinding]:
                     "Leave it off unless DDP raises 'Expected to have finished reduction'; if some parameters really are "
                     "unused, freeze them or make every output feed the loss (static_graph=True helps when the unused set is fixed).",
                 )
-            if uses_cuda and _kw(call, "device_ids") is None and not any(ln < call.lineno for ln in set_device_lines):
+            if uses_cuda and _kw(call, "device_ids") is None and not set_device_before(call):
                 add(
                     "ddp-without-device", call,
-                    "DDP built with no device_ids and no torch.cuda.set_device(local_rank) before it: every rank may use GPU 0",
+                    "DDP built with no device_ids and no torch.cuda.set_device(local_rank) before it on this path: every rank may use GPU 0",
                     "Call torch.cuda.set_device(local_rank) first thing (local_rank = int(os.environ['LOCAL_RANK'])) and build "
                     "DDP(model, device_ids=[local_rank]).",
                 )
+            ids = _kw(call, "device_ids")
+            if ids is not None and any(_dotted(n) in rank_names for n in ast.walk(ids.value)):
+                add("global-rank-as-device", call, "device_ids uses the global rank: on a second node there is no such GPU",
+                    "Use the local rank: local_rank = int(os.environ['LOCAL_RANK']); DDP(model, device_ids=[local_rank]).")
+        if (func.endswith("cuda.set_device") or short == "set_device") and call.args and _dotted(call.args[0]) in rank_names:
+            add("global-rank-as-device", call, "torch.cuda.set_device(global rank): on a second node there is no such GPU",
+                "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) (the rank within this node).")
         if func == "torch.load":
-            if _kw(call, "map_location") is None and len(call.args) < 2:
+            if _kw(call, "map_location") is None and len(call.args) < 2 and distributed and not guarded:
                 add(
                     "torch-load-without-map-location", call,
                     "torch.load without map_location: tensors saved on cuda:0 load onto GPU 0 in every rank",
@@ -244,6 +487,17 @@ def lint_source(source: str, filename: str = "<script>") -> list[LintFinding]:
                     "Drop init_method (the default env:// reads MASTER_ADDR/MASTER_PORT set by torchrun) and start with "
                     "`gpurig launch`, which picks a free port.",
                 )
+            if "destroy_process_group" not in names and "destroy_process_group" not in module_calls:
+                add("no-destroy-process-group", call, "init_process_group with no destroy_process_group: the group is torn down at interpreter exit",
+                    "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
+        if short == "add_argument" and any(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                                           and re.search(r"dist[-_]url|master[-_]port|init[-_]method", a.value) for a in call.args):
+            default = _kw(call, "default")
+            if default is not None and isinstance(default.value, ast.Constant) and isinstance(default.value.value, str) \
+                    and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", default.value.value):
+                add("hard-coded-rendezvous", call,
+                    f"the rendezvous default {default.value.value!r} is fixed: two jobs on one machine collide ('Address already in use')",
+                    "Default to env:// and let the launcher choose the port (`gpurig launch` / torchrun --master-port 0).")
         if distributed and not guarded:
             download = _kw(call, "download")
             pretrained = _kw(call, "pretrained")
@@ -267,16 +521,27 @@ def lint_source(source: str, filename: str = "<script>") -> list[LintFinding]:
                 any(_mentions_rank(a) for a in call.args)
                 or (_kw(call, "file") is not None and _dotted(_kw(call, "file").value) == "sys.stderr")
             )
-            if per_rank_message:
-                pass
-            elif short == "print" and func == "print" or is_log or func == "torch.save" or short == "SummaryWriter":
-                kind = {"print": "print", "save": "torch.save", "SummaryWriter": "SummaryWriter"}.get(short, "logging")
+            if (short == "print" and func == "print" or is_log) and not per_rank_message and not silenced:
                 add(
-                    "output-on-every-rank", call,
-                    f"{kind} runs on every rank: duplicated output" + (", and ranks overwrite the same file" if kind in ("torch.save", "SummaryWriter") else ""),
+                    "print-on-every-rank", call,
+                    f"{'print' if short == 'print' else 'logging'} runs on every rank: duplicated output",
                     "Guard it with `if rank == 0:` (rank = dist.get_rank()), or use one helper that decides which rank speaks.",
                 )
-        if short == "DataLoader" and uses_cuda:
+            if func == "torch.save" or short == "SummaryWriter":
+                target = call.args[1] if func == "torch.save" and len(call.args) > 1 else (
+                    _kw(call, "f").value if func == "torch.save" and _kw(call, "f") else (call.args[0] if call.args else None))
+                if target is None or not _mentions_rank_value(target):
+                    kind = "torch.save" if func == "torch.save" else "SummaryWriter"
+                    add(
+                        "save-on-every-rank", call,
+                        f"{kind} runs on every rank: they write the same file at once",
+                        "Save from one rank: `if rank == 0: torch.save(...)` then dist.barrier() before anyone reads it "
+                        "(or put the rank in the file name when each rank saves its own shard).",
+                    )
+            if short == "tqdm" and _kw(call, "disable") is None:
+                add("tqdm-on-every-rank", call, "a tqdm bar on every rank: N bars in one terminal",
+                    "tqdm(..., disable=rank != 0)")
+        if short == "DataLoader" and uses_cuda and not any(k.arg is None for k in call.keywords):
             workers = _kw(call, "num_workers")
             pin = _kw(call, "pin_memory")
             missing = []
@@ -292,37 +557,35 @@ def lint_source(source: str, filename: str = "<script>") -> list[LintFinding]:
                     ".to(device, non_blocking=True) on the batch.",
                 )
 
+    constants = scan.constants
     for assign, _guarded in scan.assigns:
         for target in assign.targets:
             if isinstance(target, ast.Subscript) and _dotted(target.value) == "os.environ":
                 key = target.slice
-                if isinstance(key, ast.Constant) and key.value in ("MASTER_PORT", "MASTER_ADDR") \
-                        and isinstance(assign.value, ast.Constant):
+                value = assign.value.value if isinstance(assign.value, ast.Constant) else (
+                    constants.get(assign.value.id) if isinstance(assign.value, ast.Name) else None)
+                if isinstance(key, ast.Constant) and key.value in ("MASTER_PORT", "MASTER_ADDR") and value is not None \
+                        and not (key.value == "MASTER_ADDR" and value in ("localhost", "127.0.0.1")):
                     add(
                         "hard-coded-rendezvous", assign,
-                        f"{key.value} is hard-coded to {assign.value.value!r}: a second job fails with 'Address already in use'",
+                        f"{key.value} is hard-coded to {value!r}: a second job fails with 'Address already in use'",
                         "Let the launcher set MASTER_ADDR/MASTER_PORT (`gpurig launch` picks a free port); remove the assignment.",
                     )
 
-    # DistributedSampler whose epoch is never set: the same shuffle every epoch.
-    samplers: list[tuple[ast.Call, str | None]] = []
-    for assign, _ in scan.assigns:
-        if isinstance(assign.value, ast.Call) and _name_of(_dotted(assign.value.func)) == "DistributedSampler":
-            target = assign.targets[0]
-            samplers.append((assign.value, _dotted(target) or None))
-    assigned = {id(c) for c, _ in samplers}
-    for call, func, _ in calls:
-        if _name_of(func) == "DistributedSampler" and id(call) not in assigned:
-            samplers.append((call, None))
-    set_epoch_targets = {f.rsplit(".", 1)[0] for _, f, _ in calls if f.endswith(".set_epoch")}
-    for call, name in samplers:
-        called = (name in set_epoch_targets) if name else bool(set_epoch_targets)
-        if not called:
-            add(
-                "sampler-without-set-epoch", call,
-                "DistributedSampler without set_epoch(epoch) in the loop: every epoch sees the same order",
-                "Call sampler.set_epoch(epoch) at the start of each epoch, before iterating the DataLoader.",
-            )
+    # DistributedSampler whose epoch is never set: the same shuffle every epoch. A sampler that
+    # does not shuffle needs none; a set_epoch under any name (loader.sampler.set_epoch, a helper
+    # that receives the sampler) counts.
+    if not set_epoch_anywhere:
+        for call, func, _ in calls:
+            if _name_of(func) == "DistributedSampler":
+                shuffle = _kw(call, "shuffle")
+                if shuffle is not None and not _is_const(shuffle.value, True):
+                    continue
+                add(
+                    "sampler-without-set-epoch", call,
+                    "DistributedSampler without set_epoch(epoch) in the loop: every epoch sees the same order",
+                    "Call sampler.set_epoch(epoch) at the start of each epoch, before iterating the DataLoader.",
+                )
 
     findings.sort(key=lambda f: (f.line, f.id))
     return findings

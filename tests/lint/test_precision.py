@@ -1,0 +1,217 @@
+"""`gpurig lint` stays quiet on the patterns real scripts use to do the right thing, and finds the
+mistakes that hide on one code path. Each fixture is a small script written for the test in the
+shape of a pattern seen in public training scripts."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from gpurig.diagnose.lint import RULES, lint_source
+
+HEAD = """\
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+"""
+END = "\ndist.destroy_process_group()\n"
+
+
+def ids(body: str, **kw) -> list[str]:
+    return [f.id for f in lint_source(HEAD + textwrap.dedent(body) + END, select=set(RULES), **kw)]
+
+
+@pytest.mark.parametrize("guard", [
+    "self.gpu_id == 0", "gpu == 0", "args.gpu == 0", "device_id == 0", "local_rank in [-1, 0]",
+    "args.rank % ngpus_per_node == 0", "is_main_process()", "accelerator.is_main_process", "trainer.is_global_zero",
+    "dist.get_rank() == 0", "master_process", "is_master",
+])
+def test_rank_checks_under_their_usual_names_guard_output(guard):
+    body = f"""
+    dist.init_process_group('nccl')
+    if {guard}:
+        torch.save({{}}, 'ckpt.pt')
+        print('saved')
+    """
+    assert ids(body) == []
+
+
+def test_early_continue_for_other_ranks_guards_the_rest_of_the_loop():
+    body = """
+    dist.init_process_group('nccl')
+    for epoch in range(3):
+        if dist.get_rank() != 0:
+            continue
+        torch.save({}, f'ckpt.pt')
+    """
+    assert ids(body) == []
+
+
+def test_print_silenced_in_the_projects_own_module(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "util").mkdir()
+    (project / "util" / "__init__.py").write_text("")
+    (project / "util" / "misc.py").write_text(textwrap.dedent("""
+        import builtins
+        def init_helpers(is_master):
+            builtin_print = builtins.print
+            def print(*args, **kwargs):
+                if is_master or kwargs.pop('force', False):
+                    builtin_print(*args, **kwargs)
+            builtins.print = print
+        """))
+    script = project / "main.py"
+    source = HEAD + textwrap.dedent("""
+        import util.misc as utils
+        dist.init_process_group('nccl')
+        utils.init_helpers(dist.get_rank() == 0)
+        print('epoch done')
+        """) + END
+    script.write_text(source)
+    assert [f.id for f in lint_source(source, str(script), path=script, select=set(RULES))] == []
+    # Without the module beside it, the same script's print is reported (cosmetic rule).
+    alone = tmp_path / "elsewhere" / "scripts" / "main.py"
+    alone.parent.mkdir(parents=True)
+    alone.write_text(source)
+    assert "print-on-every-rank" in [f.id for f in lint_source(source, str(alone), path=alone, select=set(RULES))]
+
+
+def test_logging_level_raised_off_rank_zero_silences_logging():
+    body = """
+    import logging
+    dist.init_process_group('nccl')
+    rank = dist.get_rank()
+    logging.basicConfig(level=logging.INFO if rank in [-1, 0] else logging.WARN)
+    logging.info('epoch done')
+    """
+    assert ids(body) == []
+
+
+def test_set_epoch_under_other_names_and_samplers_that_do_not_shuffle():
+    body = """
+    dist.init_process_group('nccl')
+    train_loader = DataLoader(range(10), sampler=DistributedSampler(range(10)), num_workers=2, pin_memory=True)
+    val_sampler = DistributedSampler(range(10), shuffle=False)
+    for epoch in range(3):
+        train_loader.sampler.set_epoch(epoch)
+    """
+    assert ids(body) == []
+    only_val = """
+    dist.init_process_group('nccl')
+    val_sampler = DistributedSampler(range(10), shuffle=False)
+    """
+    assert ids(only_val) == []
+
+
+def test_dataloader_options_passed_as_a_dict_are_not_reported_missing():
+    body = """
+    dist.init_process_group('nccl')
+    kwargs = {'num_workers': 4, 'pin_memory': True}
+    loader = DataLoader(range(10), batch_size=2, **kwargs)
+    for x in loader:
+        x = x.cuda()
+    """
+    assert ids(body) == []
+
+
+def test_per_rank_file_names_are_not_one_file_overwritten():
+    body = """
+    dist.init_process_group('nccl')
+    rank = dist.get_rank()
+    torch.save({}, f'shard_{rank}.pt')
+    torch.save({}, 'opt_rank{}.pt'.format(rank))
+    """
+    assert ids(body) == []
+
+
+def test_ddp_without_device_on_the_branch_that_skips_set_device():
+    body = """
+    dist.init_process_group('nccl')
+    model = torch.nn.Linear(4, 4)
+    if args.gpu is not None:
+        torch.cuda.set_device(args.gpu)
+        model.cuda(args.gpu)
+        model = DDP(model, device_ids=[args.gpu])
+    else:
+        model.cuda()
+        model = DDP(model)
+    """
+    found = [(f.id, f.code) for f in lint_source(HEAD + textwrap.dedent(body) + END)]
+    assert found == [("ddp-without-device", "model = DDP(model)")]
+
+
+def test_set_device_before_the_branch_covers_both_paths():
+    body = """
+    local_rank = int(os.environ['LOCAL_RANK'])
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group('nccl')
+    model = torch.nn.Linear(4, 4).cuda()
+    if True:
+        model = DDP(model)
+    """
+    assert ids(body) == []
+
+
+def test_the_functional_data_parallel_and_a_hard_coded_rendezvous_default_are_found():
+    body = """
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--dist-url', default='tcp://224.66.41.62:23456', type=str)
+    dist.init_process_group('nccl')
+    out = torch.nn.parallel.data_parallel(torch.nn.Linear(4, 4).cuda(), torch.ones(2, 4).cuda(), [0, 1])
+    """
+    assert set(ids(body)) >= {"hard-coded-rendezvous", "data-parallel"}
+
+
+def test_master_port_from_a_module_constant_is_hard_coded():
+    body = """
+    PORT = '12355'
+    os.environ['MASTER_ADDR'] = 'localhost'
+    os.environ['MASTER_PORT'] = PORT
+    dist.init_process_group('nccl')
+    """
+    assert ids(body) == ["hard-coded-rendezvous"]
+
+
+def test_accelerate_scripts_are_distributed():
+    source = textwrap.dedent("""
+        from accelerate import Accelerator
+        import torch
+        accelerator = Accelerator()
+        torch.save({}, 'model.pt')
+        if accelerator.is_main_process:
+            torch.save({}, 'best.pt')
+        """)
+    assert [f.id for f in lint_source(source)] == ["save-on-every-rank"]
+
+
+def test_deep_valid_python_is_analysed_not_a_traceback(run_cli, tmp_path):
+    deep = tmp_path / "deep.py"
+    # Deep but valid: Python runs it (a 500-term expression, a 500-branch elif chain).
+    deep.write_text("x = 0\n" + "y = " + " + ".join(["x"] * 500) + "\n"
+                    + "if x == 0:\n    pass\n" + "".join(f"elif x == {i}:\n    pass\n" for i in range(1, 500))
+                    + "import torch\ntorch.nn.DataParallel(torch.nn.Linear(2, 2))\n")
+    out = run_cli("lint", "--json", str(deep))
+    assert out.returncode == 1, out.stderr[-500:]
+    assert [f["id"] for f in json.loads(out.stdout)["findings"]] == ["data-parallel"]
+    # Deeper than Python itself compiles: bad input, said plainly, never a traceback.
+    deeper = tmp_path / "deeper.py"
+    deeper.write_text("x = 0\ny = " + " + ".join(["x"] * 200_000) + "\n")
+    out = run_cli("lint", "--json", str(deeper))
+    assert out.returncode == 2 and "nested too deeply" in json.loads(out.stdout)["error"] and "Traceback" not in out.stderr
+
+
+def test_sources_are_read_as_python_reads_them(run_cli, tmp_path):
+    bom = tmp_path / "bom.py"
+    bom.write_bytes(b"\xef\xbb\xbfimport torch\nm = torch.nn.DataParallel(torch.nn.Linear(2, 2))\n")
+    latin = tmp_path / "latin.py"
+    latin.write_bytes("# -*- coding: latin-1 -*-\n# caf\xe9\nimport torch\nm = torch.nn.DataParallel(torch.nn.Linear(2, 2))\n".encode("latin-1"))
+    for path in (bom, latin):
+        out = run_cli("lint", "--json", str(path))
+        assert out.returncode == 1 and json.loads(out.stdout)["findings"][0]["id"] == "data-parallel", out.stderr
