@@ -208,7 +208,8 @@ def test_strict_stops_on_lint_findings_before_starting(run_cli, tmp_path):
     assert out.returncode == 1
     doc = json.loads(out.stdout)
     assert doc["result"]["status"] == "not-started"
-    assert [f["id"] for f in doc["lint"]] == ["hard-coded-rendezvous", "download-on-every-rank", "dataloader-starves-gpu"]
+    # Only what survives the default rules (cosmetic ones, like a DataLoader without workers, are off).
+    assert [f["id"] for f in doc["lint"]] == ["hard-coded-rendezvous", "download-on-every-rank"]
     assert "--strict" in out.stderr
     assert not list((tmp_path / "gpurig-runs").glob("*/logs"))  # torchrun never ran
 

@@ -19,6 +19,9 @@ RANK_WORDS = ("rank", "is_main", "main_process", "master", "is_master", "is_prim
 RANK_NAMES = {"main", "leader", "is_leader", "zero"}  # whole names that only make sense as "the rank that speaks"
 # Names of the process's GPU index: `if gpu == 0` / `if self.gpu_id == 0` picks one process as well.
 GPU_NAMES = {"gpu", "gpu_id", "gpu_idx", "device_id", "local_gpu", "cuda_id", "gpu_index", "device_index"}
+# Calls that fetch from the network into a shared cache (the Hub, torch.hub, dataset hubs).
+_DOWNLOADERS = {"from_pretrained", "load_dataset", "load_state_dict_from_url", "hf_hub_download", "snapshot_download",
+                "download_url", "download_and_extract_archive"}
 OUTPUT_LOG_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 
 
@@ -136,6 +139,12 @@ class _Scanner(ast.NodeVisitor):
         self._path: list[bool] = []  # per open block: set_device already ran in it
         self._set_devices = 0
         self._methods: dict[type, Any] = {}
+        self.sets_device_in: set[str] = set()  # functions that call set_device themselves
+        self._device_conditions: set[str] = set()  # if-tests under which set_device ran
+        self.first: set[int] = set()  # ids of calls made by rank 0 first while the others wait
+        self.aliases: set[str] = set()  # other names of DistributedDataParallel & co. (`as NativeDDP`)
+        self.flags: set[str] = set()  # names holding a rank check's result
+        self._first = 0
 
     def visit(self, node: ast.AST) -> Any:
         # NodeVisitor's own dispatch builds a method name for every node; a table per class is
@@ -159,18 +168,25 @@ class _Scanner(ast.NodeVisitor):
     def _block(self, stmts: list[ast.stmt]) -> None:
         raised = 0
         self._path.append(False)
+        first_raised = 0
         for stmt in stmts:
             before = self._set_devices
             self.visit(stmt)
+            # `if rank != 0: barrier()` ... work ... `if rank == 0: barrier()`: rank 0 goes first.
+            if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and not stmt.orelse and any(
+                    isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "barrier" for b in stmt.body for n in ast.walk(b)):
+                self._first += 1
+                first_raised += 1
             if self._set_devices > before and (
                     not isinstance(stmt, _BRANCHING) or getattr(stmt, "_both_set_device", False)):
                 self._path[-1] = True  # set_device ran on the path of everything after this statement
             # `if rank != 0: return` guards everything after it in the same block.
-            if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and _exits(stmt.body) and not stmt.orelse:
+            if isinstance(stmt, ast.If) and self._rank_test(stmt.test) and _exits(stmt.body) and not stmt.orelse:
                 self._guard += 1
                 raised += 1
         self._path.pop()
         self._guard -= raised
+        self._first -= first_raised
 
     def visit_Module(self, node: ast.Module) -> None:
         self._block(node.body)
@@ -183,6 +199,8 @@ class _Scanner(ast.NodeVisitor):
         outer_path, self._path = self._path, []
         self._functions.append(node.name)
         self.defined.add(node.name)
+        if node.name == "prepare_data":  # Lightning calls it on one process per node (or globally) only
+            self._guard += 1
         if node.name in _SILENCERS:
             self.silenced = True
         self._block(node.body)
@@ -194,11 +212,18 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_If(self, node: ast.If) -> None:
         self.visit(node.test)
-        guarded = _mentions_rank(node.test)
+        guarded = self._rank_test(node.test)
         self._guard += guarded
         start = self._set_devices
+        test = ast.dump(node.test)
+        if test in self._device_conditions:  # `if args.distributed:` again, after one that set the device
+            self._path.append(True)
         self._block(node.body)
+        if test in self._device_conditions:
+            self._path.pop()
         in_body = self._set_devices > start
+        if in_body:
+            self._device_conditions.add(test)
         middle = self._set_devices
         self._block(node.orelse)  # `else` of a rank check is also one-rank code
         node._both_set_device = in_body and self._set_devices > middle  # type: ignore[attr-defined]
@@ -219,7 +244,12 @@ class _Scanner(ast.NodeVisitor):
     def visit_With(self, node: ast.With) -> None:
         for item in node.items:
             self.visit(item)
+        # `with accelerator.main_process_first():` / `training_args.main_process_first()`: the
+        # main process runs the body first, the others after it (from its cache).
+        first = any("main_process_first" in _dotted(getattr(i.context_expr, "func", i.context_expr)) for i in node.items)
+        self._first += first
         self._block(node.body)
+        self._first -= first
 
     def visit_Try(self, node: ast.Try) -> None:
         self._block(node.body)
@@ -230,11 +260,15 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         self.calls.append((node, self._guard > 0))
+        if self._first:
+            self.first.add(id(node))
         self.enclosing[id(node)] = tuple(self._functions)
         func = _dotted(node.func)
         short = _name_of(func)
-        if short == "set_device":
+        if short in ("set_device", "set_device_index"):
             self._set_devices += 1
+            if self._functions:
+                self.sets_device_in.add(self._functions[-1])
         elif short in ("DistributedDataParallel", "DDP"):
             self.device_before[id(node)] = any(self._path)
         elif short in ("setLevel", "basicConfig") and _mentions_rank(node):
@@ -260,8 +294,21 @@ class _Scanner(ast.NodeVisitor):
                 return only
             only |= grown
 
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        for a in node.names:
+            if a.asname and a.name in ("DistributedDataParallel", "DistributedSampler", "init_process_group"):
+                self.aliases.add(a.asname)
+
+    def _rank_test(self, test: ast.AST) -> bool:
+        """A rank check, or a test of a flag computed from one (`args.save_logs = ... and is_master(args)`)."""
+        return _mentions_rank(test) or any(_dotted(n) in self.flags for n in ast.walk(test)
+                                           if isinstance(n, (ast.Name, ast.Attribute)))
+
     def visit_Assign(self, node: ast.Assign) -> None:
         self.assigns.append((node, self._guard > 0))
+        if len(node.targets) == 1 and _dotted(node.targets[0]) and _mentions_rank(node.value) \
+                and not isinstance(node.value, (ast.Call, ast.Subscript)):
+            self.flags.add(_dotted(node.targets[0]))
         for t in node.targets:
             if _dotted(t) in ("builtins.print", "__builtin__.print", "__builtins__.print"):
                 self.silenced = True
@@ -340,17 +387,28 @@ def _local_modules(tree: ast.AST, path) -> list:
         elif isinstance(node, ast.Import):
             names.extend(a.name for a in node.names)
     found, seen = [], set()
+
+    def add(cand: Path) -> ast.AST | None:
+        if cand in seen or not cand.is_file() or cand.stat().st_size > 2_000_000 or len(seen) > 50:
+            return None
+        seen.add(cand)
+        try:
+            module = ast.parse(cand.read_bytes())
+        except (SyntaxError, ValueError, RecursionError, OSError):
+            return None
+        found.append(module)
+        return module
+
     for name in names:
         rel = Path(*name.split("."))
         for root in (base, base.parent):
             for cand in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
-                if cand in seen or not cand.is_file() or cand.stat().st_size > 2_000_000:
-                    continue
-                seen.add(cand)
-                try:
-                    found.append(ast.parse(cand.read_bytes()))
-                except (SyntaxError, ValueError, RecursionError, OSError):
-                    pass
+                module = add(cand)
+                if module is not None and cand.name == "__init__.py":
+                    # A package re-exports its modules (`from .train_utils import *`): read those too.
+                    for node in ast.walk(module):
+                        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                            add(cand.parent / Path(*node.module.split(".")).with_suffix(".py"))
     return found
 
 
@@ -424,19 +482,36 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
     ) or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
     distributed = bool(
         names & {"init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "get_rank",
-                 "get_world_size", "Accelerator", "init_distributed_mode", "init_distributed", "setup_distributed"}
-    ) or "LOCAL_RANK" in text or bool(re.search(r"^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b", text, re.M))
+                 "get_world_size", "Accelerator", "init_distributed_mode", "init_distributed", "setup_distributed",
+                 "init_distributed_device"}
+    ) or "LOCAL_RANK" in text or bool(re.search(r"^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b", text, re.M)) \
+        or bool(scan.aliases & names)
     silenced = scan.silenced or any(_silences_output(m) for m in modules)
     set_epoch_anywhere = any(f.endswith("set_epoch") for _, f, _ in calls) or "set_epoch" in module_calls
-    any_set_device = any(f.endswith("set_device") for _, f, _ in calls)
+    any_set_device = any(f.endswith(("set_device", "set_device_index")) for _, f, _ in calls)
 
     def set_device_before(call: ast.Call) -> bool:
         """Whether torch.cuda.set_device ran on every path that reaches `call`: in a statement
         before it in its own block or an enclosing one, not in a sibling branch. Inside a function
         the callers' path is unknown: a set_device anywhere in the file counts."""
-        return scan.device_before.get(id(call), False) or (bool(scan.enclosing.get(id(call))) and any_set_device)
+        if scan.device_before.get(id(call), False):
+            return True
+        inside = scan.enclosing.get(id(call))
+        if not inside:
+            return False
+        # In a function that sets the device itself on some path, only its own paths count (the
+        # `args.gpu is None` branch of ImageNet-style scripts); otherwise the callers may have.
+        return any_set_device and inside[-1] not in scan.sets_device_in
 
-    rank_names = scan.rank_names
+    rank_names = set(scan.rank_names)
+    # Under torchrun the name `rank` is the global rank (the script reads RANK/LOCAL_RANK from the
+    # environment); under mp.spawn it is the process index on this node, a fine GPU index.
+    torchrun_style = ("LOCAL_RANK" in text or "'RANK'" in text or '"RANK"' in text) and "spawn" not in names
+    if torchrun_style:
+        rank_names |= {"rank", "global_rank"}
+
+    def is_global_rank(node: ast.AST) -> bool:
+        return any(_dotted(n) in rank_names for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)))
 
     for call, func, guarded in calls:
         short = _name_of(func)
@@ -464,14 +539,19 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
                     "DDP(model, device_ids=[local_rank]).",
                 )
             ids = _kw(call, "device_ids")
-            if ids is not None and any(_dotted(n) in rank_names for n in ast.walk(ids.value)):
+            if ids is not None and is_global_rank(ids.value):
                 add("global-rank-as-device", call, "device_ids uses the global rank: on a second node there is no such GPU",
                     "Use the local rank: local_rank = int(os.environ['LOCAL_RANK']); DDP(model, device_ids=[local_rank]).")
-        if (func.endswith("cuda.set_device") or short == "set_device") and call.args and _dotted(call.args[0]) in rank_names:
+        if short in ("set_device", "set_device_index") and call.args and _dotted(call.args[0]) in rank_names:
             add("global-rank-as-device", call, "torch.cuda.set_device(global rank): on a second node there is no such GPU",
                 "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) (the rank within this node).")
+        elif short in ("to", "cuda") and isinstance(call.func, ast.Attribute) and len(call.args) == 1 \
+                and isinstance(call.args[0], (ast.Name, ast.Attribute)) and _dotted(call.args[0]) in rank_names:
+            add("global-rank-as-device", call, f".{short}({_dotted(call.args[0])}): the global rank used as the GPU index",
+                "Move to the local GPU: device = torch.device('cuda', int(os.environ['LOCAL_RANK'])); x.to(device).")
         if func == "torch.load":
-            if _kw(call, "map_location") is None and len(call.args) < 2 and distributed and not guarded:
+            own_file = bool(call.args) and _mentions_rank_value(call.args[0])  # each rank reads what it saved
+            if _kw(call, "map_location") is None and len(call.args) < 2 and distributed and not guarded and not own_file:
                 add(
                     "torch-load-without-map-location", call,
                     "torch.load without map_location: tensors saved on cuda:0 load onto GPU 0 in every rank",
@@ -495,16 +575,16 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
             default = _kw(call, "default")
             if default is not None and isinstance(default.value, ast.Constant) and isinstance(default.value.value, str) \
                     and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", default.value.value):
-                add("hard-coded-rendezvous", call,
+                add("hard-coded-rendezvous", default.value,
                     f"the rendezvous default {default.value.value!r} is fixed: two jobs on one machine collide ('Address already in use')",
                     "Default to env:// and let the launcher choose the port (`gpurig launch` / torchrun --master-port 0).")
-        if distributed and not guarded:
+        if distributed and not guarded and id(call) not in scan.first:
             download = _kw(call, "download")
             pretrained = _kw(call, "pretrained")
-            if (download is not None and _is_const(download.value, True)) or (
-                pretrained is not None and _is_const(pretrained.value, True)
-            ):
-                what = "download=True" if download is not None and _is_const(download.value, True) else "pretrained=True"
+            fetches = short in _DOWNLOADERS or func in ("evaluate.load", "torch.hub.load", "torch.hub.list")
+            on = lambda kw: kw is not None and not _is_const(kw.value, False) and not _is_const(kw.value, None)  # noqa: E731
+            if on(download) or on(pretrained) or fetches:
+                what = ("download=True" if on(download) else "pretrained weights" if on(pretrained) else f"{short}()")
                 add(
                     "download-on-every-rank", call,
                     f"{what} runs in every rank at once: they race to write the same files",
@@ -532,12 +612,15 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
                     _kw(call, "f").value if func == "torch.save" and _kw(call, "f") else (call.args[0] if call.args else None))
                 if target is None or not _mentions_rank_value(target):
                     kind = "torch.save" if func == "torch.save" else "SummaryWriter"
-                    add(
-                        "save-on-every-rank", call,
-                        f"{kind} runs on every rank: they write the same file at once",
-                        "Save from one rank: `if rank == 0: torch.save(...)` then dist.barrier() before anyone reads it "
-                        "(or put the rank in the file name when each rank saves its own shard).",
-                    )
+                    fix = ("Save from one rank: `if rank == 0: torch.save(...)` then dist.barrier() before anyone reads it "
+                           "(or put the rank in the file name when each rank saves its own shard).")
+                    # In a helper of this file (save_checkpoint), the mistake is where it is called
+                    # on every rank: say so there.
+                    inside = scan.enclosing.get(id(call), ())
+                    sites = [c for c, f2, g2 in calls if inside and _name_of(f2) == inside[-1] and not g2] if inside else []
+                    for site in sites or [call]:
+                        where = f"{_name_of(_dotted(site.func))}() saves with {kind} (line {call.lineno})" if site is not call else kind
+                        add("save-on-every-rank", site, f"{where} runs on every rank: they write the same file at once", fix)
             if short == "tqdm" and _kw(call, "disable") is None:
                 add("tqdm-on-every-rank", call, "a tqdm bar on every rank: N bars in one terminal",
                     "tqdm(..., disable=rank != 0)")
@@ -560,12 +643,21 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
     constants = scan.constants
     for assign, _guarded in scan.assigns:
         for target in assign.targets:
+            name = _dotted(target).lower()
+            if re.search(r"dist_url|init_method|master_port", name):
+                literal = assign.value.value if isinstance(assign.value, ast.Constant) else (
+                    "".join(v.value for v in assign.value.values if isinstance(v, ast.Constant))
+                    if isinstance(assign.value, ast.JoinedStr) else None)
+                if isinstance(literal, str) and re.search(r"tcp://[^\s]*:\d{3,5}$", literal):
+                    add("hard-coded-rendezvous", assign,
+                        f"{_dotted(target)} gets a fixed port ({literal.rsplit(':', 1)[-1]}): two jobs on one machine collide",
+                        "Take the port from the environment (MASTER_PORT set by the launcher) or pick a free one.")
             if isinstance(target, ast.Subscript) and _dotted(target.value) == "os.environ":
                 key = target.slice
                 value = assign.value.value if isinstance(assign.value, ast.Constant) else (
                     constants.get(assign.value.id) if isinstance(assign.value, ast.Name) else None)
-                if isinstance(key, ast.Constant) and key.value in ("MASTER_PORT", "MASTER_ADDR") and value is not None \
-                        and not (key.value == "MASTER_ADDR" and value in ("localhost", "127.0.0.1")):
+                # The port is what collides; a fixed address comes with it and is one mistake, not two.
+                if isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and value is not None:
                     add(
                         "hard-coded-rendezvous", assign,
                         f"{key.value} is hard-coded to {value!r}: a second job fails with 'Address already in use'",
@@ -586,6 +678,14 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
                     "DistributedSampler without set_epoch(epoch) in the loop: every epoch sees the same order",
                     "Call sampler.set_epoch(epoch) at the start of each epoch, before iterating the DataLoader.",
                 )
+
+    # The process group started in the project's own module (utils.init_distributed_mode): the
+    # script still has to end it.
+    if "init_process_group" not in names and "init_process_group" in module_calls and \
+            "destroy_process_group" not in names and "destroy_process_group" not in module_calls:
+        add("no-destroy-process-group", tree.body[0] if getattr(tree, "body", None) else tree,
+            "the process group starts in this project's own module and nothing ever calls destroy_process_group",
+            "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
 
     findings.sort(key=lambda f: (f.line, f.id))
     return findings
