@@ -51,7 +51,7 @@ _MEASURED: dict[str, str] = {}
 def pytest_runtest_logreport(report):
     if report.when == "call":
         for name, value in getattr(report, "user_properties", ()):
-            if name == "explain_rates":
+            if name in ("explain_rates", "lint_rates"):
                 _MEASURED[name] = value
 
 
@@ -66,6 +66,13 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(
                 f"{part:4s} ({r['cases']} threads): first answer right {r['first_right']:.1%}, within three "
                 f"{r['top3_right']:.1%}, confidently wrong {r['confidently_wrong']:.1%}, nothing said {r['nothing']:.1%}")
+    if "lint_rates" in _MEASURED:
+        rates = json.loads(_MEASURED["lint_rates"])
+        terminalreporter.section("gpurig lint on real scripts")
+        for part in ("dev", "test"):
+            r = rates[part]
+            terminalreporter.write_line(f"{part:4s} ({r['scripts']} scripts): precision {r['precision']:.1%} "
+                                        f"({r['findings']} findings), recall {r['recall']:.1%} ({r['mistakes']} judged mistakes)")
 
 
 def pytest_collection_modifyitems(config, items):

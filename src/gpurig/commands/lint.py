@@ -147,7 +147,7 @@ def render_findings(console, script: str, findings) -> None:
         console.print(f"[{colour.get(f.severity, 'yellow')}]{f.severity}[/] {escape(script)}:{f.line} [bold]{f.id}[/bold]: "
                       f"{escape(f.title)}", soft_wrap=True)
         if f.code:
-            console.print(f"    {f.code}", markup=False)
+            console.print(f"    {f.code}", markup=False, soft_wrap=True)
         if f.why:
             console.print(f"    why: {f.why}", markup=False, soft_wrap=True)
         console.print(f"    fix: {f.fix}", markup=False, soft_wrap=True)

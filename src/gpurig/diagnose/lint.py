@@ -96,10 +96,19 @@ def _leaf_name(node: ast.AST) -> str | None:
     return None
 
 
+def _not_distributed(node: ast.AST) -> bool:
+    """`not args.distributed`, `not args.multiprocessing_distributed`: true on every rank of a run
+    started another way (torchrun without the flag), so it does not pick one rank."""
+    return isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and "distributed" in _dotted(node.operand).lower()
+
+
 def _mentions_rank(test: ast.AST) -> bool:
     """Whether a condition picks ranks: it names a rank (`rank == 0`, `dist.get_rank() != 0`,
     `args.rank % ngpus_per_node == 0`, `accelerator.is_main_process`, `trainer.is_global_zero`),
-    or compares the process's GPU index with 0 (`if self.gpu_id == 0`)."""
+    or compares the process's GPU index with 0 (`if self.gpu_id == 0`). `not distributed or rank == 0`
+    does not: launched without that flag, every rank passes it."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(_not_distributed(v) for v in test.values):
+        return False
     for node in ast.walk(test):
         name = _leaf_name(node)
         if name is None and isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -412,6 +421,34 @@ def _local_modules(tree: ast.AST, path) -> list:
     return found
 
 
+def names_defined_here(scan) -> set[str]:
+    return scan.defined
+
+
+def _is_download_call(call: ast.Call) -> bool:
+    func = _dotted(call.func)
+    short = _name_of(func)
+    on = [k for k in call.keywords if k.arg in ("download", "pretrained")
+          and not _is_const(k.value, False) and not _is_const(k.value, None)]
+    return bool(on) or short in _DOWNLOADERS or func in ("evaluate.load", "torch.hub.load", "torch.hub.list")
+
+
+def _downloading_functions(modules: list) -> dict[str, str]:
+    """Functions of the project's own modules that download without a rank check: name -> what."""
+    out: dict[str, str] = {}
+    for module in modules:
+        for fn in ast.walk(module):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            guarded_lines = {n.lineno for stmt in ast.walk(fn) if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)
+                             for b in stmt.body for n in ast.walk(b) if hasattr(n, "lineno")}
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines:
+                    out[fn.name] = f"{_name_of(_dotted(n.func))} at line {n.lineno} of its module"
+                    break
+    return out
+
+
 def _mentions_rank_value(node: ast.AST) -> bool:
     """A file name that contains the rank (`f"ckpt_{rank}.pt"`): every rank writes its own file."""
     return _mentions_rank(node) or any(
@@ -476,6 +513,8 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
     ]
     names = {_name_of(f) for _, f, _ in calls}
     module_calls = {_name_of(_dotted(n.func)) for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)}
+    downloading_helpers = _downloading_functions(modules)
+    reported_helpers: set[str] = set()
     text = source
     uses_cuda = any(
         ("cuda" in f.split(".")) or f.endswith(".cuda") for _, f, _ in calls
@@ -621,6 +660,17 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
                     for site in sites or [call]:
                         where = f"{_name_of(_dotted(site.func))}() saves with {kind} (line {call.lineno})" if site is not call else kind
                         add("save-on-every-rank", site, f"{where} runs on every rank: they write the same file at once", fix)
+            if short in downloading_helpers and short not in names_defined_here(scan) and short not in reported_helpers \
+                    and not _is_download_call(call):
+                reported_helpers.add(short)  # once per helper, at its first call
+                add("download-on-every-rank", call,
+                    f"{short}() downloads ({downloading_helpers[short]}) in every rank at once: they race to write the same files",
+                    "Let one rank download first: `if rank == 0: <download>` then dist.barrier() (or accelerator.main_process_first()), "
+                    "or download ahead of the run.")
+            if func == "open" and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) \
+                    and str(call.args[1].value)[:1] in ("a", "w") and isinstance(call.args[0], ast.Constant):
+                add("save-on-every-rank", call, f"every rank writes {call.args[0].value!r} at once: lines interleave or the file is cut",
+                    "Write from one rank (`if rank == 0:`), or put the rank in the file name.")
             if short == "tqdm" and _kw(call, "disable") is None:
                 add("tqdm-on-every-rank", call, "a tqdm bar on every rank: N bars in one terminal",
                     "tqdm(..., disable=rank != 0)")
@@ -688,4 +738,7 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
             "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
 
     findings.sort(key=lambda f: (f.line, f.id))
-    return findings
+    unique: dict[tuple[str, int], LintFinding] = {}
+    for f in findings:  # one finding per rule and line, however many ways it was reached
+        unique.setdefault((f.id, f.line), f)
+    return list(unique.values())

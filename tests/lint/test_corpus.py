@@ -1,0 +1,64 @@
+"""`gpurig lint` on real third-party training scripts: precision and recall against hand judgements.
+
+The scripts are not part of this repository (they are other projects' code): the manifest names
+each one by repository, commit, path and sha256, with the real mistakes it holds, judged by hand
+against the rule definitions without looking at gpurig's output. `python -m
+gpurig.diagnose.lint_corpus fetch` puts them in `.lint-corpus/`; where they are absent (no network)
+the measuring tests are skipped and the manifest is still checked. The corpus is split once by a
+hash of each script's URL into a development part and a test part never tuned on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from gpurig.diagnose import lint_corpus as lc
+from gpurig.diagnose.lint import DEFAULT_RULES, RULES
+
+MANIFEST = lc.load_manifest()
+CACHED = [name for name, entry in MANIFEST.items() if lc.present(entry)]
+
+# Targets: precision >= 90%, recall >= 85%. Met on the development part; the test part's
+# precision is below (docs/lint.md); these floors keep both from losing ground.
+DEV_PRECISION, DEV_RECALL = 0.90, 0.85
+TEST_PRECISION, TEST_RECALL = 0.75, 0.85
+
+
+def test_the_manifest_names_real_scripts_and_judged_mistakes():
+    assert len(MANIFEST) >= 40
+    assert len({e["repo"] for e in MANIFEST.values()}) >= 20
+    for name, e in MANIFEST.items():
+        assert re.fullmatch(r"[0-9a-f]{40}", e["commit"]) and re.fullmatch(r"[0-9a-f]{64}", e["sha256"]), name
+        assert e["url"].startswith(f"https://github.com/{e['repo']}/blob/{e['commit']}/"), name
+        assert e["file"].startswith(f"{name}/") and e["file"].endswith(e["path"]), name
+        for m in e["mistakes"]:
+            assert m["rule"] in RULES and isinstance(m["line"], int) and m["line"] >= 0 and m["why"], (name, m)
+    splits = [lc.split_of(e) for e in MANIFEST.values()]
+    assert splits.count("test") >= 8 and splits.count("dev") >= 30
+
+
+needs_corpus = pytest.mark.skipif(len(CACHED) < len(MANIFEST),
+                                  reason="the third-party scripts are not here: python -m gpurig.diagnose.lint_corpus fetch")
+
+
+@needs_corpus
+def test_precision_and_recall_on_real_scripts(record_property):
+    rules = set(DEFAULT_RULES)
+    dev, test = lc.measure(rules, split="dev"), lc.measure(rules, split="test")
+    record_property("lint_rates", json.dumps({"dev": dev.to_dict(), "test": test.to_dict()}))
+    assert dev.precision >= DEV_PRECISION and dev.recall >= DEV_RECALL, dev.to_dict()
+    assert test.precision >= TEST_PRECISION and test.recall >= TEST_RECALL, test.to_dict()
+
+
+@needs_corpus
+def test_the_official_ddp_tutorials_get_only_their_fixed_port():
+    tutorials = {n: e for n, e in MANIFEST.items() if "ddp-tutorial-series" in e["path"]}
+    assert len(tutorials) >= 4
+    from gpurig.commands.lint import lint_file
+
+    for name, e in tutorials.items():
+        found = {f.id for f in lint_file(str(lc.CACHE / e["file"]))}
+        assert found <= {"hard-coded-rendezvous"}, (name, found)
