@@ -90,3 +90,29 @@ def write_file_atomic(path: str, data: str | bytes, flag: str, mode: int | None 
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
         raise BadInput(f"{flag} {p}: cannot write it ({exc.strerror or exc})") from None
+
+
+def framework_installed(module: str) -> bool:
+    """Whether `module` (torch, tensorflow) can be found, without importing it."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def require_torch(command: str) -> None:
+    """Stop `gpurig <command>` before it starts any process when PyTorch is missing: one line with
+    the install command, instead of every worker failing on `torch.distributed.run` (exit 1)."""
+    if not framework_installed("torch"):
+        raise ProblemFound(
+            f"PyTorch is not installed, and `gpurig {command}` runs PyTorch processes: pip install 'gpurig[torch]' "
+            "(or the exact line `gpurig env pip` prints for this machine's driver)")
+
+
+def require_tensorflow(command: str) -> None:
+    if not framework_installed("tensorflow"):
+        raise ProblemFound(
+            f"TensorFlow is not installed, and `gpurig {command}` runs it: pip install 'gpurig[tf]' "
+            "(on a GPU machine: pip install 'tensorflow[and-cuda]')")

@@ -111,6 +111,9 @@ def register(bench_app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Keep the run folder under DIR."),
         timeout: float = typer.Option(120.0, "--timeout", metavar="SECONDS", help="How long one timed step may wait before it is a hang."),
     ) -> None:
+        from gpurig.errors import require_torch
+
+        require_torch("bench comm")
         from gpurig.comm.bench import run_bench_comm
 
         dt = normalise_dtype(dtype)

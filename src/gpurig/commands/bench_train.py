@@ -42,6 +42,9 @@ def register(bench_app: typer.Typer) -> None:
         timeout: float | None = typer.Option(None, "--timeout", help="Seconds allowed per run."),
         json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON document on stdout."),
     ) -> None:
+        from gpurig.errors import require_torch
+
+        require_torch("bench train")
         from gpurig.train.bench import run_bench_train
 
         console = console_for(json_out)

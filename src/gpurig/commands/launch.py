@@ -241,6 +241,10 @@ def register(app: typer.Typer) -> None:
         plan, desc = plan_launch(options)
         _check_run_dir(desc["run_dir"], given=run_dir is not None, force=force, try_create=not dry_run)
         console = console_for(json_out)
+        if not dry_run:  # the plan can be shown without PyTorch; running it needs torchrun
+            from gpurig.errors import require_torch
+
+            require_torch("launch")
         if dry_run:
             if json_out:
                 emit_json({"dry_run": True, "plan": desc})

@@ -250,6 +250,10 @@ def register(app: typer.Typer) -> None:
             raise BadInput(f"--nnodes must be at least 1, got {nnodes}")
         if not 0 <= node_rank < nnodes:
             raise BadInput(f"--node-rank {node_rank} is outside 0..{nnodes - 1} (--nnodes {nnodes})")
+        if cfg.framework != "tf":
+            from gpurig.errors import require_torch
+
+            require_torch("train")
         if cfg.framework == "tf":
             from gpurig.train.run import default_run_dir, finished_run
             from gpurig.train.tf.runner import adapt_verdicts, run_tf_training

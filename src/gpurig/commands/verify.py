@@ -78,9 +78,12 @@ def register(app: typer.Typer) -> None:
                                       "(MirroredStrategy replicas equal and equal to one device)."),
     ) -> None:
         from gpurig.comm.verify import run_verify
+        from gpurig.errors import require_torch
 
         if framework not in ("torch", "tf"):
             raise BadInput(f"--framework must be torch or tf, got {framework!r}")
+        if framework == "torch":
+            require_torch("verify")
         console = console_for(json_out)
         with console.status("starting the workers...") as status:
             if framework == "tf":

@@ -76,7 +76,7 @@ FINDINGS: dict[str, tuple[str, str]] = {
     # frameworks
     "torch-import-failed": ("frameworks", "torch present but its import crashed"),
     "torch-newer-than-knowledge": ("frameworks", "the installed torch is newer than gpurig's wheel table"),
-    "torch-not-installed": ("frameworks", "no torch on a GPU machine"),
+    "torch-not-installed": ("frameworks", "no torch: verify, bench, train, launch and check cannot start"),
     "torch-cpu-only-build": ("frameworks", "a CPU-only torch on a GPU machine"),
     "torch-cuda-too-new-for-driver": ("frameworks", "torch's CUDA needs a newer driver"),
     "torch-cuda-minor-compat": ("frameworks", "torch's CUDA runs through minor-version compatibility"),

@@ -101,14 +101,18 @@ def torch_rules(ctx: Context) -> list[Finding]:
             evidence={"torch.error": t.error, "torch.version": t.version},
         )]
     if not t.installed:
-        if not ctx.gpus:
-            return []
-        choice = wheel_hint(ctx)
+        # gpurig's verify, bench, train, launch and check all run PyTorch processes: without it the
+        # machine is not ready for any of them, GPU or not.
+        fix = "pip install 'gpurig[torch]'"
+        if ctx.gpus:
+            fix = f"Install the wheel that fits this host: {_wheel_text(wheel_hint(ctx))} (or {fix})"
+        else:
+            fix += " (the CPU build is enough here: pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu)"
         return [Finding(
-            id="torch-not-installed", severity="info", area="frameworks",
+            id="torch-not-installed", severity="error", area="frameworks",
             title="PyTorch is not installed",
-            detail="gpurig's verify, bench and train need PyTorch.",
-            fix=f"Install the wheel that fits this host: {_wheel_text(choice)}",
+            detail="gpurig's verify, bench, train, launch and check run PyTorch processes; none of them can start.",
+            fix=fix,
             evidence={"torch.installed": False, "driver": ctx.driver_version},
         )]
     findings: list[Finding] = _torch_newer_than_knowledge(t.version)
