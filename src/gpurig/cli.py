@@ -41,7 +41,7 @@ app = typer.Typer(
     rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # gpurig --install-completion (bash, zsh, fish, PowerShell)
 )
 bench_app = typer.Typer(
     help="Measure the links between GPUs and how training scales, against what the hardware allows.",
