@@ -421,10 +421,6 @@ def _local_modules(tree: ast.AST, path) -> list:
     return found
 
 
-def names_defined_here(scan) -> set[str]:
-    return scan.defined
-
-
 def _is_download_call(call: ast.Call) -> bool:
     func = _dotted(call.func)
     short = _name_of(func)
@@ -660,7 +656,7 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
                     for site in sites or [call]:
                         where = f"{_name_of(_dotted(site.func))}() saves with {kind} (line {call.lineno})" if site is not call else kind
                         add("save-on-every-rank", site, f"{where} runs on every rank: they write the same file at once", fix)
-            if short in downloading_helpers and short not in names_defined_here(scan) and short not in reported_helpers \
+            if short in downloading_helpers and short not in scan.defined and short not in reported_helpers \
                     and not _is_download_call(call):
                 reported_helpers.add(short)  # once per helper, at its first call
                 add("download-on-every-rank", call,
