@@ -4,6 +4,7 @@ defaults, and when it dies, say which rank and why."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -185,7 +186,7 @@ def register(app: typer.Typer) -> None:
     def launch(
         script: str = typer.Argument(..., help="The training script (or module with -m)."),
         script_args: list[str] = typer.Argument(None, help="Arguments for the script."),
-        nproc_per_node: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", help="Processes per node: 'auto' = visible GPUs, or 2 on the CPU."),
+        nproc_per_node: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="Processes per node: auto (visible GPUs, or 2 on the CPU), gpu, cpu (one per core) or N."),
         device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
         nnodes: str = typer.Option(None, "--nnodes", help="Number of nodes, N or MIN:MAX (default 1, or Slurm's)."),
         node_rank: int = typer.Option(None, "--node-rank", "--node_rank", help="This node's rank (multi-node)."),
@@ -203,15 +204,47 @@ def register(app: typer.Typer) -> None:
         strict: bool = typer.Option(False, "--strict", help="Stop when lint finds a mistake in the script."),
         no_slurm: bool = typer.Option(False, "--no-slurm", help="Ignore Slurm variables in the environment."),
         json_out: bool = typer.Option(False, "--json", help="One JSON document on stdout: plan, preflight, lint, result."),
+        standalone: bool = typer.Option(False, "--standalone", help="torchrun's single-node mode: what gpurig does by default (a free local port)."),
+        master_addr: str = typer.Option(None, "--master-addr", "--master_addr", help="torchrun's rendezvous host (with --master-port; same as --rdzv-endpoint HOST:PORT)."),
+        master_port: int = typer.Option(None, "--master-port", "--master_port", help="torchrun's rendezvous port (default: a free one on one node, 29500 with --master-addr)."),
+        rdzv_backend: str = typer.Option("c10d", "--rdzv-backend", "--rdzv_backend", help="torchrun's rendezvous backend: c10d, static, etcd, etcd-v2."),
+        rdzv_conf: str = typer.Option(None, "--rdzv-conf", "--rdzv_conf", help="Passed to torchrun as given (KEY=VALUE,...)."),
+        log_dir: str = typer.Option(None, "--log-dir", "--log_dir", help="torchrun's log folder: the same as --run-dir (the rank logs go to DIR/logs)."),
+        tee: str = typer.Option(None, "--tee", help="torchrun's --tee (0 none, 1 stdout, 2 stderr, 3 both; default 3; the logs always keep both)."),
+        local_ranks_filter: str = typer.Option(None, "--local-ranks-filter", "--local_ranks_filter", help="Passed to torchrun: show only these local ranks on the terminal (e.g. 0)."),
+        no_python: bool = typer.Option(False, "--no-python", "--no_python", help="Passed to torchrun: run SCRIPT as a program, not with python."),
+        monitor_interval: float = typer.Option(None, "--monitor-interval", "--monitor_interval", help="Passed to torchrun."),
+        start_method: str = typer.Option(None, "--start-method", "--start_method", help="Passed to torchrun (spawn, fork, forkserver)."),
+        role: str = typer.Option(None, "--role", help="Passed to torchrun."),
     ) -> None:
         from gpurig.launch.plan import LaunchOptions, parse_env_assignments, plan_launch
+
+        if master_addr is not None or master_port is not None:
+            if rdzv_endpoint:
+                raise BadInput("--master-addr/--master-port and --rdzv-endpoint name the same thing: give one")
+            rdzv_endpoint = f"{master_addr or '127.0.0.1'}:{master_port or 29500}"
+        if standalone and nnodes not in (None, "1", "1:1"):
+            raise BadInput(f"--standalone is one node, but --nnodes is {nnodes}")
+        if log_dir is not None:
+            if run_dir is not None:
+                raise BadInput("--log-dir and --run-dir name the same folder: give one")
+            run_dir = log_dir
+        if rdzv_backend not in ("c10d", "static", "etcd", "etcd-v2"):
+            raise BadInput(f"--rdzv-backend must be c10d, static, etcd or etcd-v2, got {rdzv_backend!r}")
+        if tee is not None and tee not in ("0", "1", "2", "3") and not re.fullmatch(r"\d+:[0-3](,\d+:[0-3])*", tee):
+            raise BadInput(f"--tee must be 0, 1, 2, 3 or LOCAL_RANK:N,..., got {tee!r}")
+        torchrun_args = [f"--{name}={value}" for name, value in (
+            ("rdzv-conf", rdzv_conf), ("tee", tee), ("local-ranks-filter", local_ranks_filter),
+            ("monitor-interval", monitor_interval), ("start-method", start_method), ("role", role)) if value is not None]
+        if no_python:
+            torchrun_args.append("--no-python")
 
         if timeout < 0:
             raise BadInput(f"--timeout must be 0 or more seconds, got {timeout:g}")
         if max_time is not None and max_time <= 0:
             raise BadInput(f"--max-time must be more than 0 seconds, got {max_time:g}")
         lint_findings = []
-        if not module:
+        if not module and not no_python:
             from gpurig.commands.lint import lint_file
 
             try:
@@ -237,6 +270,8 @@ def register(app: typer.Typer) -> None:
             run_dir=run_dir,
             env_overrides=parse_env_assignments(list(env or [])),
             use_slurm=not no_slurm,
+            rdzv_backend=rdzv_backend,
+            torchrun_args=torchrun_args,
         )
         plan, desc = plan_launch(options)
         _check_run_dir(desc["run_dir"], given=run_dir is not None, force=force, try_create=not dry_run)

@@ -90,7 +90,7 @@ def parse_nproc(value: str | int, flag: str = "--nproc") -> int | None:
         try:
             n = int(str(value).strip())
         except ValueError:
-            raise BadInput(f"{flag} must be 'auto' or a positive integer, got {value!r}") from None
+            raise BadInput(f"{flag} must be 'auto', 'gpu', 'cpu' or a positive integer, got {value!r}") from None
     if n < 1:
         raise BadInput(f"{flag} must be at least 1, got {n}")
     return n
@@ -153,6 +153,18 @@ def resolve_device(device: str = "auto", nproc: str | int = "auto", flag: str = 
     """Decide CUDA or CPU and the number of processes, from NVML and torch's files alone."""
     if device not in DEVICES:
         raise BadInput(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
+    kind = str(nproc).strip().lower()
+    if kind == "gpu":  # torchrun's `--nproc-per-node gpu`: one process per visible GPU
+        if device == "cpu":
+            raise BadInput(f"{flag} gpu asks for one process per GPU, but --device is cpu")
+        if not visible_gpu_count():
+            raise BadInput(f"{flag} gpu: no GPU is visible (run `gpurig doctor` to see why)")
+        device, nproc = "cuda", "auto"
+    elif kind == "cpu":  # torchrun's `--nproc-per-node cpu`: one process per usable core
+        if device == "cuda":
+            raise BadInput(f"{flag} cpu asks for CPU processes, but --device is cuda")
+        cores, _ = cpu_budget()
+        device, nproc = "cpu", cores or os.cpu_count() or CPU_DEFAULT_NPROC
     wanted = parse_nproc(nproc, flag)
     gpus = visible_gpu_count()
     cuda_build = torch_cuda_build()
@@ -255,6 +267,8 @@ class LaunchOptions:
     run_dir: str | None = None
     env_overrides: dict[str, str] = field(default_factory=dict)  # --env KEY=VALUE
     use_slurm: bool = True
+    rdzv_backend: str = "c10d"
+    torchrun_args: list[str] = field(default_factory=list)  # torchrun options passed through as given
 
 
 @dataclass
@@ -478,7 +492,7 @@ def plan_launch(
         "torch.distributed.run",
         f"--nnodes={nnodes_text}",
         f"--nproc-per-node={nproc}",
-        "--rdzv-backend=c10d",
+        f"--rdzv-backend={options.rdzv_backend}",
         f"--rdzv-endpoint={endpoint}",
     ]
     if rdzv_id:
@@ -491,8 +505,11 @@ def plan_launch(
         f"--max-restarts={options.max_restarts}",
         f"--log-dir={log_dir}",
         "--redirects=3",  # each rank's stdout and stderr into <log_dir>/<id>/attempt_N/<local_rank>/
-        "--tee=3",  # ... and on the terminal as well, prefixed with the rank
     ]
+    passed = list(options.torchrun_args)
+    if not any(a.startswith("--tee") for a in passed):
+        argv.append("--tee=3")  # ... and on the terminal as well, prefixed with the rank
+    argv += passed
     if options.module:
         argv += ["--module", options.script]
     else:
