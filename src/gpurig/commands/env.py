@@ -243,7 +243,7 @@ def register(app: typer.Typer) -> None:
     def slurm_cmd(
         command: list[str] | None = typer.Argument(None, metavar="-- COMMAND...",
                                                    help="What each worker runs, e.g. -- train.py --epochs 10."),
-        nodes: int = typer.Option(..., "--nodes", help="Number of machines."),
+        nodes: int = typer.Option(..., "--nnodes", "--nodes", help="Number of machines."),
         gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs per machine (default: this host's)."),
         framework: str = typer.Option("torch", "--framework", help="torch (torchrun) or tf (MultiWorkerMirroredStrategy)."),
         job_name: str = typer.Option("gpurig-train", "--job-name", help="The job's name."),
@@ -276,7 +276,7 @@ def register(app: typer.Typer) -> None:
     def k8s_cmd(
         command: list[str] | None = typer.Argument(None, metavar="-- COMMAND...",
                                                    help="What each worker runs, e.g. -- train.py --epochs 10."),
-        nodes: int = typer.Option(..., "--nodes", help="Number of pods (one per machine)."),
+        nodes: int = typer.Option(..., "--nnodes", "--nodes", help="Number of pods (one per machine)."),
         gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs per pod (default: this host's)."),
         framework: str = typer.Option("torch", "--framework", help="torch (PyTorchJob) or tf (TFJob)."),
         job_name: str = typer.Option("gpurig-train", "--job-name", help="The job's name (a Kubernetes name)."),

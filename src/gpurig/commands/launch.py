@@ -195,7 +195,7 @@ def register(app: typer.Typer) -> None:
         max_restarts: int = typer.Option(0, "--max-restarts", "--max_restarts", help="Restarts torchrun allows after a failure."),
         timeout: float = typer.Option(600.0, "--timeout", help="Collective timeout in seconds for init_process_group() called without timeout= (0: torch's default)."),
         max_time: float = typer.Option(None, "--max-time", help="Stop the whole run after this many seconds (default: no limit)."),
-        run_dir: str = typer.Option(None, "--run-dir", help="Where logs, dumps and the report go (default gpurig-runs/launch-<time>-<pid>); a folder holding an earlier launch is refused unless --force."),
+        run_dir: str = typer.Option(None, "--run-dir", "--out", help="Where logs, dumps and the report go (default gpurig-runs/launch-<time>-<pid>); a folder holding an earlier launch is refused unless --force."),
         force: bool = typer.Option(False, "--force", help="The --run-dir folder holds an earlier launch: delete that launch's files (only those) and start afresh."),
         env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the workers; repeatable; overrides a default."),
         module: bool = typer.Option(False, "-m", "--module", help="Run SCRIPT as a module (python -m)."),

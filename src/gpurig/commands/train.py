@@ -214,7 +214,7 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Run directory (default: runs/<time>)."),
         resume: str | None = typer.Option(None, "--resume", help="auto (newest checkpoint in --out) or a checkpoint file."),
         resume_fallback: bool = typer.Option(False, "--resume-fallback", help="If the newest checkpoint is corrupt, use the previous one."),
-        nproc: str = typer.Option("auto", "--nproc", help="Processes: auto (one per visible GPU, or 2 on the CPU) or N."),
+        nproc: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="Processes: auto (one per visible GPU, or 2 on the CPU) or N."),
         device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
         timeout: float | None = typer.Option(None, "--timeout", help="Stop every worker after this many seconds."),
         max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the workers up to K times after a failure, "
