@@ -27,6 +27,25 @@ On a machine without a GPU every command still runs, on the CPU with two gloo pr
 ORDER = ("check", "doctor", "verify", "bench", "train", "launch", "explain", "lint", "monitor", "env")
 
 
+def _flags_take_no_value() -> None:
+    """typer 0.2x's help prints a type for every option, so a flag reads `--json <bool>` as if it
+    took a value; show no type for flags (a no-op where typer does not have that column)."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "_gpurig", False):
+        return
+
+    def display_type_rich(self, ctx):  # noqa: ANN001, ANN202 - typer's signature
+        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+
+    display_type_rich._gpurig = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_take_no_value()
+
+
 class _JourneyOrder(TyperGroup):
     def list_commands(self, ctx):  # noqa: ANN001 - click's signature
         names = super().list_commands(ctx)

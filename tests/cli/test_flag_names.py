@@ -28,3 +28,9 @@ def test_node_count_is_nnodes_everywhere(command):
 
 def test_launch_takes_out_like_the_other_commands():
     assert "--out" in help_text("launch")
+
+
+@pytest.mark.parametrize("command", [("verify",), ("launch",), ("lint",), ("explain",), ("check",)])
+def test_flags_read_as_flags_in_help(command):
+    text = help_text(*command)
+    assert "<bool>" not in text and "--json" in text
