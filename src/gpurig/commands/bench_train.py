@@ -1,4 +1,4 @@
-"""`gpurig bench train`: training throughput at 1, 2, ... N processes, scaling efficiency, vs the seeds' template."""
+"""`gpurig bench train`: training throughput at 1, 2, ... N processes, scaling efficiency, vs the DDP tutorial template."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from gpurig.report.output import console_for, emit_json
 HELP = """Train the same workload on 1, 2, 4 ... N GPUs and print throughput per GPU and scaling efficiency.
 
 Scaling efficiency = (per-GPU rate at N) / (per-GPU rate at 1); 1.00 is perfect. With
-[bold]--baseline seed[/bold] the seeds' DDP template (fp32, default DataLoader, batch 32) runs the same
+[bold]--baseline seed[/bold] the common DDP tutorial template (fp32, default DataLoader, batch 32) (fp32, default DataLoader, batch 32) runs the same
 model and image size at each count, side by side, so you see what gpurig's defaults buy.
 
 On GPUs the table also gives the slowest GPU's mean SM clock during the timed steps (NVML). The
@@ -37,7 +37,7 @@ def register(bench_app: typer.Typer) -> None:
         device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
         steps: int | None = typer.Option(None, "--steps", min=10, help="Optimizer steps per run (default: the workload's)."),
         sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Config override for every run (repeatable)."),
-        baseline: str | None = typer.Option(None, "--baseline", help="seed: also run the seeds' template."),
+        baseline: str | None = typer.Option(None, "--baseline", help="seed: also run the DDP tutorial template."),
         out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Where runs go (default: runs/bench-train-<time>)."),
         timeout: float | None = typer.Option(None, "--timeout", help="Seconds allowed per run."),
         json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON document on stdout."),

@@ -4,7 +4,7 @@
     result = run_bench_train(device="cuda", workload="resnet50", baseline="seed")
     for row in result["results"]: print(row["nproc"], row["samples_per_s_per_device"], row["scaling_efficiency"])
 
-With `baseline="seed"` the seeds' DDP template (fp32, default DataLoader) runs the same model and
+With `baseline="seed"` the common DDP tutorial template (fp32, default DataLoader, batch 32) (fp32, default DataLoader) runs the same model and
 image size at each count, side by side, and each row carries `speedup_vs_seed`.
 """
 
@@ -30,7 +30,7 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "resnet50": {"preset": "resnet50", "set": ["train.compile=on"],
                  "doc": "ResNet-50, synthetic {size}x{size} images, batch {batch} per GPU"},
     "resnet50-cifar": {"preset": "resnet50-cifar", "set": [],
-                       "doc": "ResNet-50, synthetic {size}x{size} images (the seeds' CIFAR-10 workload), batch {batch} per GPU"},
+                       "doc": "ResNet-50, synthetic {size}x{size} images (the tutorials' CIFAR-10 workload), batch {batch} per GPU"},
     "gpt": {"preset": "gpt", "set": ["train.compile=on"],
             "doc": "GPT-style decoder (124M), synthetic tokens, {batch} x {seq_len} per GPU"},
     "cpu-cnn": {"preset": "resnet50-cifar", "doc": "small CNN, synthetic {size}x{size} images, batch {batch} per process (CPU)",
@@ -176,7 +176,7 @@ def workload_config(workload: str, device: str, short: bool, overrides: list[str
 
 def run_seed_baseline(cfg: TrainConfig, device: str, nproc: int, run_dir: Path, steps: int,
                       batch_size: int | None = None, timeout: float | None = None) -> dict[str, Any]:
-    """The seeds' template (gpurig.train.seed_baseline) on the same model input size."""
+    """The DDP tutorial template (gpurig.train.seed_baseline) on the same model input size."""
     size = cfg.data.image_size or 224
     args = ["-m", "gpurig.train.seed_baseline", "--run-dir", str(run_dir), "--steps", str(steps),
             "--warmup", str(min(10, max(2, steps // 5))), "--batch-size", str(batch_size or 32),

@@ -47,16 +47,16 @@ TOKEN_DATASETS = ("synthetic-token",)
 class ModelConfig:
     """Which network to train and its size."""
 
-    name: str = _f("mlp", "The network: mlp (the seeds' MNIST model: flatten, hidden layers, ReLU), cnn (a small "
+    name: str = _f("mlp", "The network: mlp (the common tutorial MNIST model: flatten, hidden layers, ReLU), cnn (a small "
                    "conv net), resnet18 / resnet50 (torchvision, random init), gpt (a GPT-style decoder for "
                    "token data).", choices=MODELS)
-    hidden: int = _f(128, "mlp: width of each hidden layer (the seeds' MNIST model: 128).", minimum=1)
-    depth: int = _f(1, "mlp: number of hidden layers (the seeds' MNIST model: 1).", minimum=1)
+    hidden: int = _f(128, "mlp: width of each hidden layer (the common tutorial MNIST model: 128).", minimum=1)
+    depth: int = _f(1, "mlp: number of hidden layers (the common tutorial MNIST model: 1).", minimum=1)
     width: int = _f(32, "cnn: channels of the first conv block (doubled in the second).", minimum=1)
     layers: int = _f(6, "gpt: transformer blocks.", minimum=1)
     heads: int = _f(8, "gpt: attention heads per block (dim must be divisible by heads).", minimum=1)
     dim: int = _f(512, "gpt: embedding width.", minimum=8)
-    dropout: float = _f(0.2, "Dropout probability (mlp after each hidden layer, as the seeds' MNIST model; gpt "
+    dropout: float = _f(0.2, "Dropout probability (mlp after each hidden layer, as the common tutorial MNIST model; gpt "
                         "attention and residual paths).", minimum=0.0)
 
 
@@ -226,7 +226,7 @@ class TrainConfig:
 # Presets: embedded configs that need nothing on disk.
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # scikit-learn's digits (1,797 8x8 images, ships with the package), the seeds' MNIST model
+    # scikit-learn's digits (1,797 8x8 images, ships with the package), the common tutorial MNIST model
     # (Flatten, Linear 128 + ReLU, Dropout 0.2, Linear 10). Two CPU ranks reach ~98% test accuracy
     # in a few seconds of training.
     "demo": {
@@ -247,7 +247,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval": {"enabled": False},
         "checkpoint": {"enabled": False},
     },
-    # The seeds' own workload size: ResNet-50 on CIFAR-10-sized 32x32 images.
+    # The tutorials' workload size: ResNet-50 on CIFAR-10-sized 32x32 images.
     "resnet50-cifar": {
         "model": {"name": "resnet50"},
         "data": {"dataset": "synthetic-image", "batch_size": 512, "image_size": 32, "num_classes": 10},

@@ -18,7 +18,7 @@ CONV_MODELS = ("cnn", "resnet18", "resnet50")
 
 
 class MLP(nn.Module):
-    """The seeds' MNIST model: flatten, hidden Linear + ReLU layers, a Linear classifier."""
+    """The common tutorial MNIST model: flatten, hidden Linear + ReLU layers, a Linear classifier."""
 
     def __init__(self, in_features: int, hidden: int, depth: int, num_classes: int, dropout: float) -> None:
         super().__init__()

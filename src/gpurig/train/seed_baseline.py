@@ -1,4 +1,4 @@
-"""The seeds' DDP template, as written, as a torchrun worker: the baseline `gpurig bench train` compares with.
+"""The common DDP tutorial template (fp32, default DataLoader, batch 32), as written, as a torchrun worker: the baseline `gpurig bench train` compares with.
 
 What the template does (kept here on purpose): ResNet-50 from torchvision, float32, a Dataset whose
 samples go through `ToTensor()` + `Normalize()` on the CPU, `DistributedSampler` with

@@ -160,7 +160,7 @@ def cross_device_ops(
 
 
 def global_batch(batch_size_per_device: int, replicas_per_worker: int, workers: int) -> Choice:
-    """Global batch = per-replica batch x replicas x workers (the seeds' GLOBAL_BATCH_SIZE)."""
+    """Global batch = per-replica batch x replicas x workers (the TensorFlow tutorials' GLOBAL_BATCH_SIZE)."""
     if batch_size_per_device < 1:
         raise BadInput(f"batch_size: must be at least 1, got {batch_size_per_device}")
     total = batch_size_per_device * replicas_per_worker * workers

@@ -1,4 +1,4 @@
-"""Keras models of the TensorFlow trainer: the seeds' MNIST MLP, a small CNN, ResNet-50 (random weights).
+"""Keras models of the TensorFlow trainer: the common tutorial MNIST MLP, a small CNN, ResNet-50 (random weights).
 
 Every model ends in a float32 `Dense` that returns logits: under a mixed-precision policy the body
 computes in bf16/fp16 and the last layer and the loss stay in float32, as the seeds advise (a
@@ -19,7 +19,7 @@ def build_model(cfg, image_shape: tuple[int, int, int], num_classes: int) -> ker
     name = cfg.model.name
     inputs = keras.Input(image_shape, name="images")
     if name == "mlp":
-        # The seeds' model: Flatten, Dense(128, relu), Dropout(0.2), Dense(10); width, depth and
+        # The tutorial model: Flatten, Dense(128, relu), Dropout(0.2), Dense(10); width, depth and
         # dropout come from model.hidden / model.depth / model.dropout.
         x = keras.layers.Flatten()(inputs)
         for i in range(cfg.model.depth):
