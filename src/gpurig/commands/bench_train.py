@@ -11,7 +11,7 @@ from gpurig.report.output import console_for, emit_json
 HELP = """Train the same workload on 1, 2, 4 ... N GPUs and print throughput per GPU and scaling efficiency.
 
 Scaling efficiency = (per-GPU rate at N) / (per-GPU rate at 1); 1.00 is perfect. With
-[bold]--baseline seed[/bold] the common DDP tutorial template (fp32, default DataLoader, batch 32) (fp32, default DataLoader, batch 32) runs the same
+[bold]--baseline seed[/bold] the common DDP tutorial template (fp32, default DataLoader, batch 32) runs the same
 model and image size at each count, side by side, so you see what gpurig's defaults buy.
 
 On GPUs the table also gives the slowest GPU's mean SM clock during the timed steps (NVML). The
@@ -21,6 +21,8 @@ stayed out of its low-power state (at a power limit, awake links take power from
 
 Workloads: resnet50 (synthetic 224x224, batch 256/GPU; the default on GPUs), resnet50-cifar (32x32,
 batch 512/GPU), gpt (124M decoder, tokens/s and MFU), cpu-cnn (the default on the CPU), demo.
+
+Exit status: 0 measured, 1 a run failed, 2 bad usage.
 
 Examples:
   gpurig bench train                               # every visible GPU, ResNet-50

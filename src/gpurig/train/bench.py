@@ -4,7 +4,7 @@
     result = run_bench_train(device="cuda", workload="resnet50", baseline="seed")
     for row in result["results"]: print(row["nproc"], row["samples_per_s_per_device"], row["scaling_efficiency"])
 
-With `baseline="seed"` the common DDP tutorial template (fp32, default DataLoader, batch 32) (fp32, default DataLoader) runs the same model and
+With `baseline="seed"` the common DDP tutorial template (fp32, default DataLoader, batch 32) runs the same model and
 image size at each count, side by side, and each row carries `speedup_vs_seed`.
 """
 
