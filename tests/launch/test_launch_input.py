@@ -14,7 +14,7 @@ def _refused(out, tmp_path) -> None:
     assert out.stderr.startswith("gpurig: error: ")
     assert "Traceback" not in out.stderr
     assert "--- workers ---" not in out.stdout and "preflight" not in out.stdout
-    assert not (tmp_path / "gpurig-runs").exists()  # no run directory: torchrun never started
+    assert not (tmp_path / "runs").exists()  # no run directory: torchrun never started
 
 
 def test_script_with_a_syntax_error_stops_before_launch(run_cli, tmp_path):

@@ -188,7 +188,7 @@ def test_dry_run_cli_json_under_slurm(run_cli, tmp_path):
     assert plan["nnodes"] == "4" and plan["node_rank"] == 2
     assert plan["rdzv_endpoint"] == "gpu01:29742"
     assert plan["argv"][-3:] == [str(script), "--lr", "0.1"]
-    assert not (tmp_path / "gpurig-runs").exists()  # a dry run writes nothing
+    assert not (tmp_path / "runs").exists()  # a dry run writes nothing
 
 
 def test_cli_bad_input_exits_2(run_cli, tmp_path):
@@ -211,7 +211,7 @@ def test_strict_stops_on_lint_findings_before_starting(run_cli, tmp_path):
     # Only what survives the default rules (cosmetic ones, like a DataLoader without workers, are off).
     assert [f["id"] for f in doc["lint"]] == ["hard-coded-rendezvous", "download-on-every-rank"]
     assert "--strict" in out.stderr
-    assert not list((tmp_path / "gpurig-runs").glob("*/logs"))  # torchrun never ran
+    assert not list((tmp_path / "runs").glob("*/logs"))  # torchrun never ran
 
 
 def test_module_mode_runs_python_dash_m():

@@ -42,7 +42,7 @@ def test_torchrun_killed_outright_leaves_no_worker_or_dataloader_child(tmp_path,
     sessions of their own; the runner must find and end them."""
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
-    monkeypatch.chdir(tmp_path)  # gpurig-runs/last-launch goes here
+    monkeypatch.chdir(tmp_path)  # runs/last-launch goes here
     options = LaunchOptions(script=str(SCRIPTS / "dataloader_sleep.py"), run_dir=str(tmp_path / "run"),
                             env_overrides={"PID_DIR": str(pid_dir)})
     plan, desc = plan_launch(options, device_choice=DeviceChoice("cpu", 2, "test"))

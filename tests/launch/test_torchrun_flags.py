@@ -53,3 +53,10 @@ def test_nproc_per_node_cpu_and_gpu(run_cli, tmp_path, script):
 def test_conflicting_or_bad_torchrun_flags_exit_2(run_cli, tmp_path, script, args, message):
     out = run_cli("launch", "--dry-run", "--device", "cpu", *args, str(script), cwd=tmp_path)
     assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_runs_go_under_runs_like_every_other_command(run_cli, tmp_path, script):
+    p = plan(run_cli, tmp_path, str(script))
+    assert p["run_dir"].startswith("runs/launch-")
+    out = run_cli("launch", "--dry-run", "--json", "--device", "cpu", "--out", str(tmp_path / "mine"), str(script), cwd=tmp_path)
+    assert json.loads(out.stdout)["plan"]["run_dir"] == str(tmp_path / "mine")

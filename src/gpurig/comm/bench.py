@@ -12,6 +12,7 @@ median sample; algbw and busbw as in `gpurig.comm.metrics`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -121,6 +122,8 @@ def run_bench_comm(
     if out_dir is None and data["ok"]:
         # Every figure is in the result; the temporary folder goes unless the run failed.
         shutil.rmtree(run_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            run_dir.parent.rmdir()  # runs/ itself, when this run was all it held
         data["run_dir"] = None
     return data
 

@@ -97,7 +97,7 @@ def run_tf_verify(
     job = plan_tf_verify(device, replicas, steps, cross_device_ops, inject, facts)
     from gpurig.comm.verify import make_run_dir
 
-    run_dir = make_run_dir(out_dir, "tf-verify")  # a fresh folder inside out_dir (or a temporary one)
+    run_dir = make_run_dir(out_dir, "tf-verify")  # a fresh folder inside out_dir (default runs/)
     job["out_dir"] = str(run_dir.resolve())
     job_path = run_dir / "tf_verify_job.json"
     job_path.write_text(json.dumps(job, indent=2))

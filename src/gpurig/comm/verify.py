@@ -11,6 +11,7 @@ This module runs in the parent process: it never imports torch nor initialises C
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -35,11 +36,10 @@ STARTUP_SECONDS = 120.0  # torchrun start, imports, rendezvous and NCCL set-up, 
 
 
 def make_run_dir(out_dir: str | os.PathLike | None, prefix: str, flag: str = "--out") -> Path:
-    """A fresh folder for this run: inside `out_dir` when given (nothing in it is overwritten)."""
+    """A fresh folder for this run, inside `out_dir` (default `runs/`, where every command keeps its
+    runs); nothing already there is overwritten."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    if out_dir is None:
-        return Path(tempfile.mkdtemp(prefix=f"gpurig-{prefix}-{stamp}-"))
-    base = Path(out_dir)
+    base = Path(out_dir) if out_dir is not None else Path("runs")
     if base.exists() and not base.is_dir():
         raise BadInput(f"{flag} {base}: exists and is not a folder")
     try:
@@ -187,6 +187,8 @@ def run_verify(
     if out_dir is None and result.passed:
         # Nothing to inspect: the temporary folder goes. A failed run keeps it, and says where.
         shutil.rmtree(run_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            run_dir.parent.rmdir()  # runs/ itself, when this run was all it held
         result.run_dir = None
     return result
 

@@ -46,7 +46,7 @@ def _read_input(source: str | None) -> tuple[str, str | None]:
 
         run = last_run_dir()
         if run is None:
-            raise BadInput("FILE: none given and no earlier `gpurig launch` run in ./gpurig-runs (pass a log file, or - for stdin)")
+            raise BadInput("FILE: none given and no earlier `gpurig launch` run in ./runs (pass a log file, or - for stdin)")
         return "", run
     if source == "-":
         return sys.stdin.read(MAX_BYTES), None

@@ -32,7 +32,7 @@ Exit code: the failing worker's (128+N when killed by signal N), 130 after Ctrl-
 124 when --max-time ran out, 2 for bad usage or input (a script Python cannot read or compile, a
 --run-dir that is a file), refused before anything runs.
 
-The run directory (--run-dir, default a new gpurig-runs/launch-<time>-<pid>) holds one launch: a
+The run directory (--out/--run-dir, default a new runs/launch-<time>-<pid>) holds one launch: a
 folder that already holds an earlier launch's logs and result is refused, so they are never mixed
 with this run's or lost; --force deletes that earlier launch's files (only those) and starts afresh.
 
@@ -195,7 +195,7 @@ def register(app: typer.Typer) -> None:
         max_restarts: int = typer.Option(0, "--max-restarts", "--max_restarts", help="Restarts torchrun allows after a failure."),
         timeout: float = typer.Option(600.0, "--timeout", help="Collective timeout in seconds for init_process_group() called without timeout= (0: torch's default)."),
         max_time: float = typer.Option(None, "--max-time", help="Stop the whole run after this many seconds (default: no limit)."),
-        run_dir: str = typer.Option(None, "--run-dir", "--out", help="Where logs, dumps and the report go (default gpurig-runs/launch-<time>-<pid>); a folder holding an earlier launch is refused unless --force."),
+        run_dir: str = typer.Option(None, "--run-dir", "--out", help="Where logs, dumps and the report go (default runs/launch-<time>-<pid>, beside every other command's runs); a folder holding an earlier launch is refused unless --force."),
         force: bool = typer.Option(False, "--force", help="The --run-dir folder holds an earlier launch: delete that launch's files (only those) and start afresh."),
         env: list[str] = typer.Option(None, "--env", help="NAME=VALUE for the workers; repeatable; overrides a default."),
         module: bool = typer.Option(False, "-m", "--module", help="Run SCRIPT as a module (python -m)."),

@@ -407,7 +407,7 @@ def default_run_dir(now: float | None = None) -> str:
     import time
 
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    return os.path.join("gpurig-runs", f"launch-{stamp}-{os.getpid()}")
+    return os.path.join("runs", f"launch-{stamp}-{os.getpid()}")
 
 
 def plan_launch(

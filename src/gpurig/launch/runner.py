@@ -376,7 +376,8 @@ def _ignoring_interrupts():
     return _handling(signal.SIGINT, signal.SIG_IGN)
 
 
-LAST_RUN_POINTER = os.path.join("gpurig-runs", "last-launch")
+LAST_RUN_POINTER = os.path.join("runs", "last-launch")
+_OLD_POINTER = os.path.join("gpurig-runs", "last-launch")  # where versions before 0.1 kept it
 
 
 def remember_last_run(run_dir: str, pointer: str = LAST_RUN_POINTER) -> None:
@@ -389,11 +390,14 @@ def remember_last_run(run_dir: str, pointer: str = LAST_RUN_POINTER) -> None:
 
 
 def last_run_dir(pointer: str = LAST_RUN_POINTER) -> str | None:
-    try:
-        path = Path(pointer).read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    return path if path and Path(path).is_dir() else None
+    for where in (pointer, _OLD_POINTER) if pointer == LAST_RUN_POINTER else (pointer,):
+        try:
+            path = Path(where).read_text(encoding="utf-8").strip()
+        except OSError:
+            continue
+        if path and Path(path).is_dir():
+            return path
+    return None
 
 
 def run_launch(
