@@ -19,6 +19,9 @@ def test_check_on_the_cpu_end_to_end(run_cli, tmp_path):
     assert [s["name"] for s in doc["steps"]] == ["doctor", "verify", "bench comm", "bench train"]
     assert all(s["status"] == "passed" for s in doc["steps"]), doc["steps"]
     assert doc["passed"] is True and doc["device"] == "cpu"
+    import socket
+
+    assert doc["host"] == socket.gethostname()  # which machine the report is about
     assert doc["verify"]["passed"] and {c["name"] for c in doc["verify"]["checks"]} >= {"collectives", "ddp"}
     assert doc["bench_comm"]["results"] and doc["bench_train"]["results"]
     # the same content is on disk, next to the logs

@@ -195,3 +195,20 @@ def test_a_balanced_run_keeps_balanced_as_the_headline_over_advice(doc):
     html = render_report(doc)
     headline = html[html.index('id="headline"'):]
     assert headline.index("balanced: no bottleneck found") < headline.index("</div>")
+
+
+def test_the_report_names_the_host_and_prints_cleanly(doc):
+    doc["host"] = "gpu-node-07"
+    html = render_report(doc)
+    assert 'id="host">gpu-node-07<' in html
+    assert "@media print" in html
+    del doc["host"]  # a document from before the host was recorded still renders
+    assert 'id="host"' not in render_report(doc)
+
+
+def test_bandwidth_axis_is_logarithmic_when_small_messages_would_sit_on_zero():
+    from gpurig.report.plots import wants_log_scale
+
+    assert wants_log_scale([0.1, 5.3, 120.0, 328.0])  # 1 KiB to 1 GiB on NVLink
+    assert not wants_log_scale([20.2, 47.3, 219.5, 329.7])
+    assert not wants_log_scale([])

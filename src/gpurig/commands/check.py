@@ -7,6 +7,7 @@ content as a self-contained HTML report and (with --json) as one JSON document.
 
 from __future__ import annotations
 
+import socket
 import time
 import traceback
 from collections.abc import Callable
@@ -212,6 +213,7 @@ def run_check(ctx: CheckContext, on_step: Callable[[str, StepResult | None], Non
     return {
         "gpurig_version": __version__,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
         "device": ctx.device_choice.device if ctx.device_choice else ctx.device,
         "passed": all(s.status == "passed" for s in steps),
         **({"interrupted": interrupted[0], "signal": interrupted[1]} if interrupted else {}),

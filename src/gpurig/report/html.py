@@ -220,6 +220,7 @@ def render_report(data: dict[str, Any]) -> str:
     view = {
         "version": data.get("gpurig_version") or "?",
         "created_at": data.get("created_at") or "?",
+        "host": data.get("host"),
         "device": data.get("device") or "?",
         "passed": passed,
         "interrupted": data.get("interrupted"),

@@ -84,6 +84,13 @@ def _size_label(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def wants_log_scale(values: list[float]) -> bool:
+    """Whether bandwidths span more than two decades: small messages reach a thousandth of the
+    large ones, and on a linear axis they all sit on zero."""
+    positive = [v for v in values if v > 0]
+    return bool(positive) and max(positive) / min(positive) > 100
+
+
 def bandwidth_png(bench_comm: dict[str, Any]) -> bytes | None:
     """Bus bandwidth against message size, one line per collective, with the link's capability."""
     by_op: dict[str, list[tuple[float, float]]] = {}
@@ -114,7 +121,10 @@ def bandwidth_png(bench_comm: dict[str, Any]) -> bytes | None:
     ax.set_xticklabels([_size_label(t) for t in ticks], rotation=30, ha="right")
     ax.set_xlabel("message size")
     ax.set_ylabel("bus bandwidth (GB/s)")
-    ax.set_ylim(bottom=0)
+    if wants_log_scale([p[1] for points in by_op.values() for p in points]):
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", fontsize="small")
     ax.set_title("Collective bandwidth against message size")
