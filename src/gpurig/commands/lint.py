@@ -114,7 +114,10 @@ def _deep(work):
 
     size = threading.stack_size()
     try:
-        threading.stack_size(512 * 1024 * 1024)
+        try:
+            threading.stack_size(512 * 1024 * 1024)
+        except (ValueError, RuntimeError):  # a platform that refuses the size: the default stack
+            pass
         t = threading.Thread(target=run, name="gpurig-lint")
         t.start()
     finally:
