@@ -212,3 +212,17 @@ def test_bandwidth_axis_is_logarithmic_when_small_messages_would_sit_on_zero():
     assert wants_log_scale([0.1, 5.3, 120.0, 328.0])  # 1 KiB to 1 GiB on NVLink
     assert not wants_log_scale([20.2, 47.3, 219.5, 329.7])
     assert not wants_log_scale([])
+
+
+def test_a_cpu_machine_shows_no_raw_driver_errors(doc):
+    facts = doc["doctor"]["facts"]
+    facts["gpus"], facts["pairs"] = [], []
+    facts["driver"] = {"driver_version": None, "cuda_driver_version": None,
+                       "error": "NVML: NVML library (libnvidia-ml.so.1) not found (NVML Shared Library Not Found); "
+                                "nvidia-smi: nvidia-smi not found on PATH"}
+    html = render_report(doc)
+    assert "no NVIDIA driver here" in html and "libnvidia-ml.so.1" not in html
+    # On a GPU machine a driver error is the news: it is shown as NVML said it.
+    facts["gpus"] = json.loads(FIXTURE.read_text())["doctor"]["facts"]["gpus"]
+    facts["driver"]["error"] = "NVML: Driver/library version mismatch"
+    assert "Driver/library version mismatch" in render_report(doc)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -99,10 +100,16 @@ def _machine(facts: dict[str, Any] | None) -> dict[str, Any] | None:
         links = [lk for lk in g.get("nvlinks") or [] if lk.get("active")]
         gpus.append({**g, "nvlink_active": len(links),
                      "nvlink_gbps": sum(lk.get("speed_gbps") or 0 for lk in links) or None})
+    driver = facts.get("driver") or {}
+    note = driver.get("error")
+    if note and not gpus and not driver.get("driver_version") and re.search(r"not found|No such file", note, re.I):
+        # A machine without GPUs: NVML's and nvidia-smi's own "not found" strings say nothing more.
+        note = "no NVIDIA driver here (a machine without GPUs)"
     return {
         "gpus": gpus,
         "pairs": facts.get("pairs") or [],
-        "driver": facts.get("driver") or {},
+        "driver": driver,
+        "driver_note": note,
         "torch": fw.get("torch") or {},
         "tensorflow": fw.get("tensorflow") or {},
         "frameworks_probed": fw.get("probed"),
