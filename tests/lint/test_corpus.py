@@ -57,7 +57,7 @@ def test_precision_and_recall_on_real_scripts(record_property):
 def test_the_official_ddp_tutorials_get_only_their_fixed_port():
     tutorials = {n: e for n, e in MANIFEST.items() if "ddp-tutorial-series" in e["path"]}
     assert len(tutorials) >= 4
-    from gpurig.commands.lint import lint_file
+    from gpurig.diagnose.lint import lint_file
 
     for name, e in tutorials.items():
         found = {f.id for f in lint_file(str(lc.CACHE / e["file"]))}

@@ -245,7 +245,7 @@ def register(app: typer.Typer) -> None:
             raise BadInput(f"--max-time must be more than 0 seconds, got {max_time:g}")
         lint_findings = []
         if not module and not no_python:
-            from gpurig.commands.lint import lint_file
+            from gpurig.diagnose.lint import lint_file
 
             try:
                 check_user_file(script, f"SCRIPT {script}", "script")

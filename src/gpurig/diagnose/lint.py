@@ -738,3 +738,100 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
     for f in findings:  # one finding per rule and line, however many ways it was reached
         unique.setdefault((f.id, f.line), f)
     return list(unique.values())
+
+
+# --- a script on disk, read as Python reads it -------------------------------------------------
+
+
+def read_script(script: str) -> str:
+    """The text of a script the user named, checked the way Python reads it: a missing, unreadable,
+    undecodable or syntactically invalid file is bad input (exit 2), naming the file and the line."""
+    return read_script_tree(script)[0]
+
+
+def read_script_tree(script: str):
+    """(text, syntax tree) of a script, read as `read_script` does."""
+    import io
+    import tokenize
+    from pathlib import Path
+
+    from gpurig.errors import BadInput, check_user_file
+
+    label = f"SCRIPT {script}"
+    check_user_file(script, label, "script")
+    try:
+        data = Path(script).read_bytes()
+    except OSError as exc:
+        raise BadInput(f"{label}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        # From bytes, as the interpreter does: the encoding is UTF-8 unless the file declares another.
+        tree = _deep(lambda: compile(data, script, "exec", flags=0x400, dont_inherit=True))  # 0x400: ast.PyCF_ONLY_AST
+    except RecursionError:
+        raise BadInput(f"{label}: nested too deeply for Python to compile (an expression or an elif chain thousands deep)") from None
+    except SyntaxError as exc:
+        raise BadInput(f"{label}: {_syntax_error_text(exc)}") from None
+    except ValueError as exc:  # null bytes, on some Python versions
+        raise BadInput(f"{label}: not valid Python ({exc})") from None
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding), tree
+
+
+def _syntax_error_text(exc: SyntaxError) -> str:
+    """Python's own words for a script it cannot compile, with the line (and its code) they are about."""
+    where = f"line {exc.lineno}: " if exc.lineno else ""
+    msg = exc.msg or "invalid syntax"
+    found = re.search(r"'([\w-]+)' codec can't decode byte (0x[0-9a-f]{2})", msg)
+    if found:  # bytes the file's encoding (UTF-8 unless a coding line says otherwise) cannot decode
+        codec, byte = found.groups()
+        name = "UTF-8" if codec.replace("_", "-").lower() in ("utf-8", "utf8") else codec
+        return f"not {name} text ({where}byte {byte}); save it as UTF-8 or declare its encoding in a coding line"
+    text = (exc.text or "").strip()
+    code = f": {text if len(text) <= 120 else text[:120] + ' …'}" if text else ""
+    return f"not valid Python ({where}{msg}){code}"
+
+
+def lint_file(script: str, select=None, ignore=None) -> list:
+    """Findings for a script on disk; a missing, unreadable or invalid file is bad input (exit 2)."""
+    from gpurig.errors import BadInput
+
+    source, tree = read_script_tree(script)
+    try:
+        return _deep(lambda: lint_source(source, script, path=script, select=select, ignore=ignore, tree=tree))
+    except SyntaxError as exc:
+        raise BadInput(f"SCRIPT {script}: {_syntax_error_text(exc)}") from None
+    except RecursionError:
+        raise BadInput(f"SCRIPT {script}: nested too deeply to analyse (an expression or an elif chain thousands deep)") from None
+
+
+def _deep(work):
+    """Run `work` in a thread with a large stack and recursion limit: valid Python with a
+    500-term expression or a long elif chain is deeper than the default limit of the tree walk."""
+    import sys
+    import threading
+
+    result: dict = {}
+
+    def run() -> None:
+        old = sys.getrecursionlimit()
+        try:
+            sys.setrecursionlimit(max(old, 50_000))
+            result["value"] = work()
+        except BaseException as exc:  # re-raised in the caller's thread
+            result["error"] = exc
+        finally:
+            sys.setrecursionlimit(old)
+
+    size = threading.stack_size()
+    try:
+        try:
+            threading.stack_size(512 * 1024 * 1024)
+        except (ValueError, RuntimeError):  # a platform that refuses the size: the default stack
+            pass
+        t = threading.Thread(target=run, name="gpurig-lint")
+        t.start()
+    finally:
+        threading.stack_size(size)
+    t.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]

@@ -69,7 +69,7 @@ def measure(rules: set[str], manifest: dict[str, dict[str, Any]] | None = None, 
             split: str | None = None) -> Score:
     """Lint every cached script with `rules`; a finding is true when it is a judged mistake of the
     same rule (same file, within NEAR lines; any line for a judged 'something is missing')."""
-    from gpurig.commands.lint import lint_file
+    from gpurig.diagnose.lint import lint_file
 
     manifest = load_manifest() if manifest is None else manifest
     score = Score()
