@@ -75,6 +75,25 @@ def pytest_terminal_summary(terminalreporter):
                                         f"({r['findings']} findings), recall {r['recall']:.1%} ({r['mistakes']} judged mistakes)")
 
 
+_CACHE_MADE: str | None = None
+
+
+def pytest_configure(config):
+    # The doctor keeps framework answers in the user's cache folder: the suite keeps its own, so
+    # it neither reads a developer's cache nor writes into their home.
+    global _CACHE_MADE
+    if not os.environ.get("GPURIG_CACHE_DIR"):
+        import tempfile
+
+        _CACHE_MADE = tempfile.mkdtemp(prefix="gpurig-test-cache-")
+        os.environ["GPURIG_CACHE_DIR"] = _CACHE_MADE
+
+
+def pytest_unconfigure(config):
+    if _CACHE_MADE:
+        shutil.rmtree(_CACHE_MADE, ignore_errors=True)
+
+
 def pytest_collection_modifyitems(config, items):
     has_tf = importlib.util.find_spec("tensorflow") is not None
     gpu_items = [i for i in items if "gpu" in i.keywords]

@@ -71,7 +71,7 @@ def _step_doctor(ctx: CheckContext) -> StepResult:
     from gpurig.commands.doctor import doctor_data, doctor_document, gather
     from gpurig.diagnose.findings import has_error
 
-    facts, findings = doctor_data(gather(None, frameworks=True))
+    facts, findings = doctor_data(gather(None, frameworks=True, use_cache=True, refresh=True))
     ctx.facts = facts
     doc = doctor_document(facts, findings)
     errors = [f for f in findings if f.severity == "error"]

@@ -16,26 +16,31 @@ HELP = """Check that this machine (or container) is ready for multi-GPU training
 
 Reads the GPUs (NVML or nvidia-smi), links, driver, PyTorch/TensorFlow builds, container limits and
 environment, without ever initialising CUDA, then prints findings worst first, each with its fix.
+PyTorch and TensorFlow are imported in child processes once; their answers are kept (in
+~/.cache/gpurig) until a package, the driver, the GPUs or the environment changes, so the next
+doctor answers in about a second. --refresh probes them again.
 
 Examples:
   gpurig doctor                        judge this machine
   gpurig doctor --json > doctor.json   facts and findings as JSON
   gpurig doctor --save-facts rig.json  keep the snapshot to share
   gpurig doctor --facts rig.json       judge a saved snapshot
+  gpurig doctor --refresh              import the frameworks again (after fixing something)
 
 Exit status: 0 no error finding, 1 at least one error finding, 2 bad usage or an unreadable facts file.
 """
 
 
-def gather(facts_file: Path | None = None, frameworks: bool = True) -> RigFacts:
-    """The snapshot to judge: a saved one, or this machine's."""
+def gather(facts_file: Path | None = None, frameworks: bool = True, *, use_cache: bool = False,
+           refresh: bool = False) -> RigFacts:
+    """The snapshot to judge: a saved one, or this machine's (see collect_facts for the cache)."""
     if facts_file is not None:
         from gpurig.probe.snapshot import load_facts_file
 
         return load_facts_file(facts_file)
     from gpurig.probe.collect import collect_facts
 
-    return collect_facts(frameworks=frameworks)
+    return collect_facts(frameworks=frameworks, use_cache=use_cache, refresh=refresh)
 
 
 def doctor_data(facts: RigFacts) -> tuple[RigFacts, list[Finding]]:
@@ -69,14 +74,22 @@ def register(app: typer.Typer) -> None:
             None, "--facts", metavar="FILE", help="Judge a saved snapshot instead of this machine."
         ),
         fast: bool = typer.Option(
-            False, "--fast", help="Skip the PyTorch/TensorFlow probes (answers in well under a second)."
+            False, "--fast", help="Never import PyTorch/TensorFlow: use their cached answers if any, else read "
+                                  "their versions from their files (answers in well under a second)."
+        ),
+        refresh: bool = typer.Option(
+            False, "--refresh", help="Probe PyTorch and TensorFlow again instead of using their cached answers "
+                                     "(kept until a package, the driver, the GPUs or the environment changes)."
         ),
         force: bool = typer.Option(False, "--force", help="Replace an existing --save-facts file."),
     ) -> None:
         if save_facts is not None:
             # Before probing: a file that would not be replaced (or a missing folder) costs nothing.
             check_output_file(str(save_facts), "--save-facts", force)
-        facts = gather(facts_file, frameworks=not fast)
+        if facts_file is not None and refresh:
+            raise typer.BadParameter("--refresh probes this machine; it cannot be used with --facts FILE",
+                                     param_hint="--refresh")
+        facts = gather(facts_file, frameworks=not fast, use_cache=True, refresh=refresh)
         if save_facts is not None:
             from gpurig.probe.snapshot import save_facts_file
 

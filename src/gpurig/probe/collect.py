@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from gpurig import __version__
 from gpurig.probe.environment import collect_env
 from gpurig.probe.facts import FrameworkFacts, RigFacts
-from gpurig.probe.frameworks import start_framework_probes
+from gpurig.probe.frameworks import cached_framework_answers, read_framework_files, start_framework_probes
 from gpurig.probe.nvml import NvmlResult, read_nvml
 from gpurig.probe.pci import read_kernel_module, read_pci_devices
 from gpurig.probe.smi import read_smi
@@ -30,7 +30,7 @@ from gpurig.probe.system import collect_system
 
 def collect_facts(frameworks: bool = True, timeout: float = 20.0, *, root: str | os.PathLike = "/",
                   environ: Mapping[str, str] | None = None, nvml=None, smi_exe: str | None = None,
-                  nvml_timeout: float = 30.0) -> RigFacts:
+                  nvml_timeout: float = 30.0, use_cache: bool = False, refresh: bool = False) -> RigFacts:
     """Snapshot this machine.
 
     frameworks: probe torch and TensorFlow in child processes (about 2-4 s: their import time);
@@ -39,6 +39,10 @@ def collect_facts(frameworks: bool = True, timeout: float = 20.0, *, root: str |
     nvml_timeout: seconds NVML may take before the GPUs are reported as not answering (starting
       NVML on 8 GPUs without persistence mode takes several seconds, so this is generous).
     root, environ, nvml, smi_exe: where to read from; tests point them at fakes.
+    use_cache: take the framework answers from the probe cache when nothing they depend on changed
+      (`gpurig.probe.cache`), and keep fresh ones there; with frameworks=False, a cached answer is
+      still used when there is one (it costs nothing), else the versions are read from the packages'
+      files. refresh: probe anyway and rewrite the cache.
 
     >>> facts = collect_facts(frameworks=False)
     >>> facts.driver.source in (None, "nvml", "nvidia-smi")
@@ -49,19 +53,27 @@ def collect_facts(frameworks: bool = True, timeout: float = 20.0, *, root: str |
         gpurig_version=__version__,
     )
     # Start the slow part first: the framework imports run in children while we read the rest.
-    probes = start_framework_probes(timeout=timeout, environ=environ) if frameworks else None
+    probes = None
+    if frameworks:
+        probes = start_framework_probes(timeout=timeout, environ=environ, use_cache=use_cache, refresh=refresh,
+                                        root=root)
+    elif use_cache and not refresh:
+        probes = cached_framework_answers(environ=environ, root=root)
     try:
         _hardware(facts, root, nvml, smi_exe, nvml_timeout)
         facts.system = collect_system(root, facts.pci_devices, environ)
         facts.env = collect_env(environ)
         if probes is not None:
             facts.frameworks = probes.result()
+            if facts.frameworks.from_cache:
+                facts.notes.append(f"PyTorch and TensorFlow facts from the probe cache (probed {facts.frameworks.from_cache}; "
+                                   "the packages, driver and GPUs are unchanged since): `--refresh` probes them again")
             for name, fw in (("torch", facts.frameworks.torch), ("tensorflow", facts.frameworks.tensorflow)):
                 if fw.error:
                     facts.notes.append(f"{name} probe: {fw.error}")
         else:
-            facts.frameworks = FrameworkFacts(probed=False)
-            facts.notes.append("frameworks not probed (asked to skip them)")
+            facts.frameworks = read_framework_files()
+            facts.notes.append("frameworks not probed (asked to skip them); versions read from their files")
     finally:
         if probes is not None:
             probes.close()

@@ -148,6 +148,7 @@ class FrameworkFacts:
     torch: TorchFacts = field(default_factory=TorchFacts)
     tensorflow: TensorFlowFacts = field(default_factory=TensorFlowFacts)
     probed: bool = False  # False when framework probing was skipped (--fast)
+    from_cache: str | None = None  # when the answers were probed, if they come from the probe cache
 
 
 @dataclass

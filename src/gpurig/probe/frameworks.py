@@ -108,11 +108,15 @@ def _installed(module: str, python: str, env: Mapping[str, str]) -> bool | None:
     Looking it up here saves a process for a framework that is not installed, but only holds when
     the child is this interpreter with this PYTHONPATH.
     """
-    if os.path.realpath(python) != os.path.realpath(sys.executable):
-        return None
-    if env.get("PYTHONPATH") != os.environ.get("PYTHONPATH"):
+    if not _same_interpreter(python, env):
         return None
     return importlib.util.find_spec(module) is not None
+
+
+def _same_interpreter(python: str, env: Mapping[str, str]) -> bool:
+    """Whether a child `python` with `env` imports from where this process does."""
+    return (os.path.realpath(python) == os.path.realpath(sys.executable)
+            and env.get("PYTHONPATH") == os.environ.get("PYTHONPATH"))
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -163,12 +167,21 @@ def probe_frameworks(timeout: float = 20.0, python: str | None = None,
 
 
 class FrameworkProbes:
-    """Running framework probes; `result()` waits for them (so other facts can be read meanwhile)."""
+    """Running framework probes; `result()` waits for them (so other facts can be read meanwhile).
 
-    def __init__(self, probes: list[_Probe], timeout: float, known: dict[str, bool]):
+    With `cached` (answers and when they were written) no probe runs and `result()` gives those;
+    with `cache_key`, answers without an error are kept under it for the next run.
+    """
+
+    def __init__(self, probes: list[_Probe], timeout: float, known: dict[str, bool], *,
+                 cached: tuple[dict, str] | None = None, cache_key: dict | None = None,
+                 environ: Mapping[str, str] | None = None):
         self.probes = probes
         self.timeout = timeout
         self.known = known
+        self.cached = cached
+        self.cache_key = cache_key
+        self.environ = environ
 
     def close(self) -> None:
         """Kill any probe still running (after `result()` there is none)."""
@@ -178,6 +191,11 @@ class FrameworkProbes:
                 p.proc.communicate()
 
     def result(self) -> FrameworkFacts:
+        if self.cached is not None:
+            answers, written = self.cached
+            facts = self._facts(answers)
+            facts.from_cache = written or "unknown"
+            return facts
         answers: dict[str, dict] = {}
         for p in self.probes:
             assert p.proc is not None
@@ -196,6 +214,13 @@ class FrameworkProbes:
                 answers[p.name] = data
             else:
                 answers[p.name] = {"installed": True, "error": _failure(p.name, p.proc.returncode, err)}
+        if self.cache_key is not None and not any(a.get("error") for a in answers.values()):
+            from gpurig.probe import cache
+
+            cache.store(self.cache_key, answers, self.environ)
+        return self._facts(answers)
+
+    def _facts(self, answers: dict[str, dict]) -> FrameworkFacts:
         facts = FrameworkFacts(probed=True)
         facts.torch = _build(TorchFacts, answers.get("torch"), self.known.get("torch", False))
         facts.tensorflow = _build(TensorFlowFacts, answers.get("tensorflow"), self.known.get("tensorflow", False))
@@ -211,12 +236,27 @@ def _build(cls, data: dict | None, installed: bool):
 
 def start_framework_probes(timeout: float = 20.0, python: str | None = None,
                            environ: Mapping[str, str] | None = None,
-                           scripts: Mapping[str, str] | None = None) -> FrameworkProbes:
-    """Start the probes and return at once; call `.result()` for the facts."""
+                           scripts: Mapping[str, str] | None = None, *,
+                           use_cache: bool = False, refresh: bool = False,
+                           root: str | os.PathLike = "/") -> FrameworkProbes:
+    """Start the probes and return at once; call `.result()` for the facts.
+
+    use_cache: answer from the cache (`gpurig.probe.cache`) when everything the answers depend on is
+      unchanged, and keep fresh answers there; refresh: probe anyway and rewrite the cache. The cache
+      is used only for this interpreter with this PYTHONPATH and the real probe scripts.
+    """
     python = python or sys.executable
     env = _child_env(environ)
     chosen = {"torch": TORCH_SCRIPT, "tensorflow": TF_SCRIPT}
     chosen.update(scripts or {})
+    key = None
+    if use_cache and not scripts and _same_interpreter(python, env):
+        from gpurig.probe import cache
+
+        key = cache.probe_key(python, environ, root)
+        hit = None if refresh else cache.load(key, environ)
+        if hit is not None:
+            return FrameworkProbes([], timeout, {}, cached=hit)
     probes, known = [], {}
     for name, script in chosen.items():
         installed = _installed(name, python, env) if not (scripts and name in scripts) else None
@@ -227,4 +267,86 @@ def start_framework_probes(timeout: float = 20.0, python: str | None = None,
         p.proc = subprocess.Popen([python, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   stdin=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
         probes.append(p)
-    return FrameworkProbes(probes, timeout, known)
+    return FrameworkProbes(probes, timeout, known, cache_key=key, environ=environ)
+
+
+def cached_framework_answers(environ: Mapping[str, str] | None = None,
+                             root: str | os.PathLike = "/") -> FrameworkProbes | None:
+    """The cached answers for this interpreter and machine, without probing; None when there are none."""
+    env = _child_env(environ)
+    if not _same_interpreter(sys.executable, env):
+        return None
+    from gpurig.probe import cache
+
+    hit = cache.load(cache.probe_key(sys.executable, environ, root), environ)
+    return None if hit is None else FrameworkProbes([], 0.0, {}, cached=hit)
+
+
+def _assignments(path: str) -> dict[str, object]:
+    """Top-level `NAME = literal` lines of a Python file, without running it."""
+    import ast
+
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    out: dict[str, object] = {}
+    for node in tree.body:
+        target = value = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        if isinstance(target, ast.Name) and value is not None:
+            if isinstance(value, ast.Call) and value.args:  # build_info = OrderedDict([...])
+                value = value.args[0]
+            try:
+                out[target.id] = ast.literal_eval(value)
+            except ValueError:
+                continue
+    return out
+
+
+def read_framework_files(paths: list[str] | None = None) -> FrameworkFacts:
+    """Versions and CUDA builds from the packages' own files (`torch/version.py`, TensorFlow's
+    `build_info.py` and its distribution metadata), importing neither: what `--fast` can say.
+
+    `probed` stays False: whether CUDA works in them is not known without importing them. The
+    packages are looked up on `paths` (default sys.path), never in sys.modules.
+    """
+    from importlib import metadata
+    from importlib.machinery import PathFinder
+
+    facts = FrameworkFacts(probed=False)
+    spec = PathFinder.find_spec("torch", paths)
+    if spec is not None:
+        facts.torch.installed = True
+        for loc in spec.submodule_search_locations or ():
+            got = _assignments(os.path.join(loc, "version.py"))
+            if got:
+                facts.torch.version = got.get("__version__") if isinstance(got.get("__version__"), str) else None
+                facts.torch.cuda_build = got.get("cuda") if isinstance(got.get("cuda"), str) else None
+                break
+    spec = PathFinder.find_spec("tensorflow", paths)
+    if spec is not None:
+        facts.tensorflow.installed = True
+        for dist in ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-gpu"):
+            found = list(metadata.distributions(name=dist, **({} if paths is None else {"path": paths})))
+            if found:
+                facts.tensorflow.version = found[0].version
+                break
+        for loc in spec.submodule_search_locations or ():
+            info = _assignments(os.path.join(loc, "python", "platform", "build_info.py")).get("build_info")
+            if isinstance(info, (list, tuple)):
+                try:
+                    info = dict(info)
+                except (TypeError, ValueError):
+                    info = None
+            if isinstance(info, dict):
+                cuda = info.get("cuda_version")
+                facts.tensorflow.cuda_build = cuda if isinstance(cuda, str) else None
+                cudnn = info.get("cudnn_version")
+                facts.tensorflow.cudnn_build = cudnn if isinstance(cudnn, str) else None
+                facts.tensorflow.built_with_cuda = bool(info.get("is_cuda_build"))
+                break
+    return facts

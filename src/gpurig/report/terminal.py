@@ -70,7 +70,14 @@ def machine_lines(facts: RigFacts) -> list[str]:
             lines.append("[bold]No NVIDIA GPU[/bold] — CPU-only machine")
     fw = facts.frameworks
     if not fw.probed:
-        lines.append("  frameworks: not probed (--fast, or a snapshot saved without them)")
+        seen = []
+        for name, f in (("torch", fw.torch), ("TensorFlow", fw.tensorflow)):
+            if f.installed and f.version:
+                seen.append(f"{name} {f.version} ({'CUDA ' + f.cuda_build if f.cuda_build else 'CPU'} build)")
+        if seen:
+            lines.append(f"  frameworks: {'; '.join(seen)}; read from their files, not probed (--fast)")
+        else:
+            lines.append("  frameworks: not probed (--fast, or a snapshot saved without them)")
     else:
         t = fw.torch
         if t.installed:
@@ -90,7 +97,8 @@ def machine_lines(facts: RigFacts) -> list[str]:
                 tfdesc = f"TensorFlow: {tf.error}"
         else:
             tfdesc = "TensorFlow not installed" if not tf.error else f"TensorFlow: {tf.error}"
-        lines.append(f"  frameworks: {tdesc}; {tfdesc}")
+        cached = f" [dim](cached {_when(fw.from_cache)}; --refresh probes again)[/dim]" if fw.from_cache else ""
+        lines.append(f"  frameworks: {tdesc}; {tfdesc}{cached}")
     s = facts.system
     shm = "n/a" if s.shm_total_bytes is None else f"{s.shm_total_bytes / 2**30:.1f} GiB"
     lines.append(
@@ -99,6 +107,17 @@ def machine_lines(facts: RigFacts) -> list[str]:
         f" {'container: ' + s.container if s.container else 'not in a container'}"
     )
     return lines
+
+
+def _when(iso: str) -> str:
+    """'2026-12-02T03:10:25+00:00' -> '2026-12-02 03:10 UTC' (as written, when it is not that form)."""
+    import datetime as _dt
+
+    try:
+        t = _dt.datetime.fromisoformat(iso).astimezone(_dt.UTC)
+    except ValueError:
+        return iso
+    return t.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def render_findings(console: Console, findings: list[Finding], show_ok: bool = True) -> None:
