@@ -135,7 +135,7 @@ def test_torch_cpu_build_on_a_gpu_machine():
 def test_torch_not_installed_suggests_the_fitting_wheel():
     f = rig("nccl_p2p_disabled_nvlink")
     f.frameworks.torch = TorchFacts(installed=False)
-    assert "whl/cu128" in one(f, "torch-not-installed", "error").fix
+    assert "whl/cu126" in one(f, "torch-not-installed", "error").fix  # driver 570: no cu130; 2.12 has cu126
 
 
 def test_torch_import_crash_is_a_finding_not_a_failure():

@@ -142,7 +142,7 @@ def test_t4_fix_names_the_driver_and_the_wheel_that_fits():
 def test_v100_fix_points_to_a_wheel_with_sm70():
     (f,) = [f for f in judge(load(RIGS / "v100x4_cu130.json")) if f.id == "torch-arch-missing"]
     assert "sm_70" in f.title
-    assert "download.pytorch.org/whl/cu128" in f.fix
+    assert "download.pytorch.org/whl/cu126" in f.fix  # cu130 dropped Volta; 2.12 cu126 has sm_70
 
 
 def test_real_h200_pair_summary():

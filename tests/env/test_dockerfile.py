@@ -87,13 +87,13 @@ def test_base_image_cuda_fits_the_driver(rig, framework):
 
 def test_h200_gets_the_newest_pytorch_image_with_cuda_13():
     recipe = dockerfile_recipe(HostSummary.from_facts(CRAFTED["h200x2_r580"]), DockerfileOptions())
-    assert parse(recipe.text).baseimage == "pytorch/pytorch:2.11.0-cuda13.0-cudnn9-runtime"
+    assert parse(recipe.text).baseimage == "pytorch/pytorch:2.14.0-cuda13.0-cudnn9-runtime"
 
 
 def test_a100_on_r570_stays_below_cuda_13():
-    # Driver 570.124 runs CUDA 12.8 at most: cu130 images are out, cu128 fits.
+    # Driver 570.124 runs CUDA 12.8 at most: cu130 images are out; 2.12 (which dropped cu128) has cu126.
     recipe = dockerfile_recipe(HostSummary.from_facts(CRAFTED["a100x8_r570"]), DockerfileOptions())
-    assert parse(recipe.text).baseimage == "pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime"
+    assert parse(recipe.text).baseimage == "pytorch/pytorch:2.12.0-cuda12.6-cudnn9-runtime"
 
 
 def test_t4_on_r470_torch_image_does_not_fit_and_says_which_driver():

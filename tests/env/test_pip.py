@@ -16,17 +16,18 @@ def last_line(text: str) -> str:
 
 
 # Expected lines worked out by hand from reference/compat.md:
-# - H200 (9.0), driver 580.95 (CUDA 13.0): torch 2.11's newest variant cu130 (floor 580.65.06, has sm_90).
+# - H200 (9.0), driver 580.95 (CUDA 13.0): torch 2.14's cu130 (floor 580.65.06, has sm_90).
 # - T4 (7.5), driver 470.82 (CUDA 11.4): the 12.x floor 525.60.13 is out of reach; cu118 runs through
 #   11.x minor-version compatibility (>= 450.80.02); the newest release with cu118 is 2.7.
-# - V100 (7.0), driver 535 (12.2): cu130 dropped Volta; cu128 (2.8+) has sm_70 and needs >= 525.60.13.
-# - A100 (8.0), driver 570.124 (12.8): cu130 needs 580.65.06, so cu128.
+# - V100 (7.0), driver 535 (12.2): cu130 dropped Volta; 2.13 and 2.14 are known only as cu130, and
+#   2.12 dropped cu128 but kept cu126 (sm_70, floor 525.60.13 through minor-version compatibility).
+# - A100 (8.0), driver 570.124 (12.8): cu130 needs 580.65.06, so 2.12's cu126.
 @pytest.mark.parametrize("rig, line", [
-    ("h200x2_r580", "pip install 'torch==2.11.*' --index-url https://download.pytorch.org/whl/cu130"),
+    ("h200x2_r580", "pip install 'torch==2.14.*' --index-url https://download.pytorch.org/whl/cu130"),
     ("t4_r470", "pip install 'torch==2.7.*' --index-url https://download.pytorch.org/whl/cu118"),
-    ("v100x4_r535", "pip install 'torch==2.11.*' --index-url https://download.pytorch.org/whl/cu128"),
-    ("a100x8_r570", "pip install 'torch==2.11.*' --index-url https://download.pytorch.org/whl/cu128"),
-    ("laptop_cpu", "pip install 'torch==2.11.*' --index-url https://download.pytorch.org/whl/cpu"),
+    ("v100x4_r535", "pip install 'torch==2.12.*' --index-url https://download.pytorch.org/whl/cu126"),
+    ("a100x8_r570", "pip install 'torch==2.12.*' --index-url https://download.pytorch.org/whl/cu126"),
+    ("laptop_cpu", "pip install 'torch==2.14.*' --index-url https://download.pytorch.org/whl/cpu"),
 ])
 def test_torch_line_for_crafted_rigs(rig, line):
     recipe = pip_recipe(HostSummary.from_facts(CRAFTED[rig]), "torch")

@@ -191,3 +191,22 @@ def test_every_published_variant_is_covered_by_exactly_one_arch_list():
         for r in k.torch_releases():
             if k.major_minor(b.torch_min) <= k.major_minor(r.torch) <= k.major_minor(b.torch_max):
                 assert b.variant in r.variants, (b.variant, r.torch)
+
+
+@pytest.mark.parametrize("dist, table", [("torch", "torch"), ("tensorflow", "tensorflow"),
+                                         ("tensorflow-cpu", "tensorflow")])
+def test_the_tables_know_the_frameworks_installed_here(dist, table):
+    """The README's install must never leave the doctor saying its tables are older than the install:
+    a framework release newer than knowledge/*.toml fails here (add its row, with a source)."""
+    from importlib import metadata
+
+    try:
+        installed = metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        pytest.skip(f"{dist} is not installed here")
+    if table == "torch":
+        newest = max((r.torch for r in k.torch_releases()), key=k.version_key)
+    else:
+        newest = max((b.tf_version for b in k.tf_builds()), key=k.version_key)
+    assert k.major_minor(installed) <= k.major_minor(newest), (
+        f"{dist} {installed} is newer than the newest row of knowledge/{table}.toml ({newest})")

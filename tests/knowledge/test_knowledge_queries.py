@@ -75,13 +75,14 @@ def test_torch_wheel_for_t4_on_driver_470_is_cu118():
 
 def test_torch_wheel_for_h200_on_driver_580_is_cu130():
     choice = k.torch_wheel_for_host("580.159.04", "9.0", python="3.11")
-    assert (choice.torch_version, choice.variant, choice.coverage) == ("2.11", "cu130", "sass")
-    assert choice.pip_command == "pip install 'torch==2.11.*' --index-url https://download.pytorch.org/whl/cu130"
+    assert (choice.torch_version, choice.variant, choice.coverage) == ("2.14", "cu130", "sass")
+    assert choice.pip_command == "pip install 'torch==2.14.*' --index-url https://download.pytorch.org/whl/cu130"
 
 
 def test_torch_wheel_for_v100_avoids_cu130():
     choice = k.torch_wheel_for_host("580.95.05", "7.0")
-    assert choice.variant == "cu128" and choice.torch_version == "2.11"
+    assert choice.variant == "cu126" and choice.torch_version == "2.12"  # 2.13/2.14: cu130 only, no Volta
+    assert k.torch_wheel_for_host("580.95.05", "7.0", torch_version="2.11").variant == "cu128"
 
 
 def test_torch_wheel_respects_python_and_torch_version():
