@@ -40,6 +40,13 @@ P2P_BYTES = 256 << 20
 P2P_SLOW_FRACTION = 0.5
 COLLECTIVE_SLOW_FRACTION = 0.4
 COLLECTIVE_JUDGED_FROM_BYTES = 256 << 20
+# One GPU: no link between GPUs to measure. What one GPU's training depends on instead is its host
+# link (pinned host <-> device copies, against the PCIe link's rate) and its own memory (a device
+# copy, against the datasheet's peak). Healthy parts reach 80-90% of both; under half is a finding.
+MEMORY_HOST_BYTES = 256 << 20
+MEMORY_DEVICE_BYTES = 1 << 30
+HOST_LINK_SLOW_FRACTION = 0.5
+MEMORY_SLOW_FRACTION = 0.5
 NCCL_SETTING_KEYS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL",
                      "NCCL_SHM_DISABLE", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_CUMEM_ENABLE")
 
@@ -85,6 +92,9 @@ def run_bench_comm(
             raise BadInput(f"--ops: unknown op {op!r} (choose from {', '.join(OPS)})")
     choice = resolve_device(device, nproc)
     cuda = choice.device == "cuda"
+    one_gpu = cuda and choice.nproc == 1
+    if one_gpu:
+        ops = []  # a collective on one rank moves nothing: measure the host link and memory instead
     if graph == "on" and not cuda:
         raise BadInput("--graph on needs CUDA; on the CPU the loop is timed without a graph")
     defaults = GPU_DEFAULT if cuda else CPU_DEFAULT
@@ -103,6 +113,8 @@ def run_bench_comm(
         "iters": iters or defaults["iters"], "warmup": defaults["warmup"] if warmup is None else warmup,
         "repeats": repeats or defaults["repeats"],
         "p2p_bytes": P2P_BYTES if (p2p and cuda and choice.nproc >= 2) else 0,
+        "memory_host_bytes": MEMORY_HOST_BYTES if one_gpu else 0,
+        "memory_device_bytes": MEMORY_DEVICE_BYTES if one_gpu else 0,
     }
     run_dir = make_run_dir(out_dir, "bench-comm")
     (run_dir / "bench-config.json").write_text(json.dumps(config, indent=1))
@@ -116,7 +128,8 @@ def run_bench_comm(
         if echo and line.startswith("gpurig-progress: "):
             echo(line[len("gpurig-progress: "):])
 
-    run = run_plan(plan, timeout=STARTUP_SECONDS + timeout * (len(ops) * len(sizes) + 3), echo=on_line)
+    run = run_plan(plan, timeout=STARTUP_SECONDS + timeout * (len(ops) * len(sizes) + 3 + (2 if one_gpu else 0)),
+                   echo=on_line)
     raise_if_interrupted(run)
     data = summarise(run_dir, choice, run, config, facts, timeout, plan.full_env())
     if out_dir is None and data["ok"]:
@@ -179,6 +192,7 @@ def summarise(run_dir: Path, choice: Any, run: Any, config: dict[str, Any], fact
                 "overrides; rerun on an idle machine.",
                 evidence={"busbw_gbps": best["busbw_gbps"], "capability_gbps": cap.gbps, "bytes": best["bytes"]},
             ))
+    memory = _judge_memory((ranks.get(0, {}).get("bench") or {}).get("memory"), facts, findings)
     meta = ranks.get(0, {})
     hangs = [dict(d["hang"], rank=r) for r, d in ranks.items() if d.get("hang")]
     hang = diagnose_hang(read_progress(run_dir, n), hangs, n, timeout) if (hangs or run.timed_out) else None
@@ -198,7 +212,72 @@ def summarise(run_dir: Path, choice: Any, run: Any, config: dict[str, Any], fact
         "capability": {"kind": cap.kind, "gbps": cap.gbps, "how": cap.how, "link": cap.link},
         "results": points,
         "p2p": {"bytes": p2p["bytes"], "pairs": p2p_rows} if p2p else None,
+        "memory": memory,
         "findings": [f.to_dict() for f in findings],
         "hang": hang,
         "run_dir": str(run_dir), "seconds": run.seconds,
     }
+
+
+def _judge_memory(measured: dict[str, Any] | None, facts: Any, findings: list[Finding]) -> dict[str, Any] | None:
+    """One GPU's host-link and memory figures beside what its PCIe link and its datasheet allow."""
+    if not measured:
+        return None
+    from gpurig.comm.links import _pcie_gbps
+
+    gpus = list(getattr(facts, "gpus", None) or [])
+    gpu = gpus[0] if gpus else None
+    name = getattr(gpu, "name", None)
+    gen, width = getattr(gpu, "pcie_gen_max", None), getattr(gpu, "pcie_width_max", None)
+    cur_gen, cur_width = getattr(gpu, "pcie_gen_current", None), getattr(gpu, "pcie_width_current", None)
+    host_gbps = _pcie_gbps(gen, width)
+    host_how = f"PCIe Gen{gen} x{width}" if gen and width else "the PCIe link is not known here"
+    try:
+        from gpurig.knowledge.loaders import memory_bandwidth_for
+
+        peak = memory_bandwidth_for(name)
+    except ImportError:
+        peak = None
+    out = dict(measured)
+    out["gpu"] = name
+    out["host_link"] = {"gbps": host_gbps, "how": host_how,
+                        "current": f"Gen{cur_gen} x{cur_width}" if cur_gen and cur_width else None}
+    out["device_memory"] = {"gbps": peak.gbps if peak else None,
+                            "how": f"{name}'s datasheet peak" if peak else f"no datasheet figure for {name or 'this GPU'} in gpurig's table",
+                            "source": peak.source if peak else None}
+
+    def share(value: float | None, cap: float | None) -> float | None:
+        return value / cap if value and cap else None
+
+    out["h2d_efficiency"] = share(measured.get("h2d_gbps"), host_gbps)
+    out["d2h_efficiency"] = share(measured.get("d2h_gbps"), host_gbps)
+    out["bidirectional_efficiency"] = share(measured.get("bidirectional_gbps"), 2 * host_gbps if host_gbps else None)
+    out["d2d_efficiency"] = share(measured.get("d2d_gbps"), peak.gbps if peak else None)
+    slow = [(k, v) for k, v in (("host → device", out["h2d_efficiency"]), ("device → host", out["d2h_efficiency"]))
+            if v is not None and v < HOST_LINK_SLOW_FRACTION]
+    if slow:
+        downtrained = (cur_gen and cur_width and gen and width and (cur_gen < gen or cur_width < width))
+        findings.append(Finding(
+            id="host-link-slow", severity="warn", area="links",
+            title=f"Copies between host and GPU reach {', '.join(f'{k} {v:.0%}' for k, v in slow)} of {host_how}",
+            detail=("Pinned copies normally reach 80-90% of the PCIe link. "
+                    + (f"The link runs at Gen{cur_gen} x{cur_width}, below its Gen{gen} x{width}: reseat the card or check "
+                       "the slot and BIOS settings. " if downtrained else "")
+                    + "A slow host link starves the input pipeline of every training step."),
+            fix="Run `gpurig doctor` (PCIe width and generation, IOMMU); rerun on an idle machine; "
+                "`nvidia-smi -q -d PCIE` shows the link's state.",
+            evidence={"h2d_gbps": measured.get("h2d_gbps"), "d2h_gbps": measured.get("d2h_gbps"), "capability_gbps": host_gbps},
+        ))
+    eff = out["d2d_efficiency"]
+    if eff is not None and eff < MEMORY_SLOW_FRACTION:
+        findings.append(Finding(
+            id="memory-bandwidth-low", severity="warn", area="gpus",
+            title=f"Device memory copies reach {measured['d2d_gbps']:.0f} GB/s, {eff:.0%} of the {peak.gbps:.0f} GB/s "
+                  f"of {name}'s datasheet",
+            detail="A device copy normally reaches 80-90% of the memory's peak. Far less points to a memory clock held "
+                   "low (power or thermal limit, an application clock setting) or another process using the GPU.",
+            fix="Check `nvidia-smi -q -d CLOCK,PERFORMANCE` for throttle reasons and `nvidia-smi` for other processes; "
+                "rerun on an idle GPU; `gpurig burn` screens the card under load.",
+            evidence={"d2d_gbps": measured.get("d2d_gbps"), "peak_gbps": peak.gbps if peak else None},
+        ))
+    return out

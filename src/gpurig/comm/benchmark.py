@@ -216,6 +216,67 @@ def p2p_matrix(ctx, nbytes: int, repeats: int = 5, copies: int = 4) -> dict[str,
     return out
 
 
+def memory_bandwidth(device: torch.device, host_bytes: int, device_bytes: int, repeats: int = 5,
+                     copies: int = 4) -> dict[str, Any]:
+    """What one GPU moves over its host link and through its own memory, in GB/s (10^9 bytes/s).
+
+    Host link: copies between pinned host memory and the GPU (`non_blocking`, so the copy engines
+    do the work, as a training step's input copies do), host → device, device → host, and both at
+    once on two streams (PCIe is full duplex). Device memory: a device-to-device copy, counted as
+    the bytes read plus the bytes written (as CUDA's bandwidthTest and nvbandwidth count it). Each
+    figure is the median of `repeats` samples of `copies` back-to-back copies between CUDA events.
+    """
+    torch.cuda.set_device(device)
+    host_src = torch.empty(host_bytes, dtype=torch.uint8, pin_memory=True)
+    host_dst = torch.empty(host_bytes, dtype=torch.uint8, pin_memory=True)
+    dev_a = torch.empty(host_bytes, dtype=torch.uint8, device=device)
+    dev_b = torch.empty(host_bytes, dtype=torch.uint8, device=device)
+    up, down = torch.cuda.Stream(device), torch.cuda.Stream(device)
+
+    def timed(work: Callable[[], None], streams: list[torch.cuda.Stream]) -> float:
+        work()  # warm-up
+        torch.cuda.synchronize(device)
+        samples = []
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            main = torch.cuda.current_stream(device)
+            start.record(main)
+            for st in streams:
+                st.wait_event(start)
+            for _ in range(copies):
+                work()
+            for st in streams:
+                main.wait_stream(st)
+            end.record(main)
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3)
+        return statistics.median(samples)
+
+    def h2d() -> None:
+        with torch.cuda.stream(up):
+            dev_a.copy_(host_src, non_blocking=True)
+
+    def d2h() -> None:
+        with torch.cuda.stream(down):
+            host_dst.copy_(dev_b, non_blocking=True)
+
+    def both() -> None:
+        h2d()
+        d2h()
+
+    out: dict[str, Any] = {"host_bytes": host_bytes, "device_bytes": device_bytes, "copies": copies, "repeats": repeats}
+    out["h2d_gbps"] = copies * host_bytes / timed(h2d, [up]) / 1e9
+    out["d2h_gbps"] = copies * host_bytes / timed(d2h, [down]) / 1e9
+    out["bidirectional_gbps"] = 2 * copies * host_bytes / timed(both, [up, down]) / 1e9
+    del host_src, host_dst, dev_a, dev_b
+    src = torch.empty(device_bytes, dtype=torch.uint8, device=device)
+    dst = torch.empty(device_bytes, dtype=torch.uint8, device=device)
+    out["d2d_gbps"] = 2 * copies * device_bytes / timed(lambda: dst.copy_(src), []) / 1e9
+    del src, dst
+    torch.cuda.empty_cache()
+    return out
+
+
 def run(ctx, config: dict[str, Any], save: Callable[[], None]) -> dict[str, Any]:
     ops = config.get("ops", ["allreduce"])
     sizes = config.get("sizes", [1 << 20])
@@ -224,7 +285,7 @@ def run(ctx, config: dict[str, Any], save: Callable[[], None]) -> dict[str, Any]
         raise ValueError(f"dtype {dtype!r}")
     iters, warmup, repeats = int(config.get("iters", 20)), int(config.get("warmup", 5)), int(config.get("repeats", 5))
     graph = config.get("graph", "auto")
-    result: dict[str, Any] = {"points": [], "p2p": None, "ops": ops, "dtype": dtype}
+    result: dict[str, Any] = {"points": [], "p2p": None, "memory": None, "ops": ops, "dtype": dtype}
     ctx.record["bench"] = result
     for op in ops:
         for size in sizes:
@@ -243,4 +304,9 @@ def run(ctx, config: dict[str, Any], save: Callable[[], None]) -> dict[str, Any]
             ctx.collective("bench", "p2p_matrix", "rank 0 copies", None)
         save()
         ctx.cpu_barrier("bench", "after the peer-to-peer matrix")
+    if ctx.is_cuda and config.get("memory_host_bytes"):
+        ctx.say("host link and device memory")
+        result["memory"] = memory_bandwidth(torch.device("cuda", torch.cuda.current_device()),
+                                            int(config["memory_host_bytes"]), int(config["memory_device_bytes"]))
+        save()
     return result

@@ -236,7 +236,7 @@ def collect_verify(run_dir: Path, choice: Any, run: Any, facts: Any, timeout: fl
         ))
     passed = all(c.status != "fail" and c.status != "not run" for c in results)
     meta = ranks.get(0, {})
-    if transport is not None and meta.get("nccl_version") and not transport.get("nccl_version"):
+    if transport and meta.get("nccl_version") and not transport.get("nccl_version"):
         transport["nccl_version"] = meta["nccl_version"]
     return VerifyResult(
         passed=passed, device=choice.device, nproc=ws, backend=choice.backend, checks=results,

@@ -21,6 +21,9 @@ and each figure's efficiency against the link from the machine's facts (NVLink c
 speed, or PCIe generation × width). Small messages are timed by replaying a CUDA graph of the loop
 (--graph auto: up to 64 MiB), which removes Python and launch overhead. On GPUs it also measures a
 peer-to-peer copy matrix, one way and both ways. A link far below its kind is reported as a finding.
+On one GPU there is no link between GPUs: it measures the host link (pinned copies each way and
+both at once, against the PCIe link's rate) and device memory (a device copy, against the
+datasheet's peak) instead.
 
 Defaults: GPU 1 KiB to 1 GiB, 20 iterations × 5 samples after 5 warm-ups, all five ops; CPU (gloo)
 1 KiB to 256 KiB, 5 iterations × 3 samples, so it finishes in seconds. The run folder is temporary
@@ -63,7 +66,10 @@ def render(console, data: dict[str, Any]) -> None:
     if data["backend"] == "nccl":
         console.print(f"NCCL {nccl['version'] or '?'}; settings: {settings}")
     cap = data["capability"]
-    console.print(f"link bounding the collectives: {cap['how']}" + (f" = {cap['gbps']:.0f} GB/s per direction" if cap["gbps"] else ""))
+    if data.get("memory"):
+        render_memory(console, data["memory"])
+    elif data["results"] or data["device"] == "cpu":
+        console.print(f"link bounding the collectives: {cap['how']}" + (f" = {cap['gbps']:.0f} GB/s per direction" if cap["gbps"] else ""))
     for op in dict.fromkeys(p["op"] for p in data["results"]):
         table = Table(title=op, title_justify="left")
         for col in ("size", "time (µs)", "algbw (GB/s)", "busbw (GB/s)", "of link", "graph"):
@@ -90,6 +96,34 @@ def render(console, data: dict[str, Any]) -> None:
         console.print(f"[bold red]{data['error']}[/bold red]")
     if data.get("run_dir"):
         console.print(f"run folder: {data['run_dir']}")
+
+
+def render_memory(console, mem: dict[str, Any]) -> None:
+    """One GPU: its host link and its memory, against what they allow."""
+    from rich.table import Table
+
+    console.print("One GPU: there is no link between GPUs to measure. Measured instead what a single GPU's "
+                  "training depends on: its link to the host and its own memory.")
+    host, dev = mem.get("host_link") or {}, mem.get("device_memory") or {}
+    table = Table(title=f"GPU 0{' (' + mem['gpu'] + ')' if mem.get('gpu') else ''}", title_justify="left")
+    for col in ("copy", "measured (GB/s)", "capability", "of capability"):
+        table.add_column(col, justify="right")
+
+    def pct(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.0%}"
+
+    hb, db = mem.get("host_bytes", 0) >> 20, mem.get("device_bytes", 0) >> 20
+    host_cap = f"{host['gbps']:.1f} GB/s, {host['how']}" if host.get("gbps") else host.get("how", "n/a")
+    if host.get("current") and host.get("how") and host["current"] not in host["how"]:
+        host_cap += f" (running at {host['current']})"
+    both_cap = f"{2 * host['gbps']:.1f} GB/s, both directions" if host.get("gbps") else "n/a"
+    dev_cap = f"{dev['gbps']:.0f} GB/s, {dev['how']}" if dev.get("gbps") else dev.get("how", "n/a")
+    table.add_row(f"host → device (pinned, {hb} MiB)", _fmt(mem.get("h2d_gbps"), ".1f"), host_cap, pct(mem.get("h2d_efficiency")))
+    table.add_row(f"device → host (pinned, {hb} MiB)", _fmt(mem.get("d2h_gbps"), ".1f"), host_cap, pct(mem.get("d2h_efficiency")))
+    table.add_row("both at once", _fmt(mem.get("bidirectional_gbps"), ".1f"), both_cap, pct(mem.get("bidirectional_efficiency")))
+    table.add_row(f"device memory (copy of {db} MiB, read + write)", _fmt(mem.get("d2d_gbps"), ".0f"), dev_cap,
+                  pct(mem.get("d2d_efficiency")))
+    console.print(table)
 
 
 def register(bench_app: typer.Typer) -> None:

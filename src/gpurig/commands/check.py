@@ -109,6 +109,20 @@ def _step_bench_comm(ctx: CheckContext) -> StepResult:
     )
     data = data.to_dict() if hasattr(data, "to_dict") else data
     results = data.get("results", [])
+    mem = data.get("memory")
+    if not results and mem:
+        host, dev = mem.get("host_link") or {}, mem.get("device_memory") or {}
+
+        def of(eff: float | None, what: str | None) -> str:
+            return f" ({eff:.0%} of {what})" if eff is not None and what else ""
+
+        return StepResult(
+            "bench comm", "passed" if data.get("ok") else "failed",
+            reason=(f"one GPU, no link between GPUs: host → device {mem.get('h2d_gbps', 0):.1f} GB/s"
+                    f"{of(mem.get('h2d_efficiency'), host.get('how'))}, device memory {mem.get('d2d_gbps', 0):.0f} GB/s"
+                    f"{of(mem.get('d2d_efficiency'), 'its datasheet peak' if dev.get('gbps') else None)}"),
+            data=data,
+        )
     if not results:
         return StepResult("bench comm", "failed", reason="no measurement came back", data=data)
     best = max(results, key=lambda r: r.get("busbw_gbps") or 0)

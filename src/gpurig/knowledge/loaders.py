@@ -767,6 +767,33 @@ def pcie_generation(gen: int) -> PcieGeneration | None:
     return next((p for p in pcie_generations() if p.generation == gen), None)
 
 
+@dataclass(frozen=True)
+class MemoryBandwidth:
+    pattern: str
+    gbps: float
+    source: str
+
+
+@functools.cache
+def memory_bandwidths() -> tuple[MemoryBandwidth, ...]:
+    return tuple(MemoryBandwidth(pattern=_get(r, "pattern", "links.toml", "memory"),
+                                 gbps=float(_get(r, "gbps", "links.toml", "memory")), source=r["source"])
+                 for r in _rows("links.toml", "memory"))
+
+
+def memory_bandwidth_for(gpu_name: str | None) -> MemoryBandwidth | None:
+    """The datasheet's peak memory bandwidth of the GPU NVML calls `gpu_name`; None when unknown.
+
+        >>> memory_bandwidth_for("NVIDIA H200").gbps
+        4800.0
+        >>> memory_bandwidth_for("NVIDIA A100-SXM4-80GB").gbps
+        2039.0
+    """
+    if not gpu_name:
+        return None
+    return next((m for m in memory_bandwidths() if re.search(m.pattern, gpu_name, re.IGNORECASE)), None)
+
+
 def pcie_gbps(gen: int, width: int) -> float:
     """Bandwidth of a PCIe link in one direction, after encoding: pcie_gbps(4, 16) -> 31.5.
 

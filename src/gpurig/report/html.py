@@ -144,8 +144,9 @@ def _transport_rows(transport: Any) -> list[dict[str, Any]]:
     if isinstance(pairs, dict):
         return [{"pair": k, "link": None, "transport": v.get("main") or _main(v.get("transports")), "verdict": None}
                 for k, v in sorted(pairs.items()) if isinstance(v, dict)]
+    # An old flat form {"0-1": "P2P/CUMEM"}: only keys that name a pair of GPUs (not "nccl_version").
     return [{"pair": k, "link": None, "transport": v, "verdict": None}
-            for k, v in sorted(transport.items()) if isinstance(v, str)]
+            for k, v in sorted(transport.items()) if isinstance(v, str) and re.fullmatch(r"\d+\s*[-↔>]+\s*\d+", k)]
 
 
 def _main(transports: Any) -> str | None:
@@ -164,6 +165,23 @@ def _bench_comm_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
         share = bw / cap if isinstance(bw, (int, float)) and isinstance(cap, (int, float)) and cap > 0 else None
         rows.append({**r, "of_capability": share})
     return sorted(rows, key=lambda r: (str(r.get("op")), r.get("bytes") or 0))
+
+
+def _memory_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
+    """One GPU's host-link and memory copies (what `bench comm` measures when there is no peer)."""
+    mem = bench.get("memory")
+    if not isinstance(mem, dict):
+        return []
+    host = mem.get("host_link") if isinstance(mem.get("host_link"), dict) else {}
+    dev = mem.get("device_memory") if isinstance(mem.get("device_memory"), dict) else {}
+    host_gbps = host.get("gbps") if isinstance(host.get("gbps"), (int, float)) else None
+    rows = [("host → device (pinned)", "h2d", host_gbps, host.get("how")),
+            ("device → host (pinned)", "d2h", host_gbps, host.get("how")),
+            ("both at once", "bidirectional", 2 * host_gbps if host_gbps else None, "both directions"),
+            ("device memory copy (read + write)", "d2d", dev.get("gbps"), dev.get("how"))]
+    return [{"what": label, "gbps": mem.get(f"{key}_gbps"), "capability_gbps": cap, "capability_how": how,
+             "of_capability": mem.get(f"{key}_efficiency")} for label, key, cap, how in rows
+            if isinstance(mem.get(f"{key}_gbps"), (int, float))]
 
 
 def _step_breakdown(train: dict[str, Any]) -> list[dict[str, Any]]:
@@ -243,7 +261,9 @@ def render_report(data: dict[str, Any]) -> str:
         "capability_gbps": _capability(bench_comm)[0] if bench_comm else None,
         "capability_how": _capability(bench_comm)[1] if bench_comm else None,
         "bench_comm_rows": _bench_comm_rows(bench_comm) if bench_comm else [],
-        "bandwidth_plot": _img(bandwidth_png(bench_comm), "bus bandwidth against message size") if bench_comm else None,
+        "memory_rows": _memory_rows(bench_comm) if bench_comm else [],
+        "bandwidth_plot": (_img(bandwidth_png(bench_comm), "bus bandwidth against message size")
+                           if bench_comm and _bench_comm_rows(bench_comm) else None),
         "bench_comm_findings": _findings(bench_comm.get("findings")) if bench_comm else [],
         "bench_train": bench_train,
         "bench_train_findings": _findings(bench_train.get("findings")) if bench_train else [],
