@@ -101,3 +101,68 @@ def test_console_errors_are_seen(tmp_path):
     bad.write_text("<!DOCTYPE html><html><body><script>undefinedFunction()</script></body></html>")
     res = _chromium(tmp_path, "--dump-dom", bad.as_uri())
     assert any("undefinedFunction" in m for m in _console_messages(res.stderr))
+
+
+_MEASURE = """<script>
+window.addEventListener("load", () => {
+  const cut = [...document.querySelectorAll("#step-legend li, #step-breakdown div, th, td")]
+    .filter(e => e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflow === "hidden")
+    .map(e => e.textContent.trim());
+  const legend = [...document.querySelectorAll("#step-legend li")].map(e => e.textContent.trim());
+  document.body.setAttribute("data-cut", JSON.stringify(cut));
+  document.body.setAttribute("data-legend", JSON.stringify(legend));
+  document.body.setAttribute("data-width", String(document.documentElement.scrollWidth));
+});
+</script>"""
+
+
+def _measured(tmp_path, html: str, width: int = 1280) -> dict:
+    import html as html_mod
+    import re
+
+    page = tmp_path / "measured.html"
+    page.write_text(html.replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    res = _chromium(tmp_path, "--dump-dom", f"--window-size={width},2000", page.as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    body = re.search(r"<body([^>]*)>", res.stdout).group(1)
+    attrs = dict(re.findall(r'data-(\w+)="([^"]*)"', body))
+    return {k: json.loads(html_mod.unescape(v)) for k, v in attrs.items()}
+
+
+def test_at_1280_px_no_label_is_cut_and_the_step_legend_reads_in_full(tmp_path):
+    doc = json.loads(FIXTURE.read_text())
+    doc["train"]["step_time"].update({"compute_fraction": 0.70, "data_wait_fraction": 0.12, "comm_exposed_fraction": 0.15})
+    got = _measured(tmp_path, render_report(doc))
+    assert got["cut"] == []
+    assert any(x.startswith("exposed communication") and x.endswith("%") for x in got["legend"]), got["legend"]
+    assert got["width"] <= 1280  # nothing wider than the window
+
+
+def test_the_cut_measure_sees_a_cut_label(tmp_path):
+    # Control: a label that cannot fit is reported, so the test above can fail for the right reason.
+    html = ("<!DOCTYPE html><html><body><table><tr><td style='max-width:40px;overflow:hidden;white-space:nowrap'>"
+            "exposed communication 15%</td></tr></table></body></html>")
+    assert _measured(tmp_path, html)["cut"] == ["exposed communication 15%"]
+
+
+def test_the_report_prints_to_pdf(report_file, tmp_path):
+    pdf = tmp_path / "report.pdf"
+    res = _chromium(tmp_path, f"--print-to-pdf={pdf}", "--no-pdf-header-footer", report_file.as_uri())
+    assert pdf.is_file(), res.stderr[-2000:]
+    data = pdf.read_bytes()
+    assert data.startswith(b"%PDF-")
+    pages = data.count(b"/Type /Page") - data.count(b"/Type /Pages")
+    assert pages >= 2 and len(data) > 50_000, (pages, len(data))  # text and both plots, over several pages
+
+
+def test_a_one_gpu_report_renders_without_console_errors(tmp_path):
+    doc = json.loads(FIXTURE.read_text())
+    mem = {"gpu": "NVIDIA H200", "h2d_gbps": 53.1, "d2h_gbps": 52.4, "bidirectional_gbps": 98.0, "d2d_gbps": 4010.0,
+           "host_link": {"gbps": 63.0, "how": "PCIe Gen5 x16"}, "device_memory": {"gbps": 4800.0, "how": "datasheet"},
+           "h2d_efficiency": 0.84, "d2h_efficiency": 0.83, "bidirectional_efficiency": 0.78, "d2d_efficiency": 0.84}
+    doc["bench_comm"].update({"results": [], "memory": mem, "nproc": 1})
+    page = tmp_path / "one.html"
+    page.write_text(render_report(doc), encoding="utf-8")
+    res = _chromium(tmp_path, "--dump-dom", page.as_uri())
+    assert 'id="memory-table"' in res.stdout and 'id="bandwidth-table"' not in res.stdout
+    assert _console_messages(res.stderr) == []
