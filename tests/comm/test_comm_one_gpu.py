@@ -102,3 +102,19 @@ def test_the_report_shows_the_memory_table_and_no_empty_bandwidth_plot():
     assert 'id="memory-table"' in page and "4010" in page.replace(",", "")
     assert "bus bandwidth against message size" not in page and 'id="bandwidth-table"' not in page
     assert 'id="transport-table"' not in page  # no pair, no table (not a row "nccl_version")
+
+
+def test_a_real_one_gpu_run_renders_its_figures():
+    """`gpurig bench comm --json` on one H200 (2026-12-02), rendered as the terminal shows it."""
+    import json
+    from pathlib import Path
+
+    from rich.console import Console
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "report" / "fixtures" / "bench_comm_h200x1.json").read_text())
+    assert data["results"] == [] and data["findings"] == []
+    console = Console(file=io.StringIO(), width=140)
+    render(console, data)
+    text = console.file.getvalue()
+    assert "pinned host copies of 256 MiB" in text and "PCIe Gen5 x16" in text
+    assert "87%" in text and "NVIDIA H200's datasheet" in text

@@ -226,3 +226,14 @@ def test_a_cpu_machine_shows_no_raw_driver_errors(doc):
     facts["gpus"] = json.loads(FIXTURE.read_text())["doctor"]["facts"]["gpus"]
     facts["driver"]["error"] = "NVML: Driver/library version mismatch"
     assert "Driver/library version mismatch" in render_report(doc)
+
+
+def test_a_real_one_gpu_check_shows_what_one_gpu_can_prove():
+    """The check document of a real run on one H200 (2026-12-02): no links, no scaling curve, no transport
+    row; the host link and memory instead."""
+    doc = json.loads((Path(__file__).parent / "fixtures" / "check_h200x1.json").read_text())
+    page = render_report(doc)
+    assert 'id="memory-table"' in page and "PCIe Gen5 x16" in page and "datasheet" in page
+    assert 'id="bandwidth-table"' not in page and 'id="transport-table"' not in page
+    assert "scaling needs two or more" in page
+    assert page.count('src="data:image/png;base64,') == 0  # neither a flat bandwidth plot nor a one-point curve

@@ -59,11 +59,17 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
 def render(console, data: dict[str, Any]) -> None:
     from rich.table import Table
 
-    console.print(f"[bold]gpurig bench comm[/bold]: {data['nproc']} × {data['device']} ({data['backend']}), {data['dtype']}, "
-                  f"{data['iters']} calls × {data['repeats']} samples after {data['warmup']} warm-ups")
+    mem = data.get("memory")
+    if mem:
+        console.print(f"[bold]gpurig bench comm[/bold]: 1 × {data['device']}; pinned host copies of "
+                      f"{mem.get('host_bytes', 0) >> 20} MiB and a device copy of {mem.get('device_bytes', 0) >> 20} MiB, "
+                      f"{mem.get('copies')} copies × {mem.get('repeats')} samples after a warm-up")
+    else:
+        console.print(f"[bold]gpurig bench comm[/bold]: {data['nproc']} × {data['device']} ({data['backend']}), {data['dtype']}, "
+                      f"{data['iters']} calls × {data['repeats']} samples after {data['warmup']} warm-ups")
     nccl = data["nccl"]
     settings = ", ".join(f"{k}={v}" for k, v in nccl["settings"].items()) or "none set (NCCL chooses algorithm and protocol)"
-    if data["backend"] == "nccl":
+    if data["backend"] == "nccl" and not mem:
         console.print(f"NCCL {nccl['version'] or '?'}; settings: {settings}")
     cap = data["capability"]
     if data.get("memory"):
@@ -106,7 +112,8 @@ def render_memory(console, mem: dict[str, Any]) -> None:
                   "training depends on: its link to the host and its own memory.")
     host, dev = mem.get("host_link") or {}, mem.get("device_memory") or {}
     table = Table(title=f"GPU 0{' (' + mem['gpu'] + ')' if mem.get('gpu') else ''}", title_justify="left")
-    for col in ("copy", "measured (GB/s)", "capability", "of capability"):
+    table.add_column("copy", justify="left")
+    for col in ("measured (GB/s)", "capability", "of capability"):
         table.add_column(col, justify="right")
 
     def pct(v: float | None) -> str:
@@ -121,7 +128,7 @@ def render_memory(console, mem: dict[str, Any]) -> None:
     table.add_row(f"host → device (pinned, {hb} MiB)", _fmt(mem.get("h2d_gbps"), ".1f"), host_cap, pct(mem.get("h2d_efficiency")))
     table.add_row(f"device → host (pinned, {hb} MiB)", _fmt(mem.get("d2h_gbps"), ".1f"), host_cap, pct(mem.get("d2h_efficiency")))
     table.add_row("both at once", _fmt(mem.get("bidirectional_gbps"), ".1f"), both_cap, pct(mem.get("bidirectional_efficiency")))
-    table.add_row(f"device memory (copy of {db} MiB, read + write)", _fmt(mem.get("d2d_gbps"), ".0f"), dev_cap,
+    table.add_row("device memory (copy, read + write)", _fmt(mem.get("d2d_gbps"), ".0f"), dev_cap,
                   pct(mem.get("d2d_efficiency")))
     console.print(table)
 

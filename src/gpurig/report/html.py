@@ -184,6 +184,10 @@ def _memory_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
             if isinstance(mem.get(f"{key}_gbps"), (int, float))]
 
 
+def _process_counts(bench: dict[str, Any]) -> set[Any]:
+    return {r.get("nproc") for r in bench.get("results") or [] if isinstance(r, dict) and r.get("nproc")}
+
+
 def _step_breakdown(train: dict[str, Any]) -> list[dict[str, Any]]:
     """The parts of a step as shares, for a stacked bar; the rest of the step is 'other'."""
     step = train.get("step_time") or {}
@@ -267,7 +271,9 @@ def render_report(data: dict[str, Any]) -> str:
         "bench_comm_findings": _findings(bench_comm.get("findings")) if bench_comm else [],
         "bench_train": bench_train,
         "bench_train_findings": _findings(bench_train.get("findings")) if bench_train else [],
-        "scaling_plot": _img(scaling_png(bench_train), "training throughput and scaling") if bench_train else None,
+        "scaling_plot": (_img(scaling_png(bench_train), "training throughput and scaling")
+                         if bench_train and len(_process_counts(bench_train)) >= 2 else None),
+        "one_process_count": bool(bench_train) and len(_process_counts(bench_train)) == 1,
         "train": train,
         "train_breakdown": _step_breakdown(train) if train else [],
         "verdicts": verdicts,
