@@ -154,6 +154,19 @@ def test_a_rank_that_stops_taking_part_ends_by_the_timeout_naming_the_op_and_the
     assert_no_process_left(str(out))
 
 
+def test_train_timeout_is_the_collective_hang_limit_and_max_time_the_wall_clock(run_cli, tmp_path):
+    # --timeout means one thing in every command: how long one collective may wait before it is a hang.
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = run_cli("train", "--device", "cpu", "--preset", "demo", "--set", "train.steps=100000", "--out", str(out),
+                   "--timeout", "6", "--max-time", "240",
+                   env={"GPURIG_TRAIN_FAULT": "hang:step=15:rank=1", "GPURIG_STOP_GRACE": "3"}, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "collective timeout" in proc.stdout + proc.stderr and "rank(s) 1 never arrived" in proc.stdout + proc.stderr
+    assert time.monotonic() - t0 < 150
+    assert_no_process_left(str(out))
+
+
 class _Exited(Exception):
     pass
 

@@ -194,6 +194,8 @@ def test_sigterm_saves_a_checkpoint_and_leaves_no_process(tmp_path):
         (["bench", "train"], ["--out", "/proc/gpurig-test/bench"], "--out"),
         (["train"], ["--timeout", "0"], "--timeout"),
         (["bench", "train"], ["--timeout", "-5"], "--timeout"),
+        (["train"], ["--max-time", "0"], "--max-time"),
+        (["bench", "train"], ["--max-time", "-1"], "--max-time"),
     ],
 )
 def test_unwritable_out_and_bad_timeout_exit_2(run_cli, command, args, flag):

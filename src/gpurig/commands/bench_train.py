@@ -41,7 +41,8 @@ def register(bench_app: typer.Typer) -> None:
         sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Config override for every run (repeatable)."),
         baseline: str | None = typer.Option(None, "--baseline", help="seed: also run the DDP tutorial template."),
         out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Where runs go (default: runs/bench-train-<time>)."),
-        timeout: float | None = typer.Option(None, "--timeout", help="Seconds allowed per run."),
+        max_time: float | None = typer.Option(None, "--max-time", metavar="SECONDS", help="Wall-clock seconds allowed per run (default: no limit)."),
+        timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS", help="How long one collective may wait for the other ranks before the run is stopped as hung (default 600)."),
         json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON document on stdout."),
     ) -> None:
         from gpurig.errors import require_torch
@@ -57,7 +58,8 @@ def register(bench_app: typer.Typer) -> None:
 
         overrides = list(sets) + ([f"train.steps={steps}"] if steps else [])
         result = run_bench_train(device=device, nproc=nproc, out_dir=str(out) if out else None, workload=workload,
-                                 overrides=overrides, baseline=baseline, timeout=timeout, on_event=on_event)
+                                 overrides=overrides, baseline=baseline, timeout=max_time, on_event=on_event,
+                                 collective_timeout=timeout)
         if result.get("summary"):
             from gpurig.commands.train import attach_verdicts
 

@@ -34,8 +34,10 @@ Faults (see docs/faults.md): --max-restarts K lets torchrun restart the workers 
 each time resuming from the newest checkpoint. SIGTERM (a scheduler's preemption) makes rank 0
 checkpoint at the next stop check and every process exit within GPURIG_STOP_GRACE seconds
 (default 20), exit code 143: requeue and run again with --resume auto. Ctrl-C exits 130. A
-collective that waits longer than GPURIG_COLLECTIVE_TIMEOUT seconds (default 600) ends the run
-naming the collective and the ranks that never arrived.
+collective that waits longer than --timeout seconds (default 600; GPURIG_COLLECTIVE_TIMEOUT too)
+ends the run naming the collective and the ranks that never arrived; --max-time limits the whole
+run's wall clock. (--timeout means the same in every gpurig command: how long one collective or
+step may wait before it is a hang.)
 """
 
 
@@ -216,7 +218,8 @@ def register(app: typer.Typer) -> None:
         resume_fallback: bool = typer.Option(False, "--resume-fallback", help="If the newest checkpoint is corrupt, use the previous one."),
         nproc: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="Processes: auto (one per visible GPU, or 2 on the CPU) or N."),
         device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
-        timeout: float | None = typer.Option(None, "--timeout", help="Stop every worker after this many seconds."),
+        max_time: float | None = typer.Option(None, "--max-time", metavar="SECONDS", help="Stop every worker after this many seconds of wall clock (default: no limit)."),
+        timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS", help="How long one collective may wait for the other ranks before the run is stopped as hung, naming the rank that did not arrive (PyTorch; default 600)."),
         max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the workers up to K times after a failure, "
                                          "resuming from the newest checkpoint (torchrun's --max-restarts)."),
         nnodes: int = typer.Option(1, "--nnodes", help="Machines in the job: run the same command on each with its "
@@ -234,7 +237,8 @@ def register(app: typer.Typer) -> None:
         from gpurig.train.config import config_sources, load_config, to_toml
         from gpurig.train.run import check_timeout, run_training, saved_config
 
-        check_timeout(timeout)
+        check_timeout(max_time, "--max-time")
+        check_timeout(timeout, "--timeout")
 
         overrides = list(sets) + ([f"framework={framework}"] if framework else [])
         saved = saved_config(out) if (resume and out and not (preset_name or config)) else None
@@ -254,6 +258,9 @@ def register(app: typer.Typer) -> None:
             from gpurig.errors import require_torch
 
             require_torch("train")
+        if cfg.framework == "tf" and timeout is not None:
+            raise BadInput("--timeout: the collective hang limit applies to PyTorch runs; TensorFlow's collectives "
+                           "take none here (use --max-time for a wall-clock limit)")
         if cfg.framework == "tf":
             from gpurig.train.run import default_run_dir, finished_run
             from gpurig.train.tf.runner import adapt_verdicts, run_tf_training
@@ -275,7 +282,7 @@ def register(app: typer.Typer) -> None:
                 facts = collect_facts(frameworks=True)
                 findings = judge(facts)
             summary = run_tf_training(cfg, out or cfg.out_dir or default_run_dir(), device=device, nproc=nproc,
-                                      resume=resume or False, timeout=timeout, facts=facts, findings=findings,
+                                      resume=resume or False, timeout=max_time, facts=facts, findings=findings,
                                       nnodes=nnodes, node_rank=node_rank, master_addr=master_addr,
                                       master_port=master_port,
                                       echo=lambda line: console.print(line, markup=False, highlight=False))
@@ -289,7 +296,8 @@ def register(app: typer.Typer) -> None:
                 with sigterm_stops(_preempted):
                     endpoint = f"{master_addr}:{master_port or TORCH_RDZV_PORT}" if master_addr else None
                     summary = run_training(cfg, device=device, nproc=nproc, out_dir=out, resume=resume,
-                                           resume_fallback=resume_fallback, timeout=timeout, on_event=renderer,
+                                           resume_fallback=resume_fallback, timeout=max_time, on_event=renderer,
+                                           env={"GPURIG_COLLECTIVE_TIMEOUT": f"{timeout:g}"} if timeout else None,
                                            max_restarts=max_restarts, nnodes=nnodes, node_rank=node_rank,
                                            rdzv_endpoint=endpoint, config_sources=sources)
             except KeyboardInterrupt as exc:  # stopped before rank 0 wrote a summary or a checkpoint

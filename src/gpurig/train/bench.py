@@ -204,9 +204,15 @@ def run_bench_train(
     counts: list[int] | None = None,
     timeout: float | None = None,
     on_event: EventHandler | None = None,
+    collective_timeout: float | None = None,
 ) -> dict[str, Any]:
-    """Run the workload at each process count; return rows with per-device rate and scaling efficiency."""
-    check_timeout(timeout)
+    """Run the workload at each process count; return rows with per-device rate and scaling efficiency.
+
+    timeout: wall-clock seconds allowed per run; collective_timeout: seconds one collective may wait
+    for the other ranks before the run is stopped as hung (default: the trainer's 600).
+    """
+    check_timeout(timeout, "--max-time")
+    check_timeout(collective_timeout, "--timeout")
     choice = resolve_device(device, nproc)
     if baseline not in (None, "seed"):
         raise BadInput(f"--baseline: only 'seed' is known, got {baseline!r}")
@@ -223,6 +229,8 @@ def run_bench_train(
     except OSError as exc:
         raise BadInput(f"--out {base}: cannot create the directory ({exc.strerror or exc})") from None
     env: dict[str, str] = {}
+    if collective_timeout is not None:
+        env["GPURIG_COLLECTIVE_TIMEOUT"] = f"{collective_timeout:g}"
     if choice.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         # The same threads per process at every count: otherwise 1 process gets all the cores' OpenMP
         # threads (which spin against each other on a busy machine) and 2 processes get one each, and
