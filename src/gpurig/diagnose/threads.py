@@ -323,6 +323,45 @@ def load_calibration() -> tuple[tuple[float, float], ...]:
     return tuple(sorted(((float(b["score"]), float(b["right"])) for b in data.get("bin", [])), reverse=True))
 
 
+@lru_cache(maxsize=1)
+def load_entry_record() -> dict[str, tuple[int, int]]:
+    """Per catalogue entry: (first answers given, of them right) on the development threads."""
+    path = _threads_dir().joinpath(ENTRY_RECORD_FILE)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    return {e["id"]: (int(e["answered"]), int(e["right"])) for e in data.get("entry", [])}
+
+
+def write_entry_record(path, cases: Sequence[Case]) -> dict[str, tuple[int, int]]:
+    """How each catalogue entry did as the first answer, development threads left out one at a time
+    (the entries' own calibration switched off while this is measured)."""
+    from gpurig.diagnose import explain
+
+    dev = [c for c in cases if c.split == "dev"]
+    index = ThreadIndex(dev)
+    record: dict[str, list[int]] = {}
+    explain.USE_ENTRY_CALIBRATION = False
+    try:
+        for case in dev:
+            result = explain.explain_text(case.log, index=index, exclude=case.id)
+            found = result.matches or result.benign
+            if found and found[0].kind == "catalogue":
+                row = record.setdefault(found[0].id, [0, 0])
+                row[0] += 1
+                row[1] += canonical(found[0].cls or found[0].id) == case.cls
+    finally:
+        explain.USE_ENTRY_CALIBRATION = True
+    lines = ["# Written by `python -m gpurig.diagnose.threads calibrate`: how often each catalogue entry's",
+             f"# first answer named the cause of a development thread ({len(dev)} threads, each left out of the",
+             "# index while answered). explain blends this with the entry's stated confidence.", ""]
+    for entry_id, (answered, right) in sorted(record.items()):
+        lines += ["[[entry]]", f'id = "{entry_id}"', f"answered = {answered}", f"right = {right}", ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return {k: (v[0], v[1]) for k, v in record.items()}
+
+
 def calibrated(score: float, table: Sequence[tuple[float, float]] | None = None) -> float:
     table = load_calibration() if table is None else table
     for least, right in table:
@@ -448,6 +487,7 @@ def write_calibration(path, cases: Sequence[Case]) -> list[tuple[float, float]]:
     return table
 
 
+ENTRY_RECORD_FILE = "catalogue.toml"
 SURE = 0.85  # an answer at least this confident is presented as the cause ("sure"), not as a lead
 
 
@@ -531,6 +571,10 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(str(_threads_dir().joinpath("calibration.toml")))
         for least, right in write_calibration(path, cases):
             print(f"score >= {least:.4f}: right {right:.0%}")
+        record = write_entry_record(Path(str(_threads_dir().joinpath(ENTRY_RECORD_FILE))), cases)
+        low = sorted((r / a, k, a) for k, (a, r) in record.items() if a >= 3 and r / a < 0.7)
+        print(f"catalogue entries: {len(record)} gave first answers; right under 70% of the time: "
+              + (", ".join(f"{k} {p:.0%} of {a}" for p, k, a in low) or "none"))
         return 0
     if args.cmd == "measure":
         for name, rates in measure_splits(cases, test=args.test).items():
