@@ -46,6 +46,67 @@ def _flags_take_no_value() -> None:
 _flags_take_no_value()
 
 
+def _readable_options_panel() -> None:
+    """Keep typer's options table readable at 80 columns: each option under its one canonical
+    name (the aliases users also type, `--nproc_per_node`, `--nproc`, stay accepted and are named in
+    the docs), and a value shown as its metavar only where one is given (FILE, SECONDS, ...), not as
+    `<str>` on every line. Without this, names and help are cut with an ellipsis at 80 columns."""
+    try:
+        import typer.rich_utils as rich_utils
+        from typer.core import TyperOption
+    except ImportError:  # a typer without the rich help: nothing to adjust
+        return
+    panel = getattr(rich_utils, "_print_options_panel", None)
+    if panel is None or getattr(panel, "_gpurig", False):
+        return
+
+    def shown_opts(opts: list[str]) -> list[str]:
+        longs = [o for o in opts if o.startswith("--")]
+        shorts = [o for o in opts if not o.startswith("--")]
+        return longs[:1] + shorts
+
+    def print_options_panel(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - typer's signature
+        params = kwargs.get("params") or []
+        saved = [(p, p.opts, p.secondary_opts) for p in params if isinstance(p, TyperOption)]
+        try:
+            for p, opts, secondary in saved:
+                p.opts = shown_opts(opts)
+                p.secondary_opts = shown_opts(secondary)
+            return panel(*args, **kwargs)
+        finally:
+            for p, opts, secondary in saved:
+                p.opts, p.secondary_opts = opts, secondary
+
+    print_options_panel._gpurig = True  # type: ignore[attr-defined]
+    rich_utils._print_options_panel = print_options_panel
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self, ctx):  # noqa: ANN001, ANN202 - typer's signature
+        if getattr(self, "is_flag", False):
+            return None
+        if self.metavar:
+            return self.metavar
+        value = shown(self, ctx)
+        return None if value in ("<str>", "str", "TEXT", "<text>") else value
+
+    display_type_rich._gpurig = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich
+
+    from typer.core import TyperArgument
+
+    shown_arg = getattr(TyperArgument, "display_type_rich", None)
+    if shown_arg is not None:
+        def argument_type_rich(self, ctx):  # noqa: ANN001, ANN202 - typer's signature
+            value = shown_arg(self, ctx)
+            return None if value in ("<str>", "<list[str]>", "<str>...", "str") else value
+
+        TyperArgument.display_type_rich = argument_type_rich
+
+
+_readable_options_panel()
+
+
 class _JourneyOrder(TyperGroup):
     def list_commands(self, ctx):  # noqa: ANN001 - click's signature
         names = super().list_commands(ctx)

@@ -57,3 +57,31 @@ def test_help_at_80_columns_keeps_sentences_whole(run_cli):
     assert "gloo processes on the CPU" in " ".join(r.stdout.split())
     assert not any(line.strip() in ("processes on the CPU, so the whole tool can be seen working anywhere.",)
                    for line in r.stdout.splitlines())
+
+
+ALL_HELP = ["", "check", "doctor", "verify", "bench", "bench comm", "bench train", "train", "launch", "explain", "lint",
+            "monitor", "env", "env pip", "env dockerfile", "env docker-run", "env slurm", "env k8s"]
+
+
+def test_no_help_is_cut_at_80_or_100_columns():
+    """Every --help at the usual terminal widths shows each option's name and help whole: nothing
+    ends in an ellipsis, and each option is listed under its one canonical name (no `<str>` column)."""
+    from typer.testing import CliRunner
+
+    from gpurig.cli import app
+
+    runner = CliRunner()
+    for width in (80, 100):
+        for command in ALL_HELP:
+            r = runner.invoke(app, [*command.split(), "--help"], env={"COLUMNS": str(width)}, terminal_width=width)
+            assert r.exit_code == 0, (command, r.output)
+            cut = [line for line in r.output.splitlines() if "…" in line]
+            assert cut == [], f"gpurig {command} --help at {width} columns: {cut}"
+            assert "<str>" not in r.output, command
+            listed = re.findall(r"^│ (-[-\w]+)", r.output, re.M)
+            assert "--nproc_per_node" not in listed and "--nproc" not in listed, command
+
+
+def test_an_alias_left_out_of_the_help_is_still_accepted(run_cli):
+    r = run_cli("launch", "--dry-run", "--nproc_per_node", "2", "--device", "cpu", "train.py", env={"COLUMNS": "120"})
+    assert "No such option" not in r.stderr, r.stderr

@@ -49,6 +49,9 @@ def test_nproc_per_node_cpu_and_gpu(run_cli, tmp_path, script):
     (["--standalone", "--nnodes", "2"], "--standalone is one node"),
     (["--rdzv-backend", "zookeeper"], "--rdzv-backend must be"),
     (["--tee", "9"], "--tee must be"),
+    (["--torchrun-arg=--nnodes=2"], "gpurig sets --nnodes itself"),
+    (["--torchrun-arg=--master_port=1"], "gpurig sets --master-port itself"),
+    (["--torchrun-arg", "local-addr"], "give one torchrun option as it is typed"),
 ])
 def test_conflicting_or_bad_torchrun_flags_exit_2(run_cli, tmp_path, script, args, message):
     out = run_cli("launch", "--dry-run", "--device", "cpu", *args, str(script), cwd=tmp_path)
@@ -60,3 +63,12 @@ def test_runs_go_under_runs_like_every_other_command(run_cli, tmp_path, script):
     assert p["run_dir"].startswith("runs/launch-")
     out = run_cli("launch", "--dry-run", "--json", "--device", "cpu", "--out", str(tmp_path / "mine"), str(script), cwd=tmp_path)
     assert json.loads(out.stdout)["plan"]["run_dir"] == str(tmp_path / "mine")
+
+
+def test_any_other_torchrun_option_goes_through_before_the_script(run_cli, tmp_path, script):
+    p = plan(run_cli, tmp_path, "--torchrun-arg=--local-addr=10.0.0.2", "--torchrun-arg=--logs-specs=x",
+             str(script), "--local-addr", "script-own")
+    argv = p["argv"]
+    i = argv.index(str(script))
+    assert "--local-addr=10.0.0.2" in argv[:i] and "--logs-specs=x" in argv[:i]
+    assert argv[i + 1:] == ["--local-addr", "script-own"]  # after SCRIPT: the script's own arguments

@@ -137,8 +137,8 @@ def register(bench_app: typer.Typer) -> None:
     @bench_app.command("comm", help=HELP)
     def comm(
         device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
-        nproc: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="'auto' (every visible GPU, or 2 on the CPU) or a number."),
-        ops: str | None = typer.Option(None, "--ops", help="Comma list: allreduce,allgather,reducescatter,broadcast,alltoall (default: all)."),
+        nproc: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="'auto' (every visible GPU, or 2 on the CPU) or a number. Also spelled --nproc or --nproc_per_node."),
+        ops: str | None = typer.Option(None, "--ops", help="Comma-separated ops out of allreduce, allgather, reducescatter, broadcast and alltoall (default: all five), e.g. --ops allreduce,allgather."),
         min_bytes: str | None = typer.Option(None, "--min-bytes", help="Smallest message, e.g. 1KiB (default 1 KiB)."),
         max_bytes: str | None = typer.Option(None, "--max-bytes", help="Largest message, e.g. 1GiB (default 1 GiB on GPU, 256 KiB on CPU)."),
         dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16, float16, int32 or float64."),

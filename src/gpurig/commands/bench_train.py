@@ -35,7 +35,7 @@ def register(bench_app: typer.Typer) -> None:
     @bench_app.command("train", help=HELP)
     def bench_train(
         workload: str | None = typer.Option(None, "--workload", help="resnet50, resnet50-cifar, gpt, cpu-cnn or demo."),
-        nproc: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="Largest process count: auto (every GPU, or 2 on the CPU) or N."),
+        nproc: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="Largest process count: auto (every GPU, or 2 on the CPU) or N. Also spelled --nproc or --nproc_per_node."),
         device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
         steps: int | None = typer.Option(None, "--steps", min=10, help="Optimizer steps per run (default: the workload's)."),
         sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Config override for every run (repeatable)."),

@@ -245,7 +245,7 @@ def register(app: typer.Typer) -> None:
     @app.command("check", help=HELP)
     def check(
         device: str = typer.Option("auto", "--device", help="auto (GPUs with NCCL if usable, else CPU), cuda or cpu."),
-        nproc: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="Processes: auto (every visible GPU, or 2 on CPU) or N."),
+        nproc: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="Processes: auto (every visible GPU, or 2 on CPU) or N. Also spelled --nproc or --nproc_per_node."),
         report: Path | None = typer.Option(
             None, "--report", metavar="FILE", help="Where to write the HTML report (default: <out>/report.html)."
         ),

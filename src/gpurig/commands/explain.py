@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
     @app.command("explain", help=HELP)
     def explain(
         source: str = typer.Argument(None, help="A log file, '-' for stdin, a run directory; default: the last `gpurig launch` run."),
-        json_out: bool = typer.Option(False, "--json", help='One JSON document: {"matches": [{"id","title","cause","fix","confidence","evidence","source","kind","class","see_also"}], "input", "world", "next_steps" (when nothing matched), "benign" (harmless notices)}.'),
+        json_out: bool = typer.Option(False, "--json", help='One JSON document: "matches" (each with id, title, cause, fix, confidence, evidence, source, kind, class, see_also), "input", "world", "next_steps" (when nothing matched) and "benign" (harmless notices).'),
     ) -> None:
         from gpurig.diagnose.explain import explain_run, explain_text
 

@@ -36,10 +36,21 @@ The run directory (--out/--run-dir, default a new runs/launch-<time>-<pid>) hold
 folder that already holds an earlier launch's logs and result is refused, so they are never mixed
 with this run's or lost; --force deletes that earlier launch's files (only those) and starts afresh.
 
+torchrun's own spellings are accepted (--nproc_per_node, --master_addr, --rdzv_backend, ...), and
+any torchrun option gpurig does not name goes through --torchrun-arg=--OPTION=VALUE.
+
 Everything after SCRIPT goes to the script. Example:
   [bold]gpurig launch --dry-run train.py --epochs 3[/bold]
   [bold]gpurig launch --nproc-per-node 2 --timeout 120 train.py --epochs 3[/bold]
 """
+
+
+# torchrun options gpurig builds itself: passing them again through --torchrun-arg would contradict them.
+_OWNED_BY_GPURIG = {"--nproc-per-node": "--nproc-per-node", "--nnodes": "--nnodes", "--node-rank": "--node-rank",
+                    "--rdzv-endpoint": "--rdzv-endpoint", "--rdzv-backend": "--rdzv-backend", "--rdzv-id": "--rdzv-endpoint",
+                    "--max-restarts": "--max-restarts", "--log-dir": "--log-dir or --out", "--redirects": "--out",
+                    "--master-addr": "--master-addr", "--master-port": "--master-port", "--standalone": "--standalone",
+                    "--tee": "--tee", "--module": "-m", "--no-python": "--no-python"}
 
 
 def _preflight(device: str) -> dict:
@@ -186,7 +197,7 @@ def register(app: typer.Typer) -> None:
     def launch(
         script: str = typer.Argument(..., help="The training script (or module with -m)."),
         script_args: list[str] = typer.Argument(None, help="Arguments for the script."),
-        nproc_per_node: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="Processes per node: auto (visible GPUs, or 2 on the CPU), gpu, cpu (one per core) or N."),
+        nproc_per_node: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="Processes per node: auto (visible GPUs, or 2 on the CPU), gpu, cpu (one per core) or N. Also spelled --nproc or --nproc_per_node."),
         device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
         nnodes: str = typer.Option(None, "--nnodes", help="Number of nodes, N or MIN:MAX (default 1, or Slurm's)."),
         node_rank: int = typer.Option(None, "--node-rank", "--node_rank", help="This node's rank (multi-node)."),
@@ -215,6 +226,7 @@ def register(app: typer.Typer) -> None:
         no_python: bool = typer.Option(False, "--no-python", "--no_python", help="Passed to torchrun: run SCRIPT as a program, not with python."),
         monitor_interval: float = typer.Option(None, "--monitor-interval", "--monitor_interval", help="Passed to torchrun."),
         start_method: str = typer.Option(None, "--start-method", "--start_method", help="Passed to torchrun (spawn, fork, forkserver)."),
+        torchrun_arg: list[str] = typer.Option([], "--torchrun-arg", metavar="OPTION", help="Any other torchrun option, passed as given before the script, e.g. --torchrun-arg=--local-addr=IP (repeatable; write it with '=' so its own value stays attached)."),
         role: str = typer.Option(None, "--role", help="Passed to torchrun."),
     ) -> None:
         from gpurig.launch.plan import LaunchOptions, parse_env_assignments, plan_launch
@@ -238,6 +250,15 @@ def register(app: typer.Typer) -> None:
             ("monitor-interval", monitor_interval), ("start-method", start_method), ("role", role)) if value is not None]
         if no_python:
             torchrun_args.append("--no-python")
+        for extra in torchrun_arg:
+            if not re.fullmatch(r"--[a-z][a-z0-9_-]*(=.*)?", extra, re.S):
+                raise BadInput(f"--torchrun-arg {extra!r}: give one torchrun option as it is typed, e.g. "
+                               "--torchrun-arg=--local-addr=10.0.0.2")
+            name = extra.split("=", 1)[0].replace("_", "-")
+            if name in _OWNED_BY_GPURIG:
+                raise BadInput(f"--torchrun-arg {extra!r}: gpurig sets {name} itself; use gpurig's own option "
+                               f"({_OWNED_BY_GPURIG[name]})")
+            torchrun_args.append(extra)
 
         if timeout < 0:
             raise BadInput(f"--timeout must be 0 or more seconds, got {timeout:g}")

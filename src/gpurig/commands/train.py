@@ -216,7 +216,7 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Run directory (default: runs/<time>)."),
         resume: str | None = typer.Option(None, "--resume", help="auto (newest checkpoint in --out) or a checkpoint file."),
         resume_fallback: bool = typer.Option(False, "--resume-fallback", help="If the newest checkpoint is corrupt, use the previous one."),
-        nproc: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="Processes: auto (one per visible GPU, or 2 on the CPU) or N."),
+        nproc: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="Processes: auto (one per visible GPU, or 2 on the CPU) or N. Also spelled --nproc or --nproc_per_node."),
         device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
         max_time: float | None = typer.Option(None, "--max-time", metavar="SECONDS", help="Stop every worker after this many seconds of wall clock (default: no limit)."),
         timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS", help="How long one collective may wait for the other ranks before the run is stopped as hung, naming the rank that did not arrive (PyTorch; default 600)."),

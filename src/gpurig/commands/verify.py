@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
     @app.command("verify", help=HELP)
     def verify(
         device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
-        nproc: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="Processes: 'auto' (every visible GPU, or 2 on the CPU) or a number."),
+        nproc: str = typer.Option("auto", "--nproc-per-node", "--nproc_per_node", "--nproc", help="Processes: 'auto' (every visible GPU, or 2 on the CPU) or a number. Also spelled --nproc or --nproc_per_node."),
         json_out: bool = typer.Option(False, "--json", help='One JSON document: {"passed", "checks": [...], "transport": {...}}.'),
         out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Keep the run folder (logs, per-rank results) under DIR."),
         timeout: float = typer.Option(60.0, "--timeout", metavar="SECONDS", help="How long one collective may wait before it is a hang."),
