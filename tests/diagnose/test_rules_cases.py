@@ -502,3 +502,18 @@ def test_gpus_found_lists_models():
 
 def test_empty_snapshot():
     assert [f.id for f in judge(RigFacts())] == ["no-nvidia-gpu"]
+
+
+def test_a_cuda_torch_on_a_machine_without_nvidia_gpus_is_a_note_with_the_cpu_wheel():
+    """What `gpurig env pip` says for a CPU host, the doctor says too: the CUDA build runs, the CPU
+    wheel is the one that fits."""
+    facts = RigFacts(pci_devices=[])
+    facts.frameworks.probed = True
+    facts.frameworks.torch = TorchFacts(installed=True, version="2.14.1+cu130", cuda_build="13.0")
+    f = one(facts, "torch-cuda-build-on-cpu-host", "info")
+    assert "whl/cpu" in f.fix
+    facts.frameworks.torch.cuda_build = None  # the CPU wheel: nothing to say
+    none_of(facts, "torch-cuda-build-on-cpu-host")
+    facts.frameworks.torch.cuda_build = "13.0"
+    facts.pci_devices = [PciDeviceFacts(slot="0000:1b:00.0", kind="gpu", driver=None)]  # a GPU the driver misses
+    none_of(facts, "torch-cuda-build-on-cpu-host")

@@ -78,6 +78,7 @@ FINDINGS: dict[str, tuple[str, str]] = {
     "torch-newer-than-knowledge": ("frameworks", "the installed torch is newer than gpurig's wheel table"),
     "torch-not-installed": ("frameworks", "no torch: verify, bench, train, launch and check cannot start"),
     "torch-cpu-only-build": ("frameworks", "a CPU-only torch on a GPU machine"),
+    "torch-cuda-build-on-cpu-host": ("frameworks", "a CUDA torch on a machine without an NVIDIA GPU (runs; the CPU wheel is smaller)"),
     "torch-cuda-too-new-for-driver": ("frameworks", "torch's CUDA needs a newer driver"),
     "torch-cuda-minor-compat": ("frameworks", "torch's CUDA runs through minor-version compatibility"),
     "torch-cuda-driver-ok": ("frameworks", "the driver supports torch's CUDA"),

@@ -117,6 +117,19 @@ def torch_rules(ctx: Context) -> list[Finding]:
         )]
     findings: list[Finding] = _torch_newer_than_knowledge(t.version)
     if not ctx.gpus:
+        on_bus = [d for d in ctx.facts.pci_devices or [] if d.kind == "gpu"]
+        if t.cuda_build and not on_bus and ctx.facts.pci_devices is not None:
+            # Any torch build runs on the CPU; say only that the smaller one fits here (what `env pip` says).
+            findings.append(Finding(
+                id="torch-cuda-build-on-cpu-host", severity="info", area="frameworks",
+                title=f"PyTorch {t.version} is a CUDA {t.cuda_build} build on a machine without an NVIDIA GPU",
+                detail="It runs on the CPU as it is. PyPI's default torch is the CUDA build, which brings "
+                       "gigabytes of CUDA libraries this machine cannot use; the CPU build is the one `gpurig env pip` "
+                       "names for it.",
+                fix="Nothing is needed to run here. To save the space: pip install torch torchvision "
+                    "--index-url https://download.pytorch.org/whl/cpu",
+                evidence={"torch.version": t.version, "torch.cuda_build": t.cuda_build, "nvidia_gpus_on_pci_bus": 0},
+            ))
         return findings  # a CPU machine: any torch build runs on the CPU
     if t.cuda_build is None:
         choice = wheel_hint(ctx)
