@@ -73,7 +73,9 @@ def register(bench_app: typer.Typer) -> None:
         t = Table(title=f"{result['workload_doc']} on {result['device']}", title_justify="left")
         t.add_column("processes", justify="right")
         t.add_column(f"{unit}/s per device", justify="right")
-        t.add_column("scaling", justify="right")
+        several = len(result["results"]) > 1  # one process count (one GPU): no scaling to show
+        if several:
+            t.add_column("scaling", justify="right")
         t.add_column("data wait", justify="right")
         t.add_column("exposed comm", justify="right")
         if baseline:
@@ -89,9 +91,10 @@ def register(bench_app: typer.Typer) -> None:
         for r in result["results"]:
             st = r.get("step_time") or {}
             per = r.get("units_per_s_per_device") or r.get("samples_per_s_per_device")
-            row = [str(r["nproc"]), f"{per:,.0f}" if per else "n/a",
-                   f"{r['scaling_efficiency']:.3f}" if r.get("scaling_efficiency") else "n/a",
-                   pct(st.get("data_wait_fraction")), pct(st.get("comm_exposed_fraction"))]
+            row = [str(r["nproc"]), f"{per:,.0f}" if per else "n/a"]
+            if several:
+                row.append(f"{r['scaling_efficiency']:.3f}" if r.get("scaling_efficiency") else "n/a")
+            row += [pct(st.get("data_wait_fraction")), pct(st.get("comm_exposed_fraction"))]
             if baseline:
                 seed = r.get("seed_samples_per_s_per_device")
                 row += [f"{seed:,.0f}" if seed else "failed", f"{r['speedup_vs_seed']:.2f}" if r.get("speedup_vs_seed") else "n/a"]

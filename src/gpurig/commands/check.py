@@ -149,8 +149,10 @@ def _step_bench_train(ctx: CheckContext) -> StepResult:
     eff = last.get("scaling_efficiency")
     reason = (f"{data.get('workload', 'workload')}: {last.get('samples_per_s_per_device', 0):,.0f} samples/s"
               f" per device at {last.get('nproc')} process(es)")
-    if eff is not None:
+    if eff is not None and len(rows) > 1:
         reason += f", scaling efficiency {eff:.2f}"
+    elif len(rows) == 1:
+        reason += " (one process count: no scaling to measure)"
     return StepResult("bench train", "passed", reason=reason, data=data)
 
 
