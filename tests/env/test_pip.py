@@ -27,7 +27,7 @@ def last_line(text: str) -> str:
     ("t4_r470", "pip install 'torch==2.7.*' --index-url https://download.pytorch.org/whl/cu118"),
     ("v100x4_r535", "pip install 'torch==2.12.*' --index-url https://download.pytorch.org/whl/cu126"),
     ("a100x8_r570", "pip install 'torch==2.12.*' --index-url https://download.pytorch.org/whl/cu126"),
-    ("laptop_cpu", "pip install 'torch==2.14.*' --index-url https://download.pytorch.org/whl/cpu"),
+    ("laptop_cpu", "pip install 'torch==2.15.*' --index-url https://download.pytorch.org/whl/cpu"),
 ])
 def test_torch_line_for_crafted_rigs(rig, line):
     recipe = pip_recipe(HostSummary.from_facts(CRAFTED[rig]), "torch")

@@ -370,6 +370,9 @@ class TorchRelease:
     variants: tuple[str, ...]  # ("cu126", "cu128", "cu130")
     source: str
     unverified: bool = False
+    # Variants published but whose architecture list gpurig does not know: never recommended (a
+    # wheel is only named when it is known to carry code for the GPU).
+    arch_unknown: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -389,7 +392,8 @@ def torch_releases() -> tuple[TorchRelease, ...]:
                      python_min=_get(r, "python_min", "torch.toml", "release"),
                      python_max=_get(r, "python_max", "torch.toml", "release"),
                      variants=tuple(_get(r, "variants", "torch.toml", "release")),
-                     source=r["source"], unverified=bool(r.get("unverified", False)))
+                     source=r["source"], unverified=bool(r.get("unverified", False)),
+                     arch_unknown=tuple(r.get("arch_unknown", ())))
         for r in _rows("torch.toml", "release")
     )
 
@@ -522,6 +526,8 @@ def torch_wheel_for_host(
         if python is not None and not _python_fits(python, release.python_min, release.python_max):
             continue
         for variant in sorted(release.variants, key=lambda v: version_key(variant_cuda(v)), reverse=True):
+            if variant in release.arch_unknown:
+                continue  # never named while its architecture list is not known
             cuda = variant_cuda(variant)
             try:
                 floor = min_driver_for_cuda(cuda)

@@ -100,6 +100,8 @@ def torch_image(host: HostSummary, torch_version: str | None = None, python: str
             if max_cuda and _newer(cuda, max_cuda):
                 continue
             arch = L.torch_arch_list(rel.torch, variant)
+            if caps and not arch:
+                continue  # its architecture list is not known: not offered for these GPUs
             coverage = {cc: L.arch_coverage(arch, cc) for cc in caps} if arch else {}
             if any(c is None for c in coverage.values()):
                 continue
