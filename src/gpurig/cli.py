@@ -80,18 +80,18 @@ def _readable_options_panel() -> None:
     print_options_panel._gpurig = True  # type: ignore[attr-defined]
     rich_utils._print_options_panel = print_options_panel
 
-    shown = TyperOption.display_type_rich
+    shown = getattr(TyperOption, "display_type_rich", None)  # typer >= 0.2x; older ones print no type column
+    if shown is not None:
+        def display_type_rich(self, ctx):  # noqa: ANN001, ANN202 - typer's signature
+            if getattr(self, "is_flag", False):
+                return None
+            if self.metavar:
+                return self.metavar
+            value = shown(self, ctx)
+            return None if value in ("<str>", "str", "TEXT", "<text>") else value
 
-    def display_type_rich(self, ctx):  # noqa: ANN001, ANN202 - typer's signature
-        if getattr(self, "is_flag", False):
-            return None
-        if self.metavar:
-            return self.metavar
-        value = shown(self, ctx)
-        return None if value in ("<str>", "str", "TEXT", "<text>") else value
-
-    display_type_rich._gpurig = True  # type: ignore[attr-defined]
-    TyperOption.display_type_rich = display_type_rich
+        display_type_rich._gpurig = True  # type: ignore[attr-defined]
+        TyperOption.display_type_rich = display_type_rich
 
     from typer.core import TyperArgument
 
@@ -104,7 +104,10 @@ def _readable_options_panel() -> None:
         TyperArgument.display_type_rich = argument_type_rich
 
 
-_readable_options_panel()
+try:
+    _readable_options_panel()
+except Exception:  # help cosmetics must never stop the tool: another typer keeps its own table
+    pass
 
 
 class _JourneyOrder(TyperGroup):

@@ -85,3 +85,19 @@ def test_no_help_is_cut_at_80_or_100_columns():
 def test_an_alias_left_out_of_the_help_is_still_accepted(run_cli):
     r = run_cli("launch", "--dry-run", "--nproc_per_node", "2", "--device", "cpu", "train.py", env={"COLUMNS": "120"})
     assert "No such option" not in r.stderr, r.stderr
+
+
+def test_the_help_adjustments_tolerate_a_typer_without_them(monkeypatch):
+    """The GPU image carries an older typer whose options have no `display_type_rich`: gpurig must
+    still start (this once broke every command there)."""
+    import typer.core
+    import typer.rich_utils
+
+    import gpurig.cli as cli
+
+    monkeypatch.delattr(typer.core.TyperOption, "display_type_rich", raising=False)
+    monkeypatch.delattr(typer.core.TyperArgument, "display_type_rich", raising=False)
+    monkeypatch.setattr(typer.rich_utils, "_print_options_panel", lambda **kw: None)  # a fresh, unpatched panel
+    cli._readable_options_panel()  # must not raise
+    monkeypatch.delattr(typer.rich_utils, "_print_options_panel")
+    cli._readable_options_panel()
