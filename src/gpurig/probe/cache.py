@@ -60,8 +60,10 @@ def _mtime(path: str | os.PathLike) -> int | None:
 def _installed_names(paths: list[str]) -> list[str]:
     names: list[str] = []
     for entry in paths:
+        if entry in ("", ".") or not os.path.isdir(entry):
+            continue  # the working folder (which may hold a million data files) and zip archives
         try:
-            with os.scandir(entry or ".") as it:
+            with os.scandir(entry) as it:
                 names.extend(f"{entry}/{d.name}" for d in it
                              if d.name.endswith((".dist-info", ".egg-info", ".egg-link", ".pth")))
         except OSError:
