@@ -11,6 +11,7 @@ script shows it does the right thing somewhere (a rank check, a `set_epoch` call
 from __future__ import annotations
 
 import ast
+import os
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -169,6 +170,7 @@ class _Scanner(ast.NodeVisitor):
         self.flags: set[str] = set()  # names holding a rank check's result
         self._first = 0
         self.imports: list[ast.Import | ast.ImportFrom] = []  # every import statement, at any depth
+        self.first_stmt: ast.stmt | None = None
 
     def visit(self, node: ast.AST) -> Any:
         # NodeVisitor's own dispatch builds a method name for every node; a table per class is
@@ -190,27 +192,39 @@ class _Scanner(ast.NodeVisitor):
                 self.visit(value)
 
     def _block(self, stmts: list[ast.stmt]) -> None:
-        raised = 0
-        self._path.append(False)
-        first_raised = 0
+        state = self.block_start()
         for stmt in stmts:
-            before = self._set_devices
-            self.visit(stmt)
-            # `if rank != 0: barrier()` ... work ... `if rank == 0: barrier()`: rank 0 goes first.
-            if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and not stmt.orelse and any(
-                    isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "barrier" for b in stmt.body for n in ast.walk(b)):
-                self._first += 1
-                first_raised += 1
-            if self._set_devices > before and (
-                    not isinstance(stmt, _BRANCHING) or getattr(stmt, "_both_set_device", False)):
-                self._path[-1] = True  # set_device ran on the path of everything after this statement
-            # `if rank != 0: return` guards everything after it in the same block.
-            if isinstance(stmt, ast.If) and self._rank_test(stmt.test) and _exits(stmt.body) and not stmt.orelse:
-                self._guard += 1
-                raised += 1
+            self.block_step(state, stmt)
+        self.block_end(state)
+
+    # A block is walked as start / one step per statement / end, so that a module read one
+    # top-level statement at a time (a big file, see `_stream_scan`) is walked as one block.
+    def block_start(self) -> list[int]:
+        self._path.append(False)
+        return [0, 0]  # (guards raised, rank-0-first sections raised) in this block
+
+    def block_step(self, state: list[int], stmt: ast.stmt) -> None:
+        if self.first_stmt is None:
+            self.first_stmt = stmt  # the script's first statement (its first line, for file-wide findings)
+        before = self._set_devices
+        self.visit(stmt)
+        # `if rank != 0: barrier()` ... work ... `if rank == 0: barrier()`: rank 0 goes first.
+        if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and not stmt.orelse and any(
+                isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "barrier" for b in stmt.body for n in ast.walk(b)):
+            self._first += 1
+            state[1] += 1
+        if self._set_devices > before and (
+                not isinstance(stmt, _BRANCHING) or getattr(stmt, "_both_set_device", False)):
+            self._path[-1] = True  # set_device ran on the path of everything after this statement
+        # `if rank != 0: return` guards everything after it in the same block.
+        if isinstance(stmt, ast.If) and self._rank_test(stmt.test) and _exits(stmt.body) and not stmt.orelse:
+            self._guard += 1
+            state[0] += 1
+
+    def block_end(self, state: list[int]) -> None:
         self._path.pop()
-        self._guard -= raised
-        self._first -= first_raised
+        self._guard -= state[0]
+        self._first -= state[1]
 
     def visit_Module(self, node: ast.Module) -> None:
         self._block(node.body)
@@ -487,9 +501,25 @@ def lint_source(source: str, filename: str = "<script>", path=None, select=None,
         findings = _lint_tree(tree, source, path)
     finally:
         _RANK_CACHE.clear()  # it holds the tree's nodes
+    return _chosen(findings, source, select, ignore)
+
+
+def _chosen(findings: list[LintFinding], source: str, select, ignore) -> list[LintFinding]:
     chosen = set(select) if select else set(DEFAULT_RULES)
     chosen -= set(ignore or ())
     return _suppressed([f for f in findings if f.id in chosen], source)
+
+
+def _lint_streamed(source: str, script: str, select, ignore) -> list[LintFinding]:
+    """`lint_source` for a big script: scanned one group of top-level statements at a time."""
+    _RANK_CACHE.clear()
+    try:
+        scan = _stream_scan(source, script)
+        _RANK_CACHE.clear()  # the nodes it holds belong to groups already walked
+        findings = _lint_scanned(scan, source, script)
+    finally:
+        _RANK_CACHE.clear()
+    return _chosen(findings, source, select, ignore)
 
 
 _IGNORE = re.compile(r"#\s*gpurig:\s*ignore(-file)?(?:\[([\w\-, ]+)\])?")
@@ -515,12 +545,18 @@ def _suppressed(findings: list[LintFinding], source: str) -> list[LintFinding]:
 
 
 def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
-    lines = source.splitlines()
     _RANK_CACHE.clear()
     scan = _Scanner()
     scan.visit(tree)
+    return _lint_scanned(scan, source, path)
+
+
+def _lint_scanned(scan: "_Scanner", source: str, path) -> list[LintFinding]:
+    """The rules, over what one scan of the whole script collected (never the tree itself: a big
+    script is scanned one top-level statement at a time and its tree never held whole)."""
+    lines = source.splitlines()
     findings: list[LintFinding] = []
-    modules = _local_modules(tree, path, scan.imports)
+    modules = _local_modules(None, path, scan.imports)
 
     def add(rule: str, node: ast.AST, title: str, fix: str) -> None:
         line = getattr(node, "lineno", 1)
@@ -755,7 +791,7 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
     # script still has to end it.
     if "init_process_group" not in names and "init_process_group" in module_calls and \
             "destroy_process_group" not in names and "destroy_process_group" not in module_calls:
-        add("no-destroy-process-group", tree.body[0] if getattr(tree, "body", None) else tree,
+        add("no-destroy-process-group", scan.first_stmt if scan.first_stmt is not None else ast.Pass(),
             "the process group starts in this project's own module and nothing ever calls destroy_process_group",
             "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
 
@@ -802,6 +838,40 @@ def read_script_tree(script: str):
     return data.decode(encoding), tree
 
 
+def _size(script: str) -> int:
+    try:
+        return os.path.getsize(script)
+    except OSError:
+        return 0  # read_script_tree names the problem
+
+
+def _read_text(script: str) -> str:
+    """The text of a (big) script, decoded as Python decodes it, without compiling it whole."""
+    import io
+    import tokenize
+    from pathlib import Path
+
+    from gpurig.errors import BadInput, check_user_file
+
+    label = f"SCRIPT {script}"
+    check_user_file(script, label, "script")
+    try:
+        data = Path(script).read_bytes()
+    except OSError as exc:
+        raise BadInput(f"{label}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        text = data.decode(encoding)
+    except (SyntaxError, LookupError) as exc:  # an unknown coding line
+        raise BadInput(f"{label}: {_syntax_error_text(exc) if isinstance(exc, SyntaxError) else exc}") from None
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        name = "UTF-8" if encoding.replace("_", "-").lower() in ("utf-8", "utf8", "utf-8-sig") else encoding
+        raise BadInput(f"{label}: not {name} text (line {line}: byte 0x{data[exc.start]:02x}); save it as UTF-8 "
+                       "or declare its encoding in a coding line") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
 def _syntax_error_text(exc: SyntaxError) -> str:
     """Python's own words for a script it cannot compile, with the line (and its code) they are about."""
     where = f"line {exc.lineno}: " if exc.lineno else ""
@@ -821,6 +891,17 @@ def lint_file(script: str, select=None, ignore=None) -> list:
     from gpurig.errors import BadInput
 
     with _no_gc():
+        if _size(script) > STREAM_BYTES:
+            source = _read_text(script)
+            try:
+                return _deep(lambda: _lint_streamed(source, script, select, ignore))
+            except SyntaxError as exc:
+                raise BadInput(f"SCRIPT {script}: {_syntax_error_text(exc)}") from None
+            except ValueError as exc:  # null bytes
+                raise BadInput(f"SCRIPT {script}: not valid Python ({exc})") from None
+            except RecursionError:
+                raise BadInput(f"SCRIPT {script}: nested too deeply to analyse (an expression or an elif chain "
+                               "thousands deep)") from None
         source, tree = read_script_tree(script)
         try:
             return _deep(lambda: lint_source(source, script, path=script, select=select, ignore=ignore, tree=tree))
@@ -828,6 +909,58 @@ def lint_file(script: str, select=None, ignore=None) -> list:
             raise BadInput(f"SCRIPT {script}: {_syntax_error_text(exc)}") from None
         except RecursionError:
             raise BadInput(f"SCRIPT {script}: nested too deeply to analyse (an expression or an elif chain thousands deep)") from None
+
+
+# A script bigger than this is read one group of top-level statements at a time: its whole syntax
+# tree (about 170 bytes of memory per byte of source) is never held at once.
+STREAM_BYTES = 512 * 1024
+_CHUNK_BYTES = 256 * 1024
+# A line that may start a top-level statement: not indented, not a comment or a closing bracket,
+# not the continuation of a compound statement.
+_MAY_START = re.compile(r"(?!(?:else|elif|except|finally)\b)[^\s#)\]}]")
+
+
+def _top_level_chunks(source: str, label: str):
+    """(first line, text) of consecutive groups of top-level statements, about _CHUNK_BYTES each.
+
+    A cut is tried only where a line could start a statement; a group that does not compile on
+    its own (the cut fell inside a string, brackets, a decorator or a compound statement) grows to
+    the next possible cut. Python's own SyntaxError (with its true line) is raised for a script
+    that does not compile at all."""
+    lines = source.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if i == 0 or _MAY_START.match(line)] + [len(lines)]
+    k = 0
+    while k < len(starts) - 1:
+        first = starts[k]
+        size, j = 0, k + 1
+        while j < len(starts) - 1 and size + sum(len(x) for x in lines[starts[j - 1]:starts[j]]) < _CHUNK_BYTES:
+            size += sum(len(x) for x in lines[starts[j - 1]:starts[j]])
+            j += 1
+        while True:
+            text = "".join(lines[first:starts[j]])
+            try:
+                tree = compile("\n" * first + text, label, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+                break
+            except SyntaxError:
+                if j >= len(starts) - 1:
+                    # Not a bad cut: the script itself does not compile. Python's own words and line.
+                    compile(source, label, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+                    raise
+                j += 1
+        yield tree
+        k = j
+
+
+def _stream_scan(source: str, label: str) -> "_Scanner":
+    """One scan of a big script, top-level statement groups parsed and walked one after another."""
+    scan = _Scanner()
+    state = scan.block_start()
+    for chunk in _top_level_chunks(source, label):
+        for stmt in chunk.body:
+            scan.block_step(state, stmt)
+        del chunk
+    scan.block_end(state)
+    return scan
 
 
 class _no_gc:

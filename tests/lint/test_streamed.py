@@ -1,0 +1,127 @@
+"""A big script is read one group of top-level statements at a time (its whole syntax tree is never
+held): the findings must be exactly those of reading it whole, wherever the cuts fall."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpurig.diagnose import lint as L
+from gpurig.errors import BadInput
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Every place a naive cut would break: decorators, strings whose lines start at column 0, open
+# brackets, backslash continuations, else/elif/except/finally, class bodies, a rank guard whose
+# early return spans the rest of the module, and a helper called only under a guard.
+TRICKY = '''import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+BANNER = """
+def not_a_function():
+    pass
+"""
+PORT = \\
+29500
+
+
+@torch.no_grad()
+def evaluate(model, loader):
+    return [
+model(x)
+        for x in loader]
+
+
+def save(model):
+    torch.save(model.state_dict(), "ckpt.pt")
+
+
+class Trainer:
+    def __init__(self, rank):
+        self.rank = rank
+
+    def fit(self, model, data):
+        sampler = DistributedSampler(data)
+        loader = DataLoader(data, sampler=sampler, batch_size=32)
+        for epoch in range(3):
+            for x in loader:
+                pass
+        if self.rank == 0:
+            save(model)
+
+
+def main():
+    dist.init_process_group("nccl")
+    rank = int(os.environ["RANK"])
+    try:
+        model = DDP(torch.nn.Linear(2, 2).cuda())
+    except RuntimeError:
+        raise
+    finally:
+        pass
+    if rank == 0:
+        print("start")
+    elif rank == 1:
+        print("second")
+    else:
+        torch.save(model, "every.pt")
+    Trainer(rank).fit(model, list(range(10)))
+    torch.hub.load("repo", "model")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def scripts() -> list[Path]:
+    found = sorted((ROOT / "tests" / "fixtures" / "scripts").glob("*.py"))
+    corpus = ROOT / ".lint-corpus"
+    if corpus.is_dir():  # the third-party scripts, where fetched (not in CI)
+        found += sorted(corpus.rglob("*.py"))
+    return found
+
+
+def findings(path: Path, streamed: bool, monkeypatch) -> list[tuple]:
+    monkeypatch.setattr(L, "STREAM_BYTES", 0 if streamed else 1 << 40)
+    monkeypatch.setattr(L, "_CHUNK_BYTES", 64)  # a cut at nearly every possible place
+    return [(f.id, f.line, f.title) for f in L.lint_file(str(path), select=list(L.RULES))]
+
+
+def test_a_streamed_script_gets_exactly_the_findings_of_the_whole_tree(tmp_path, monkeypatch):
+    tricky = tmp_path / "tricky.py"
+    tricky.write_text(TRICKY)
+    whole = findings(tricky, False, monkeypatch)
+    assert {f[0] for f in whole} >= {"ddp-without-device", "sampler-without-set-epoch", "save-on-every-rank"}, whole
+    assert findings(tricky, True, monkeypatch) == whole
+    for path in scripts():
+        assert findings(path, True, monkeypatch) == findings(path, False, monkeypatch), path
+
+
+def test_a_big_script_that_does_not_compile_is_named_with_its_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(L, "STREAM_BYTES", 0)
+    monkeypatch.setattr(L, "_CHUNK_BYTES", 64)
+    bad = tmp_path / "bad.py"
+    bad.write_text(TRICKY + "\ndef broken(:\n    pass\n")
+    line = TRICKY.count("\n") + 2
+    with pytest.raises(BadInput, match=rf"line {line}: invalid syntax"):
+        L.lint_file(str(bad))
+    undecodable = tmp_path / "latin.py"
+    undecodable.write_bytes(TRICKY.encode() + b"\nx = '\xe9'\n")
+    with pytest.raises(BadInput, match=rf"not UTF-8 text \(line {line}"):
+        L.lint_file(str(undecodable))
+
+
+def test_a_script_over_the_threshold_is_streamed(tmp_path, monkeypatch):
+    calls = []
+    real = L._stream_scan
+    monkeypatch.setattr(L, "_stream_scan", lambda *a: calls.append(a) or real(*a))
+    big = tmp_path / "big.py"
+    big.write_text(TRICKY + "\n".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(L.STREAM_BYTES // 20)))
+    assert big.stat().st_size > L.STREAM_BYTES
+    assert {f.id for f in L.lint_file(str(big))} >= {"ddp-without-device"}
+    assert calls, "the big script was not streamed"
