@@ -92,12 +92,35 @@ def findings(path: Path, streamed: bool, monkeypatch) -> list[tuple]:
     return [(f.id, f.line, f.title) for f in L.lint_file(str(path), select=list(L.RULES))]
 
 
+HELPERS = """import torchvision
+
+
+def get_data(root):
+    return torchvision.datasets.CIFAR10(root, download=True)
+"""
+
+USES_HELPERS = """
+from helpers import *
+import helpers as h
+
+data = get_data("./data")
+more = h.get_data("./more")
+"""
+
+
 def test_a_streamed_script_gets_exactly_the_findings_of_the_whole_tree(tmp_path, monkeypatch):
     tricky = tmp_path / "tricky.py"
     tricky.write_text(TRICKY)
     whole = findings(tricky, False, monkeypatch)
     assert {f[0] for f in whole} >= {"ddp-without-device", "sampler-without-set-epoch", "save-on-every-rank"}, whole
     assert findings(tricky, True, monkeypatch) == whole
+    # Helpers of the project's own modules, imported by name, by star and as a module.
+    (tmp_path / "helpers.py").write_text(HELPERS)
+    local = tmp_path / "local.py"
+    local.write_text(TRICKY + USES_HELPERS)
+    whole = findings(local, False, monkeypatch)
+    assert "download-on-every-rank" in {f[0] for f in whole}, whole
+    assert findings(local, True, monkeypatch) == whole
     for path in scripts():
         assert findings(path, True, monkeypatch) == findings(path, False, monkeypatch), path
 

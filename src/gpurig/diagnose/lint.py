@@ -171,6 +171,20 @@ class _Scanner(ast.NodeVisitor):
         self._first = 0
         self.imports: list[ast.Import | ast.ImportFrom] = []  # every import statement, at any depth
         self.first_stmt: ast.stmt | None = None
+        # Facts about every call, kept even where the call itself is not (see `compact`):
+        self.short_names: set[str] = set()  # the last name of every function called
+        self.cuda_call = False  # some call names cuda (x.cuda(), torch.cuda.*)
+        self.set_epoch_call = False
+        self.set_device_call = False
+        # compact: keep only the calls and assignments some rule judges (a big script read in
+        # groups of statements: what is not kept is freed with its group). `keep_names` holds the
+        # functions the file defines (read from its text first: a call may come before its def).
+        self.compact = False
+        self.keep_names: set[str] = set()
+        self.local_names: set[str] = set()  # names imported from the project's own modules
+        self.local_roots: set[str] = set()  # the project's own modules, as imported
+        self.keep_plain = False
+        self.script_dir = None
 
     def visit(self, node: ast.AST) -> Any:
         # NodeVisitor's own dispatch builds a method name for every node; a table per class is
@@ -299,12 +313,20 @@ class _Scanner(ast.NodeVisitor):
         self._block(node.finalbody)
 
     def visit_Call(self, node: ast.Call) -> None:
-        self.calls.append((node, self._guard > 0))
-        if self._first:
-            self.first.add(id(node))
-        self.enclosing[id(node)] = tuple(self._functions)
         func = _dotted(node.func)
         short = _name_of(func)
+        self.short_names.add(short)
+        if "cuda" in func.split(".") or func.endswith(".cuda"):
+            self.cuda_call = True
+        if func.endswith("set_epoch"):
+            self.set_epoch_call = True
+        if func.endswith(("set_device", "set_device_index")):
+            self.set_device_call = True
+        if not self.compact or self._judged(node, func, short):
+            self.calls.append((node, self._guard > 0))
+            if self._first:
+                self.first.add(id(node))
+            self.enclosing[id(node)] = tuple(self._functions)
         if short in ("set_device", "set_device_index"):
             self._set_devices += 1
             if self._functions:
@@ -316,6 +338,38 @@ class _Scanner(ast.NodeVisitor):
         elif short in _SILENCERS:
             self.silenced = True
         self.generic_visit(node)
+
+    def _judged(self, node: ast.Call, func: str, short: str) -> bool:
+        """Whether some rule looks at this call (compact mode keeps only those)."""
+        return (short in _JUDGED_CALLS or short in self.keep_names or short in self.aliases
+                or (self.keep_plain and isinstance(node.func, ast.Name))
+                or short in self.local_names or func.split(".")[0] in self.local_roots
+                or any(k.arg in ("download", "pretrained") for k in node.keywords))
+
+    def _note_local(self, node: ast.Import | ast.ImportFrom) -> None:
+        """Compact mode: remember the names the script takes from its own project's modules (their
+        calls are judged against what those modules do)."""
+        if self.script_dir is None:
+            return
+        from pathlib import Path
+
+        def local(name: str | None) -> bool:
+            if not name:
+                return False
+            rel = Path(*name.split("."))
+            return any((root / rel.with_suffix(".py")).is_file() or (root / rel / "__init__.py").is_file()
+                       for root in (self.script_dir, self.script_dir.parent))
+
+        if isinstance(node, ast.ImportFrom):
+            if node.level or local(node.module) or any(local(f"{node.module}.{a.name}") for a in node.names):
+                if any(a.name == "*" for a in node.names):
+                    self.keep_plain = True  # `from utils import *`: any plain call may be one of its functions
+                self.local_names |= {a.asname or a.name for a in node.names}
+                self.local_roots |= {a.asname or a.name for a in node.names}
+        else:
+            for a in node.names:
+                if local(a.name):
+                    self.local_roots.add(a.asname or a.name.split(".")[0])
 
     def one_rank_functions(self) -> set[str]:
         """Functions of this file that are only ever called under a rank check."""
@@ -336,12 +390,16 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         self.imports.append(node)
+        if self.compact:
+            self._note_local(node)
         for a in node.names:
             if a.asname and a.name in ("DistributedDataParallel", "DistributedSampler", "init_process_group"):
                 self.aliases.add(a.asname)
 
     def visit_Import(self, node: ast.Import) -> None:
         self.imports.append(node)
+        if self.compact:
+            self._note_local(node)
 
     def _rank_test(self, test: ast.AST) -> bool:
         """A rank check, or a test of a flag computed from one (`args.save_logs = ... and is_master(args)`)."""
@@ -349,7 +407,9 @@ class _Scanner(ast.NodeVisitor):
                                            if isinstance(n, (ast.Name, ast.Attribute)))
 
     def visit_Assign(self, node: ast.Assign) -> None:
-        self.assigns.append((node, self._guard > 0))
+        if not self.compact or any(_RENDEZVOUS_TARGET.search(_dotted(t).lower()) or (
+                isinstance(t, ast.Subscript) and _dotted(t.value) == "os.environ") for t in node.targets):
+            self.assigns.append((node, self._guard > 0))
         if len(node.targets) == 1 and not isinstance(node.value, (ast.Call, ast.Subscript, ast.Constant)) \
                 and _dotted(node.targets[0]) and _mentions_rank(node.value):
             self.flags.add(_dotted(node.targets[0]))
@@ -393,6 +453,14 @@ def _name_of(func: str) -> str:
 # A helper that silences every rank but one (DETR/MoCo's setup_for_distributed, YOLOv5's logging).
 _SILENCERS = {"setup_for_distributed", "setup_print", "suppress_print", "silence_print", "disable_print",
               "is_master_print", "set_logging", "setup_logger", "init_distributed_mode", "init_distributed"}
+# Every call some rule judges, by its last name (`_lint_scanned`); a call named otherwise matters
+# only as a fact (`short_names`, `cuda_call`, ...) or as a call of the file's own functions.
+_JUDGED_CALLS = frozenset({
+    "DataParallel", "data_parallel", "DistributedDataParallel", "DDP", "set_device", "set_device_index", "to", "cuda",
+    "load", "list", "init_process_group", "destroy_process_group", "add_argument", "print", "save", "SummaryWriter",
+    "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "setLevel", "basicConfig", "disable",
+}) | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS
+_RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
 
 
 def _silences_output(tree: ast.AST) -> bool:
@@ -514,7 +582,7 @@ def _lint_streamed(source: str, script: str, select, ignore) -> list[LintFinding
     """`lint_source` for a big script: scanned one group of top-level statements at a time."""
     _RANK_CACHE.clear()
     try:
-        scan = _stream_scan(source, script)
+        scan = _stream_scan(source, script, script)
         _RANK_CACHE.clear()  # the nodes it holds belong to groups already walked
         findings = _lint_scanned(scan, source, script)
     finally:
@@ -554,13 +622,25 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
 def _lint_scanned(scan: "_Scanner", source: str, path) -> list[LintFinding]:
     """The rules, over what one scan of the whole script collected (never the tree itself: a big
     script is scanned one top-level statement at a time and its tree never held whole)."""
-    lines = source.splitlines()
     findings: list[LintFinding] = []
     modules = _local_modules(None, path, scan.imports)
+    starts: list = []  # where each line begins, made at the first finding (a big file's lines are not split)
+
+    def line_text(n: int) -> str:
+        if not starts:
+            from array import array
+
+            starts.append(array("q", [0]))
+            starts[0].extend(m.end() for m in re.finditer("\n", source))
+        offsets = starts[0]
+        if not 0 < n <= len(offsets):
+            return ""
+        end = source.find("\n", offsets[n - 1])
+        return source[offsets[n - 1]:end if end >= 0 else len(source)].rstrip("\r")
 
     def add(rule: str, node: ast.AST, title: str, fix: str) -> None:
         line = getattr(node, "lineno", 1)
-        code = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        code = line_text(line).strip()
         findings.append(LintFinding(id=rule, severity=RULES[rule].severity, line=line, title=title, fix=fix, code=code,
                                     why=RULES[rule].why))
 
@@ -569,14 +649,12 @@ def _lint_scanned(scan: "_Scanner", source: str, path) -> list[LintFinding]:
         (c, _dotted(c.func), g or any(f in one_rank for f in scan.enclosing.get(id(c), ())))
         for c, g in scan.calls
     ]
-    names = {_name_of(f) for _, f, _ in calls}
+    names = set(scan.short_names)
     module_calls = {_name_of(_dotted(n.func)) for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)}
     downloading_helpers = _downloading_functions(modules)
     reported_helpers: set[str] = set()
     text = source
-    uses_cuda = any(
-        ("cuda" in f.split(".")) or f.endswith(".cuda") for _, f, _ in calls
-    ) or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
+    uses_cuda = scan.cuda_call or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
     distributed = bool(
         names & {"init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "get_rank",
                  "get_world_size", "Accelerator", "init_distributed_mode", "init_distributed", "setup_distributed",
@@ -584,8 +662,8 @@ def _lint_scanned(scan: "_Scanner", source: str, path) -> list[LintFinding]:
     ) or "LOCAL_RANK" in text or bool(re.search(r"^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b", text, re.M)) \
         or bool(scan.aliases & names)
     silenced = scan.silenced or any(_silences_output(m) for m in modules)
-    set_epoch_anywhere = any(f.endswith("set_epoch") for _, f, _ in calls) or "set_epoch" in module_calls
-    any_set_device = any(f.endswith(("set_device", "set_device_index")) for _, f, _ in calls)
+    set_epoch_anywhere = scan.set_epoch_call or "set_epoch" in module_calls
+    any_set_device = scan.set_device_call
 
     def set_device_before(call: ast.Call) -> bool:
         """Whether torch.cuda.set_device ran on every path that reaches `call`: in a statement
@@ -917,48 +995,57 @@ STREAM_BYTES = 512 * 1024
 _CHUNK_BYTES = 256 * 1024
 # A line that may start a top-level statement: not indented, not a comment or a closing bracket,
 # not the continuation of a compound statement.
-_MAY_START = re.compile(r"(?!(?:else|elif|except|finally)\b)[^\s#)\]}]")
+_MAY_START_LINE = re.compile(r"^(?!(?:else|elif|except|finally)\b)[^\s#)\]}]", re.M)
 
 
 def _top_level_chunks(source: str, label: str):
-    """(first line, text) of consecutive groups of top-level statements, about _CHUNK_BYTES each.
+    """The syntax trees of consecutive groups of top-level statements, about _CHUNK_BYTES each.
 
     A cut is tried only where a line could start a statement; a group that does not compile on
     its own (the cut fell inside a string, brackets, a decorator or a compound statement) grows to
     the next possible cut. Python's own SyntaxError (with its true line) is raised for a script
-    that does not compile at all."""
-    lines = source.splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if i == 0 or _MAY_START.match(line)] + [len(lines)]
-    k = 0
-    while k < len(starts) - 1:
-        first = starts[k]
-        size, j = 0, k + 1
-        while j < len(starts) - 1 and size + sum(len(x) for x in lines[starts[j - 1]:starts[j]]) < _CHUNK_BYTES:
-            size += sum(len(x) for x in lines[starts[j - 1]:starts[j]])
+    that does not compile at all. Line numbers are the script's: each group is compiled after as
+    many newlines as lines come before it."""
+    cuts = [0] + [m.start() for m in _MAY_START_LINE.finditer(source) if m.start()] + [len(source)]
+    k, line = 0, 0  # the group's first cut, and the number of lines before it
+    while k < len(cuts) - 1:
+        j = k + 1
+        while j < len(cuts) - 1 and cuts[j] - cuts[k] < _CHUNK_BYTES:
             j += 1
         while True:
-            text = "".join(lines[first:starts[j]])
+            text = source[cuts[k]:cuts[j]]
             try:
-                tree = compile("\n" * first + text, label, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+                tree = compile("\n" * line + text, label, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
                 break
             except SyntaxError:
-                if j >= len(starts) - 1:
+                if j >= len(cuts) - 1:
                     # Not a bad cut: the script itself does not compile. Python's own words and line.
                     compile(source, label, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
                     raise
                 j += 1
         yield tree
+        line += text.count("\n")
         k = j
 
 
-def _stream_scan(source: str, label: str) -> "_Scanner":
-    """One scan of a big script, top-level statement groups parsed and walked one after another."""
+_DEF_NAME = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+
+
+def _stream_scan(source: str, label: str, path=None) -> "_Scanner":
+    """One scan of a big script, top-level statement groups parsed and walked one after another,
+    keeping only what the rules judge (the rest is freed with its group)."""
+    from pathlib import Path
+
     scan = _Scanner()
+    scan.compact = True
+    scan.keep_names = set(_DEF_NAME.findall(source))
+    scan.script_dir = Path(path).resolve().parent if path else None
     state = scan.block_start()
     for chunk in _top_level_chunks(source, label):
         for stmt in chunk.body:
             scan.block_step(state, stmt)
-        del chunk
+        chunk = stmt = None  # the group's tree goes now, but for what the scan keeps of it
+        _RANK_CACHE.clear()  # it holds the group's nodes
     scan.block_end(state)
     return scan
 
