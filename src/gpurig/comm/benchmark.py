@@ -268,11 +268,11 @@ def memory_bandwidth(device: torch.device, host_bytes: int, device_bytes: int, r
     out["h2d_gbps"] = copies * host_bytes / timed(h2d, [up]) / 1e9
     out["d2h_gbps"] = copies * host_bytes / timed(d2h, [down]) / 1e9
     out["bidirectional_gbps"] = 2 * copies * host_bytes / timed(both, [up, down]) / 1e9
-    del host_src, host_dst, dev_a, dev_b
+    host_src = host_dst = dev_a = dev_b = None  # freed before the device copy needs its memory
     src = torch.empty(device_bytes, dtype=torch.uint8, device=device)
     dst = torch.empty(device_bytes, dtype=torch.uint8, device=device)
     out["d2d_gbps"] = 2 * copies * device_bytes / timed(lambda: dst.copy_(src), []) / 1e9
-    del src, dst
+    src = dst = None
     torch.cuda.empty_cache()
     return out
 

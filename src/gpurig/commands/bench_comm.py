@@ -119,7 +119,7 @@ def render_memory(console, mem: dict[str, Any]) -> None:
     def pct(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.0%}"
 
-    hb, db = mem.get("host_bytes", 0) >> 20, mem.get("device_bytes", 0) >> 20
+    hb = mem.get("host_bytes", 0) >> 20
     host_cap = f"{host['gbps']:.1f} GB/s, {host['how']}" if host.get("gbps") else host.get("how", "n/a")
     if host.get("current") and host.get("how") and host["current"] not in host["how"]:
         host_cap += f" (running at {host['current']})"

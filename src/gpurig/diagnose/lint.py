@@ -619,7 +619,7 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
     return _lint_scanned(scan, source, path)
 
 
-def _lint_scanned(scan: "_Scanner", source: str, path) -> list[LintFinding]:
+def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     """The rules, over what one scan of the whole script collected (never the tree itself: a big
     script is scanned one top-level statement at a time and its tree never held whole)."""
     findings: list[LintFinding] = []
@@ -893,16 +893,10 @@ def read_script_tree(script: str):
     """(text, syntax tree) of a script, read as `read_script` does."""
     import io
     import tokenize
-    from pathlib import Path
 
-    from gpurig.errors import BadInput, check_user_file
+    from gpurig.errors import BadInput
 
-    label = f"SCRIPT {script}"
-    check_user_file(script, label, "script")
-    try:
-        data = Path(script).read_bytes()
-    except OSError as exc:
-        raise BadInput(f"{label}: cannot read it ({exc.strerror or exc})") from None
+    label, data = _script_bytes(script)
     try:
         # From bytes, as the interpreter does: the encoding is UTF-8 unless the file declares another.
         tree = _deep(lambda: compile(data, script, "exec", flags=0x400, dont_inherit=True))  # 0x400: ast.PyCF_ONLY_AST
@@ -916,6 +910,20 @@ def read_script_tree(script: str):
     return data.decode(encoding), tree
 
 
+def _script_bytes(script: str) -> tuple[str, bytes]:
+    """("SCRIPT <name>", the file's bytes); a missing or unreadable file is bad input (exit 2)."""
+    from pathlib import Path
+
+    from gpurig.errors import BadInput, check_user_file
+
+    label = f"SCRIPT {script}"
+    check_user_file(script, label, "script")
+    try:
+        return label, Path(script).read_bytes()
+    except OSError as exc:
+        raise BadInput(f"{label}: cannot read it ({exc.strerror or exc})") from None
+
+
 def _size(script: str) -> int:
     try:
         return os.path.getsize(script)
@@ -927,16 +935,10 @@ def _read_text(script: str) -> str:
     """The text of a (big) script, decoded as Python decodes it, without compiling it whole."""
     import io
     import tokenize
-    from pathlib import Path
 
-    from gpurig.errors import BadInput, check_user_file
+    from gpurig.errors import BadInput
 
-    label = f"SCRIPT {script}"
-    check_user_file(script, label, "script")
-    try:
-        data = Path(script).read_bytes()
-    except OSError as exc:
-        raise BadInput(f"{label}: cannot read it ({exc.strerror or exc})") from None
+    label, data = _script_bytes(script)
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         text = data.decode(encoding)
@@ -1031,7 +1033,7 @@ def _top_level_chunks(source: str, label: str):
 _DEF_NAME = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
 
 
-def _stream_scan(source: str, label: str, path=None) -> "_Scanner":
+def _stream_scan(source: str, label: str, path=None) -> _Scanner:
     """One scan of a big script, top-level statement groups parsed and walked one after another,
     keeping only what the rules judge (the rest is freed with its group)."""
     from pathlib import Path

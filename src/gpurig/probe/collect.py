@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from gpurig import __version__
 from gpurig.probe.environment import collect_env
-from gpurig.probe.facts import FrameworkFacts, RigFacts
+from gpurig.probe.facts import RigFacts
 from gpurig.probe.frameworks import cached_framework_answers, read_framework_files, start_framework_probes
 from gpurig.probe.nvml import NvmlResult, read_nvml
 from gpurig.probe.pci import read_kernel_module, read_pci_devices
