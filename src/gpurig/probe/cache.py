@@ -42,14 +42,6 @@ def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "gpurig"
 
 
-def _read(path: str | os.PathLike) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read(4096)
-    except OSError:
-        return ""
-
-
 def _mtime(path: str | os.PathLike) -> int | None:
     try:
         return os.stat(path).st_mtime_ns
@@ -85,30 +77,28 @@ def _package_files(paths: list[str]) -> dict[str, int | None]:
 
 
 def _hardware(root: str | os.PathLike) -> dict[str, object]:
+    """The driver and the GPUs as the probe reads them anyway (kernel module, PCI functions), the
+    device nodes, and the boot id."""
+    from gpurig.probe.pci import read_kernel_module, read_pci_devices
+
     base = Path(root)
-    gpus: list[str] = []
-    pci = base / "sys" / "bus" / "pci" / "devices"
-    try:
-        for dev in sorted(os.listdir(pci)):
-            if _read(pci / dev / "vendor").strip() != "0x10de":
-                continue
-            try:
-                driver = os.path.basename(os.readlink(pci / dev / "driver"))
-            except OSError:
-                driver = ""
-            gpus.append(f"{dev}:{_read(pci / dev / 'class').strip()}:{driver}")
-    except OSError:
-        pass
     try:
         nodes = sorted(n for n in os.listdir(base / "dev") if n.startswith("nvidia"))
     except OSError:
         nodes = []
     return {
-        "module": _read(base / "proc" / "driver" / "nvidia" / "version").strip(),
-        "pci": gpus,
+        "module": list(read_kernel_module(root)),
+        "pci": [[d.slot, d.device_id, d.kind, d.driver] for d in read_pci_devices(root) or []],
         "dev": nodes,
-        "boot": _read(base / "proc" / "sys" / "kernel" / "random" / "boot_id").strip(),
+        "boot": _boot_id(base),
     }
+
+
+def _boot_id(base: Path) -> str:
+    try:
+        return (base / "proc" / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
+    except OSError:
+        return ""
 
 
 def probe_key(python: str, environ: Mapping[str, str] | None = None, root: str | os.PathLike = "/",
