@@ -223,15 +223,12 @@ def _judge_memory(measured: dict[str, Any] | None, facts: Any, findings: list[Fi
     """One GPU's host-link and memory figures beside what its PCIe link and its datasheet allow."""
     if not measured:
         return None
-    from gpurig.comm.links import _pcie_gbps
+    from gpurig.comm.links import host_link_capability
 
     gpus = list(getattr(facts, "gpus", None) or [])
-    gpu = gpus[0] if gpus else None
-    name = getattr(gpu, "name", None)
-    gen, width = getattr(gpu, "pcie_gen_max", None), getattr(gpu, "pcie_width_max", None)
-    cur_gen, cur_width = getattr(gpu, "pcie_gen_current", None), getattr(gpu, "pcie_width_current", None)
-    host_gbps = _pcie_gbps(gen, width)
-    host_how = f"PCIe Gen{gen} x{width}" if gen and width else "the PCIe link is not known here"
+    name = getattr(gpus[0], "name", None) if gpus else None
+    host = host_link_capability(facts, gpus[0].index if gpus else 0)
+    host_gbps, host_how = host.gbps, host.how
     try:
         from gpurig.knowledge.loaders import memory_bandwidth_for
 
@@ -240,8 +237,7 @@ def _judge_memory(measured: dict[str, Any] | None, facts: Any, findings: list[Fi
         peak = None
     out = dict(measured)
     out["gpu"] = name
-    out["host_link"] = {"gbps": host_gbps, "how": host_how,
-                        "current": f"Gen{cur_gen} x{cur_width}" if cur_gen and cur_width else None}
+    out["host_link"] = {"gbps": host_gbps, "how": host_how, "current": host.link}
     out["device_memory"] = {"gbps": peak.gbps if peak else None,
                             "how": f"{name}'s datasheet peak" if peak else f"no datasheet figure for {name or 'this GPU'} in gpurig's table",
                             "source": peak.source if peak else None}
@@ -256,13 +252,13 @@ def _judge_memory(measured: dict[str, Any] | None, facts: Any, findings: list[Fi
     slow = [(k, v) for k, v in (("host → device", out["h2d_efficiency"]), ("device → host", out["d2h_efficiency"]))
             if v is not None and v < HOST_LINK_SLOW_FRACTION]
     if slow:
-        downtrained = (cur_gen and cur_width and gen and width and (cur_gen < gen or cur_width < width))
+        downtrained = host.link is not None and host.kind == "pcie" and f"PCIe {host.link}" != host_how
         findings.append(Finding(
             id="host-link-slow", severity="warn", area="links",
             title=f"Copies between host and GPU reach {', '.join(f'{k} {v:.0%}' for k, v in slow)} of {host_how}",
             detail=("Pinned copies normally reach 80-90% of the PCIe link. "
-                    + (f"The link runs at Gen{cur_gen} x{cur_width}, below its Gen{gen} x{width}: reseat the card or check "
-                       "the slot and BIOS settings. " if downtrained else "")
+                    + (f"The link runs at {host.link}, below its {host_how.removeprefix('PCIe ')}: reseat the card or "
+                       "check the slot and BIOS settings. " if downtrained else "")
                     + "A slow host link starves the input pipeline of every training step."),
             fix="Run `gpurig doctor` (PCIe width and generation, IOMMU); rerun on an idle machine; "
                 "`nvidia-smi -q -d PCIE` shows the link's state.",

@@ -82,3 +82,15 @@ def link_capability(facts: Any, a: int, b: int) -> LinkCapability:
         gbps = _pcie_gbps(gen, width)
         return LinkCapability("pcie", gbps, f"PCIe Gen{gen} x{width}" + ("" if gbps else " (speed table not available)"), label)
     return LinkCapability(None, None, "no facts about this link", label)
+
+
+def host_link_capability(facts: Any, index: int = 0) -> LinkCapability:
+    """GB/s per direction between the host and GPU `index`: its PCIe link at its maximum generation
+    and width (`link` holds the generation and width it runs at now, when they are known)."""
+    gpu = {g.index: g for g in (getattr(facts, "gpus", None) or [])}.get(index)
+    gen, width = getattr(gpu, "pcie_gen_max", None), getattr(gpu, "pcie_width_max", None)
+    cur_gen, cur_width = getattr(gpu, "pcie_gen_current", None), getattr(gpu, "pcie_width_current", None)
+    now = f"Gen{cur_gen} x{cur_width}" if cur_gen and cur_width else None
+    if not (gen and width):
+        return LinkCapability(None, None, "the PCIe link is not known here", now)
+    return LinkCapability("pcie", _pcie_gbps(gen, width), f"PCIe Gen{gen} x{width}", now)
