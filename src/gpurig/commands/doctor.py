@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from gpurig.diagnose.findings import Finding, has_error, sort_findings
-from gpurig.errors import check_output_file
+from gpurig.errors import BadInput, check_output_file
 from gpurig.probe.facts import RigFacts
 from gpurig.report.output import console_for, emit_json
 
@@ -87,8 +87,7 @@ def register(app: typer.Typer) -> None:
             # Before probing: a file that would not be replaced (or a missing folder) costs nothing.
             check_output_file(str(save_facts), "--save-facts", force)
         if facts_file is not None and refresh:
-            raise typer.BadParameter("--refresh probes this machine; it cannot be used with --facts FILE",
-                                     param_hint="--refresh")
+            raise BadInput("--refresh probes this machine; it cannot be used with --facts FILE")
         facts = gather(facts_file, frameworks=not fast, use_cache=True, refresh=refresh)
         if save_facts is not None:
             from gpurig.probe.snapshot import save_facts_file
