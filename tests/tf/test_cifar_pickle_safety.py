@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gpurig.errors import BadInput
-from gpurig.train.formats import read_cifar_batch
+from gpurig.train.datasets import read_cifar_batch
 
 
 class _Evil:
@@ -35,11 +35,20 @@ def test_a_pickle_that_runs_code_is_refused(tmp_path, monkeypatch):
     assert not (tmp_path / "pwned").exists()
 
 
-def test_the_tensorflow_reader_uses_the_safe_loader(tmp_path, monkeypatch):
-    from gpurig.train.tf import sources
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_both_trainers_read_cifar_through_the_safe_loader(tmp_path, monkeypatch, framework):
+    from gpurig.train.config import load_config
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data_batch_1").write_bytes(pickle.dumps({b"data": _Evil(), b"labels": []}))
+    cfg = load_config(overrides=[f"framework={framework}", "data.dataset=cifar10", f"data.path={tmp_path}"])
     with pytest.raises(BadInput, match="refusing to load"):
-        sources._cifar_batches(tmp_path, ["data_batch_1"])
+        if framework == "tf":
+            from gpurig.train.tf import sources
+
+            sources.load_source(cfg, 0)
+        else:
+            from gpurig.train import data
+
+            data.load_arrays(cfg)
     assert not (tmp_path / "pwned").exists()

@@ -212,9 +212,8 @@ def test_plan_on_the_cpu(tmp_path):
     ],
 )
 def test_bad_configs_are_refused_before_any_process_starts(tmp_path, overrides, message):
-    cfg = load_config(overrides=["framework=tf", *overrides])
     with pytest.raises(BadInput, match=message):
-        plan_tf_job(cfg, tmp_path, device="cpu", env={})
+        plan_tf_job(load_config(overrides=["framework=tf", *overrides]), tmp_path, device="cpu", env={})
 
 
 def test_multi_worker_flags_without_master_are_refused(tmp_path):

@@ -3,38 +3,29 @@ and one real CNN run on an image folder through tf.data."""
 
 from __future__ import annotations
 
-import gzip
 import pickle
 import struct
 
 import numpy as np
 import pytest
 import sklearn.datasets  # noqa: F401  (sets KMP_* variables on import: do it before the env-leak guard looks)
+from tests import datafiles
 from tfrun import train
 
 from gpurig.errors import BadInput
 from gpurig.train.config import load_config
-from gpurig.train.tf.sources import epoch_order, load_source, read_idx
+from gpurig.train.datasets import read_idx
+from gpurig.train.tf.sources import epoch_order, load_source
 
 pytestmark = pytest.mark.tf
 
 
-def _write_idx(path, array: np.ndarray, gz: bool = False) -> None:
-    head = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-    data = head + array.astype(np.uint8).tobytes()
-    if gz:
-        with gzip.open(path, "wb") as f:
-            f.write(data)
-    else:
-        path.write_bytes(data)
-
-
 def _mnist_dir(root, n=20):
     rng = np.random.RandomState(0)
-    _write_idx(root / "train-images-idx3-ubyte.gz", rng.randint(0, 256, (n, 28, 28)), gz=True)
-    _write_idx(root / "train-labels-idx1-ubyte.gz", np.arange(n) % 10, gz=True)
-    _write_idx(root / "t10k-images-idx3-ubyte", rng.randint(0, 256, (5, 28, 28)))
-    _write_idx(root / "t10k-labels-idx1-ubyte", np.arange(5))
+    datafiles.write_idx(root / "train-images-idx3-ubyte.gz", rng.randint(0, 256, (n, 28, 28)), gz=True)
+    datafiles.write_idx(root / "train-labels-idx1-ubyte.gz", np.arange(n) % 10, gz=True)
+    datafiles.write_idx(root / "t10k-images-idx3-ubyte", rng.randint(0, 256, (5, 28, 28)))
+    datafiles.write_idx(root / "t10k-labels-idx1-ubyte", np.arange(5))
 
 
 def test_mnist_idx_files_gzipped_or_not(tmp_path):
@@ -50,7 +41,7 @@ def test_mnist_missing_or_broken_files_name_the_file(tmp_path):
     with pytest.raises(BadInput, match="train-images-idx3-ubyte"):
         load_source(cfg, 0)
     (tmp_path / "bad").write_bytes(b"\x01\x02\x03\x04")
-    with pytest.raises(BadInput, match="not an unsigned-byte idx file"):
+    with pytest.raises(BadInput, match="not an idx file of unsigned bytes"):
         read_idx(tmp_path / "bad")
     truncated = tmp_path / "short"
     truncated.write_bytes(bytes([0, 0, 8, 1]) + struct.pack(">I", 10) + b"\x00" * 3)

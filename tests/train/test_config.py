@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch._dynamo  # imported once here: its import sets TORCHINDUCTOR_CACHE_
 
 from gpurig.errors import BadInput
 from gpurig.train.config import (
+    CANNOT_HONOUR,
     PRESETS,
     TrainConfig,
     check_data_path,
@@ -109,6 +111,43 @@ def test_tf_table_is_defined_and_strict():
     assert (cfg.framework, cfg.tf.loop, cfg.tf.cross_device_ops) == ("tf", "fit", "hierarchical")
     with pytest.raises(BadInput, match=r"tf\.strategy"):
         from_dict({"tf": {"strategy": "mirrored"}})
+
+
+def _another_value(key: str):
+    """A valid value of `key` other than its default (to set a key the framework cannot honour)."""
+    row = next(r for r in describe_fields() if r["key"] == key)
+    default = row["default"]
+    if row.get("choices"):
+        return next(c for c in row["choices"] if c != default)
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, int) or "integer" in row["type"]:
+        return default + 1 if isinstance(default, int) else 2
+    return "host-a,host-b"
+
+
+_REFUSED = [(fw, key) for fw, table in CANNOT_HONOUR.items() for key in table]
+
+
+@pytest.mark.parametrize("framework, key", _REFUSED, ids=[f"{fw}:{k}" for fw, k in _REFUSED])
+def test_every_setting_a_framework_cannot_honour_is_refused_naming_the_key(framework, key):
+    refused, _ = CANNOT_HONOUR[framework][key]
+    value = sorted(refused)[0] if refused else _another_value(key)
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    with pytest.raises(BadInput, match=rf"^{re.escape(key)}: .* is not available with framework={framework}"):
+        load_config(overrides=[f"framework={framework}", f"{key}={text}"])
+    # the same setting is honoured by the other framework (where the rest of the config allows it)
+    other = "torch" if framework == "tf" else "tf"
+    if key not in CANNOT_HONOUR[other] and key not in ("model.name", "data.dataset"):
+        assert load_config(overrides=[f"framework={other}", f"{key}={text}"]).framework == other
+
+
+def test_compile_on_with_tensorflow_exits_2_before_anything_starts(run_cli, tmp_path):
+    proc = run_cli("train", "--framework", "tf", "--out", str(tmp_path / "r"), "--set", "train.compile=on",
+                   timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "train.compile: 'on' is not available with framework=tf" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "r").exists()
 
 
 def test_every_field_is_documented():

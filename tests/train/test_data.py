@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tests import datafiles
 
 from gpurig.errors import BadInput
 from gpurig.train import data as D
+from gpurig.train import datasets
 from gpurig.train.config import load_config
 
 
@@ -48,10 +50,10 @@ def _mnist_dir(tmp_path, gz):
     ys = rng.integers(0, 10, 50).astype(np.uint8)
     d = tmp_path / ("gz" if gz else "raw")
     d.mkdir()
-    D.write_idx(d / "train-images-idx3-ubyte", xs, gz)
-    D.write_idx(d / "train-labels-idx1-ubyte", ys, gz)
-    D.write_idx(d / "t10k-images-idx3-ubyte", xs[:20], gz)
-    D.write_idx(d / "t10k-labels-idx1-ubyte", ys[:20], gz)
+    datafiles.write_idx(d / "train-images-idx3-ubyte", xs, gz)
+    datafiles.write_idx(d / "train-labels-idx1-ubyte", ys, gz)
+    datafiles.write_idx(d / "t10k-images-idx3-ubyte", xs[:20], gz)
+    datafiles.write_idx(d / "t10k-labels-idx1-ubyte", ys[:20], gz)
     if gz:
         for p in d.iterdir():
             p.rename(p.with_name(p.name + ".gz"))
@@ -61,7 +63,7 @@ def _mnist_dir(tmp_path, gz):
 @pytest.mark.parametrize("gz", [False, True])
 def test_mnist_idx_files_load(tmp_path, gz):
     d, xs, ys = _mnist_dir(tmp_path, gz)
-    arrays = D.load_mnist_data(load_config(overrides=["data.dataset=mnist", f"data.path={d}"]))
+    arrays = D.load_arrays(load_config(overrides=["data.dataset=mnist", f"data.path={d}"]))
     assert arrays.x_train.shape == (50, 1, 28, 28) and arrays.x_test.shape == (20, 1, 28, 28)
     assert np.array_equal(arrays.x_train[:, 0].numpy(), xs) and np.array_equal(arrays.y_train.numpy(), ys)
 
@@ -71,7 +73,7 @@ def test_malformed_mnist_file_is_named(tmp_path):
     bad = d / "train-labels-idx1-ubyte"
     bad.write_bytes(bad.read_bytes()[:-3])
     with pytest.raises(BadInput, match="train-labels-idx1-ubyte"):
-        D.load_mnist_data(load_config(overrides=["data.dataset=mnist", f"data.path={d}"]))
+        D.load_arrays(load_config(overrides=["data.dataset=mnist", f"data.path={d}"]))
 
 
 def _cifar_dir(tmp_path):
@@ -82,14 +84,14 @@ def _cifar_dir(tmp_path):
     for name in ["data_batch_1", "data_batch_2", "test_batch"]:
         x = rng.integers(0, 256, (30, 3, 32, 32), dtype=np.uint8)
         y = rng.integers(0, 10, 30).tolist()
-        D.write_cifar_batch(root / name, x, y)
+        datafiles.write_cifar_batch(root / name, x, y)
         images[name] = (x, y)
     return root, images
 
 
 def test_cifar_pickle_directory_loads(tmp_path):
     root, images = _cifar_dir(tmp_path)
-    arrays = D.load_cifar10_data(load_config(overrides=["data.dataset=cifar10", f"data.path={tmp_path}"]))
+    arrays = D.load_arrays(load_config(overrides=["data.dataset=cifar10", f"data.path={tmp_path}"]))
     assert arrays.x_train.shape == (60, 3, 32, 32) and arrays.x_test.shape == (30, 3, 32, 32)
     assert np.array_equal(arrays.x_train[:30].numpy(), images["data_batch_1"][0])
     assert arrays.y_test.tolist() == images["test_batch"][1]
@@ -102,7 +104,7 @@ def test_cifar_refuses_foreign_pickles(tmp_path):
     root.mkdir()
     (root / "data_batch_1").write_bytes(pickle.dumps({b"data": print}))
     with pytest.raises(BadInput, match="data_batch_1"):
-        D.load_cifar10_data(load_config(overrides=["data.dataset=cifar10", f"data.path={root}"]))
+        D.load_arrays(load_config(overrides=["data.dataset=cifar10", f"data.path={root}"]))
 
 
 def test_random_crop_flip_keeps_shape_and_is_seeded():
@@ -135,8 +137,8 @@ def test_imagefolder_scans_and_decodes_on_cpu(tmp_path, monkeypatch):
 
 
 def test_empty_imagefolder_is_named(tmp_path):
-    with pytest.raises(BadInput, match="no class sub-directories"):
-        D.scan_imagefolder(tmp_path)
+    with pytest.raises(BadInput, match="at least two class sub-directories"):
+        datasets.scan_imagefolder(tmp_path)
 
 
 def test_jpeg_bytes_travel_packed_in_one_tensor():

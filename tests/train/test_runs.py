@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 import torch
+from tests import datafiles
 
 from gpurig.train import checkpoint as ckpt
 from gpurig.train.config import load_config
@@ -217,7 +218,7 @@ def test_batchnorm_statistics_synced_before_evaluation_only_change_nothing_rank_
     root.mkdir(parents=True)
     rng = np.random.default_rng(3)
     for name, n in [("data_batch_1", 64), ("test_batch", 30)]:
-        D.write_cifar_batch(root / name, rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8),
+        datafiles.write_cifar_batch(root / name, rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8),
                             rng.integers(0, 10, n).tolist())
     common = ["data.dataset=cifar10", f"data.path={root.parent}", "model.name=cnn", "model.width=8",
               "data.batch_size=8", "train.steps=6", "model.dropout=0", "data.augment=off", "checkpoint.enabled=true", "eval.enabled=true"]
@@ -234,7 +235,7 @@ def test_batchnorm_statistics_synced_before_evaluation_only_change_nothing_rank_
         assert torch.equal(a[k], b[k]), k
     # One process, the checkpoint's weights and statistics, the same 30 test images.
     cfg = load_config(preset_name="resnet50-cifar", overrides=common)
-    arrays = D.load_cifar10_data(cfg)
+    arrays = D.load_arrays(cfg)
     model = build_model(cfg, tuple(arrays.x_test.shape[1:]), 10)
     model.load_state_dict(b)
     model.eval()

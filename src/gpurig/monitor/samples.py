@@ -9,32 +9,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpurig.probe.nvml import throttle_reason_names
+
 SAMPLE_SCHEMA = 1
 
-# NVML's clock-event ("throttle") reason bits, named the way `nvidia-smi -q -d PERFORMANCE` names them.
-THROTTLE_BITS: dict[int, str] = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal",
-    0x40: "hw_thermal",
-    0x80: "hw_power_brake",
-    0x100: "display_clocks",
-}
-# Reasons that mean "the GPU is running slower than it could", as opposed to idle or a user setting.
-THERMAL_REASONS = frozenset({"sw_thermal", "hw_thermal"})
-POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake", "hw_slowdown"})
-
-
 def throttle_names(mask: int) -> list[str]:
-    """Names of the reason bits set in an NVML clock-event mask (unknown bits as hex)."""
-    names = [name for bit, name in THROTTLE_BITS.items() if mask & bit]
-    unknown = mask & ~sum(THROTTLE_BITS)
-    if unknown:
-        names.append(hex(unknown))
-    return names
+    """Names of the reason bits set in an NVML clock-event mask (the probe's one table; unknown bits as hex)."""
+    return throttle_reason_names(mask) or []
 
 
 @dataclass

@@ -42,7 +42,8 @@ TOPOLOGY_CODES = {
     50: "SYS",  # NVML_TOPOLOGY_SYSTEM: across the CPU interconnect (QPI/UPI/xGMI)
 }
 
-# Clock event ("throttle") reason bits -> short names; see `nvidia-smi -q -d PERFORMANCE`.
+# Clock event ("throttle") reason bits -> short names, as `nvidia-smi -q -d PERFORMANCE` names them.
+# The one table: the doctor, the monitor and the training clocks all read it.
 THROTTLE_REASONS = (
     (0x001, "gpu_idle"),
     (0x002, "applications_clocks_setting"),
@@ -54,6 +55,9 @@ THROTTLE_REASONS = (
     (0x080, "hw_power_brake"),
     (0x100, "display_clock_setting"),
 )
+# Reasons that mean "the GPU is running slower than it could", as opposed to idle or a user setting.
+THERMAL_REASONS = frozenset({"sw_thermal", "hw_thermal"})
+POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake", "hw_slowdown"})
 
 _COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 _REMOTE_TYPES = {0: "gpu", 1: "cpu", 2: "switch"}  # NVML_NVLINK_DEVICE_TYPE_GPU / IBMNPU / SWITCH
@@ -76,14 +80,20 @@ _INIT_ERRORS = {
 
 
 def throttle_reason_names(mask: int | None) -> list[str] | None:
-    """Active clock event reasons as short names.
+    """Active clock event reasons as short names; bits this table does not know, as hex.
 
     >>> throttle_reason_names(0x21)
     ['gpu_idle', 'sw_thermal']
+    >>> throttle_reason_names(0x4 | 0x10000)
+    ['sw_power_cap', '0x10000']
     """
     if mask is None:
         return None
-    return [name for bit, name in THROTTLE_REASONS if mask & bit]
+    names = [name for bit, name in THROTTLE_REASONS if mask & bit]
+    unknown = mask & ~sum(bit for bit, _ in THROTTLE_REASONS)
+    if unknown:
+        names.append(hex(unknown))
+    return names
 
 
 def cpu_list_from_mask(words: list[int], word_bits: int = 64) -> str | None:

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from gpurig.monitor.samples import POWER_REASONS, THERMAL_REASONS
+from gpurig.probe.nvml import POWER_REASONS, THERMAL_REASONS
 
 EVERY_S = 0.25
 

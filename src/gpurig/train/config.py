@@ -187,7 +187,7 @@ class EvalConfig:
 
 @dataclass
 class TFConfig:
-    """TensorFlow-only options (framework = "tf"); ignored by the PyTorch loop."""
+    """TensorFlow-only options (framework = "tf"); set under framework = "torch" they are refused (CANNOT_HONOUR)."""
 
     loop: str = _f("custom", "custom (a tf.function train step under strategy.run) or fit (Keras model.fit).",
                    choices=("custom", "fit"))
@@ -477,8 +477,54 @@ def config_sources(path: str | os.PathLike | None = None, preset_name: str | Non
     return ", then ".join(parts)
 
 
+# What each framework cannot honour, in one table: key -> (refused values, what to do instead).
+# `None` as refused values means every value but the key's default: the key steers only the other
+# framework. A refused setting is an error naming the key, never silently ignored.
+CANNOT_HONOUR: dict[str, dict[str, tuple[frozenset | None, str]]] = {
+    "tf": {
+        "model.name": (frozenset({"resnet18", "gpt"}), "choose mlp, cnn or resnet50"),
+        "data.dataset": (frozenset({"synthetic-token"}),
+                         "choose digits, mnist, cifar10, imagefolder or synthetic-image"),
+        "train.strategy": (frozenset({"fsdp"}), "MirroredStrategy replicates the model: use ddp"),
+        "train.compile": (None, "the TensorFlow step is already a tf.function; torch.compile is PyTorch's"),
+        "train.compile_ddp": (None, "a torch.compile setting for DDP"),
+        "train.channels_last": (None, "Keras convolutions are channels-last already"),
+        "train.static_graph": (None, "a DDP setting"),
+        "train.buffer_sync": (None, "a DDP setting; MirroredStrategy keeps one copy of each variable in sync"),
+        "train.ddp_bucket_mb": (None, "a DDP setting; MirroredStrategy packs its own all-reduces"),
+        "optim.fused": (None, "fused optimizer kernels are PyTorch's"),
+        "data.workers": (None, "tf.data sets its own parallelism (AUTOTUNE)"),
+        "data.prefetch": (None, "tf.data prefetches with AUTOTUNE"),
+        "data.on_device": (None, "tf.data feeds the replicas from host memory"),
+        "data.decode": (None, "tf.data decodes images on the CPU"),
+        "checkpoint.sharded": (None, "a FSDP setting"),
+        "checkpoint.on_error": (None, "a checkpoint the TensorFlow worker cannot write ends the run"),
+    },
+    "torch": {
+        "tf.loop": (None, "a TensorFlow setting (use --framework tf)"),
+        "tf.cross_device_ops": (None, "a TensorFlow setting; DDP all-reduces with NCCL (gloo on the CPU)"),
+        "tf.worker_hosts": (None, "a TensorFlow setting; for several machines use --nnodes/--master-addr"),
+    },
+}
+
+
+def _default_of(key: str) -> Any:
+    section, name = key.split(".")
+    return getattr(getattr(TrainConfig(), section), name)
+
+
+def check_framework(cfg: TrainConfig) -> None:
+    """BadInput naming the first key `cfg.framework` cannot honour (the `CANNOT_HONOUR` table)."""
+    for key, (refused, instead) in CANNOT_HONOUR.get(cfg.framework, {}).items():
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if (value != _default_of(key)) if refused is None else (value in refused):
+            raise BadInput(f"{key}: {value!r} is not available with framework={cfg.framework} ({instead})")
+
+
 def _check_consistency(cfg: TrainConfig) -> None:
     """Checks between fields that need neither the world size nor the disk."""
+    check_framework(cfg)
     token_model = cfg.model.name in TOKEN_MODELS
     token_data = cfg.data.dataset in TOKEN_DATASETS
     if token_model != token_data:
@@ -515,6 +561,11 @@ def validate(cfg: TrainConfig, world_size: int) -> TrainConfig:
                 f"{cfg.data.global_batch_size} = {cfg.data.batch_size} x {world_size} processes x {accum}"
             )
         cfg.train.grad_accum = accum
+    if cfg.framework == "tf" and cfg.train.grad_accum > 1:
+        raise BadInput(
+            f"train.grad_accum: {cfg.train.grad_accum}: gradient accumulation is not implemented for framework=tf "
+            "(raise data.batch_size instead, or use framework=torch)"
+        )
     return cfg
 
 

@@ -15,26 +15,16 @@ exactly once (DistributedSampler instead repeats samples to pad).
 
 from __future__ import annotations
 
-import gzip
-import io
-import os
-import pickle
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from gpurig.errors import BadInput
+from gpurig.train import datasets
 from gpurig.train.config import TrainConfig
-from gpurig.train.formats import read_cifar_batch
-
-IMAGE_EXTS = (".jpg", ".jpeg", ".png")
-JPEG_EXTS = (".jpg", ".jpeg")
-
 
 # ---------------------------------------------------------------------------------------------
 # Sharding (pure functions of n, rank, world, epoch, seed)
@@ -102,107 +92,18 @@ class ArrayData:
         return total
 
 
-def load_digits_data(cfg: TrainConfig) -> ArrayData:
-    """scikit-learn's 8x8 digits (ships with scikit-learn), split by the seed."""
-    table = _digits_table()
-    x = torch.from_numpy((table[:, :-1] / 16.0).astype(np.float32)).reshape(-1, 1, 8, 8)
-    y = torch.from_numpy(table[:, -1].astype(np.int64))
-    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(cfg.seed + 12345))
-    n_test = int(round(len(x) * cfg.data.test_fraction))
-    test, train = perm[:n_test], perm[n_test:]
-    return ArrayData("image", x[train], y[train], x[test] if n_test else None, y[test] if n_test else None,
-                     num_classes=10, mean=[0.3], std=[0.4], name="digits")
+def _to_array_data(images: datasets.Images) -> ArrayData:
+    """The shared reader's (N, H, W, C) numpy arrays as the (N, C, H, W) CPU tensors the trainer indexes."""
 
+    def nchw(x: np.ndarray | None) -> torch.Tensor | None:
+        return None if x is None else torch.from_numpy(np.array(x.transpose(0, 3, 1, 2), order="C"))
 
-def _digits_table() -> np.ndarray:
-    """The digits as a (1797, 65) array (64 pixels 0..16, then the label).
+    def labels(y: np.ndarray | None) -> torch.Tensor | None:
+        return None if y is None else torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64))
 
-    Read straight from scikit-learn's data file: importing scikit-learn costs each worker seconds
-    of start-up on a small machine; `load_digits()` is the fallback.
-    """
-    import importlib.util
-
-    spec = importlib.util.find_spec("sklearn")
-    if spec is None:
-        raise BadInput("data.dataset: digits needs scikit-learn (pip install scikit-learn)")
-    for loc in spec.submodule_search_locations or []:
-        f = Path(loc) / "datasets" / "data" / "digits.csv.gz"
-        if f.is_file():
-            return np.loadtxt(f, delimiter=",", dtype=np.float64)
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    return np.concatenate([d.data, d.target[:, None]], axis=1)
-
-
-def _open_maybe_gz(path: Path) -> bytes:
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            return gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise BadInput(f"data.path: {path} is not a readable gzip file ({exc})") from None
-    return raw
-
-
-def read_idx(path: Path) -> np.ndarray:
-    """An MNIST idx file (gzipped or not) as a numpy array; BadInput naming the file if malformed."""
-    raw = _open_maybe_gz(path)
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
-        raise BadInput(f"data.path: {path} is not an idx file of unsigned bytes (bad magic number)")
-    ndim = raw[3]
-    header = 4 + 4 * ndim
-    if len(raw) < header:
-        raise BadInput(f"data.path: {path} is truncated (header)")
-    dims = struct.unpack(">" + "I" * ndim, raw[4:header])
-    count = int(np.prod(dims))
-    if len(raw) - header != count:
-        raise BadInput(f"data.path: {path} holds {len(raw) - header} bytes of data, the header says {count}")
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
-
-
-def _find(root: Path, stems: list[str]) -> Path:
-    for stem in stems:
-        for cand in (root / stem, root / (stem + ".gz")):
-            if cand.is_file():
-                return cand
-    raise BadInput(f"data.path: {root} has no {stems[0]} (or .gz); an MNIST directory holds "
-                   "train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte")
-
-
-def load_mnist_data(cfg: TrainConfig) -> ArrayData:
-    root = Path(cfg.data.path).expanduser()
-    if (root / "MNIST" / "raw").is_dir():  # torchvision's layout
-        root = root / "MNIST" / "raw"
-    xs = read_idx(_find(root, ["train-images-idx3-ubyte", "train-images.idx3-ubyte"]))
-    ys = read_idx(_find(root, ["train-labels-idx1-ubyte", "train-labels.idx1-ubyte"]))
-    xt = read_idx(_find(root, ["t10k-images-idx3-ubyte", "t10k-images.idx3-ubyte"]))
-    yt = read_idx(_find(root, ["t10k-labels-idx1-ubyte", "t10k-labels.idx1-ubyte"]))
-    for name, x, y in (("train", xs, ys), ("t10k", xt, yt)):
-        if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
-            raise BadInput(f"data.path: {root}: {name} images {x.shape} and labels {y.shape} do not match")
-    return ArrayData("image", torch.from_numpy(xs.copy()).unsqueeze(1), torch.from_numpy(ys.astype(np.int64)),
-                     torch.from_numpy(xt.copy()).unsqueeze(1), torch.from_numpy(yt.astype(np.int64)),
-                     num_classes=10, mean=[0.1307], std=[0.3081], name="mnist")
-
-
-def load_cifar10_data(cfg: TrainConfig) -> ArrayData:
-    root = Path(cfg.data.path).expanduser()
-    if (root / "cifar-10-batches-py").is_dir():
-        root = root / "cifar-10-batches-py"
-    train_files = [root / f"data_batch_{i}" for i in range(1, 6)]
-    present = [p for p in train_files if p.is_file()]
-    if not present:
-        raise BadInput(f"data.path: {root} has no data_batch_1..5; expected a cifar-10-batches-py directory")
-    parts = [read_cifar_batch(p) for p in present]
-    xs = np.concatenate([p[0] for p in parts])
-    ys = np.concatenate([p[1] for p in parts])
-    test = root / "test_batch"
-    xt, yt = read_cifar_batch(test) if test.is_file() else (None, None)
-    return ArrayData("image", torch.from_numpy(xs), torch.from_numpy(ys),
-                     torch.from_numpy(xt) if xt is not None else None,
-                     torch.from_numpy(yt) if yt is not None else None, num_classes=10,
-                     mean=[0.4914, 0.4822, 0.4465], std=[0.2470, 0.2435, 0.2616], name="cifar10")
+    return ArrayData("image", nchw(images.x_train), labels(images.y_train), nchw(images.x_test),
+                     labels(images.y_test), num_classes=images.num_classes, mean=images.mean, std=images.std,
+                     name=images.name)
 
 
 def synthetic_pool(cfg: TrainConfig, world: int, device: torch.device) -> ArrayData:
@@ -221,14 +122,14 @@ def synthetic_pool(cfg: TrainConfig, world: int, device: torch.device) -> ArrayD
 
 
 def load_arrays(cfg: TrainConfig) -> ArrayData:
-    """The tensor datasets (not synthetic, not imagefolder) as CPU tensors."""
+    """The tensor datasets (not synthetic, not imagefolder) as CPU tensors, read by the shared readers."""
     ds = cfg.data.dataset
     if ds == "digits":
-        return load_digits_data(cfg)
+        return _to_array_data(datasets.load_digits(cfg.data.test_fraction, cfg.seed))
     if ds == "mnist":
-        return load_mnist_data(cfg)
+        return _to_array_data(datasets.load_mnist(cfg.data.path))
     if ds == "cifar10":
-        return load_cifar10_data(cfg)
+        return _to_array_data(datasets.load_cifar10(cfg.data.path))
     raise ValueError(ds)
 
 
@@ -354,36 +255,8 @@ def eval_batches(data: ArrayData, cfg: TrainConfig, rank: int, world: int, devic
 # ImageFolder
 
 
-def scan_imagefolder(root: Path) -> tuple[list[str], list[tuple[str, int]]]:
-    """(class names, [(file, label)]) for root/<class>/<image>; BadInput naming root if empty."""
-    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
-    if not classes:
-        raise BadInput(f"data.path: {root} has no class sub-directories (expected {root}/<class>/<image>.jpg)")
-    items: list[tuple[str, int]] = []
-    for label, cls in enumerate(classes):
-        for dirpath, _dirs, files in os.walk(root / cls):
-            for f in sorted(files):
-                if f.lower().endswith(IMAGE_EXTS):
-                    items.append((os.path.join(dirpath, f), label))
-    if not items:
-        raise BadInput(f"data.path: {root} has class directories but no .jpg/.jpeg/.png files")
-    return classes, items
-
-
 def imagefolder_split(cfg: TrainConfig) -> tuple[list[str], list[tuple[str, int]], list[tuple[str, int]]]:
-    root = Path(cfg.data.path).expanduser()
-    if (root / "train").is_dir():
-        classes, train = scan_imagefolder(root / "train")
-        val: list[tuple[str, int]] = []
-        if (root / "val").is_dir():
-            vclasses, val = scan_imagefolder(root / "val")
-            if vclasses != classes:
-                raise BadInput(f"data.path: {root}/val has classes {vclasses[:5]}..., train has {classes[:5]}...")
-        return classes, train, val
-    classes, items = scan_imagefolder(root)
-    perm = torch.randperm(len(items), generator=torch.Generator().manual_seed(cfg.seed + 12345)).tolist()
-    n_test = int(round(len(items) * cfg.data.test_fraction))
-    return classes, [items[i] for i in perm[n_test:]], [items[i] for i in perm[:n_test]]
+    return datasets.imagefolder(cfg.data.path, cfg.data.test_fraction, cfg.seed)
 
 
 class _FileDataset(torch.utils.data.Dataset):
@@ -401,7 +274,7 @@ class _FileDataset(torch.utils.data.Dataset):
 
         path, label = self.items[i]
         raw = read_file(path)
-        if self.decode == "gpu" and path.lower().endswith(JPEG_EXTS):
+        if self.decode == "gpu" and path.lower().endswith(datasets.JPEG_SUFFIXES):
             return raw, label
         try:
             img = decode_image(raw, mode=ImageReadMode.RGB)
@@ -513,7 +386,7 @@ def gpu_decode_failure(items: list[tuple[str, int]], device: torch.device) -> st
     """Why batched GPU JPEG decoding does not work here (torchvision without nvJPEG...), or None."""
     from torchvision.io import read_file
 
-    jpegs = [p for p, _ in items if p.lower().endswith(JPEG_EXTS)][:2]
+    jpegs = [p for p, _ in items if p.lower().endswith(datasets.JPEG_SUFFIXES)][:2]
     if not jpegs:
         return "no JPEG files"
     try:
@@ -643,18 +516,3 @@ def file_eval_batches(items: list[tuple[str, int]], cfg: TrainConfig, rank: int,
         xs, ys = _collate([ds[i] for i in sel])
         x = gpu_decode_batch(xs, size, False, device, None) if decode == "gpu" else xs.to(device)
         yield norm(x), ys.to(device), mask[lo:lo + b].to(device)
-
-
-def write_idx(path: Path, array: np.ndarray, gz: bool = False) -> None:
-    """Write an idx file (the MNIST format); used by tests and benchmarks to make datasets."""
-    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(">" + "I" * array.ndim, *array.shape)
-    data = header + np.ascontiguousarray(array, dtype=np.uint8).tobytes()
-    path.write_bytes(gzip.compress(data) if gz else data)
-
-
-def write_cifar_batch(path: Path, images: np.ndarray, labels: list[int]) -> None:
-    """Write a CIFAR-10 python batch (pickle of {b'data': (N, 3072) uint8, b'labels': [...]})."""
-    buf = io.BytesIO()
-    pickle.dump({b"batch_label": b"gpurig", b"data": images.reshape(len(images), -1).astype(np.uint8),
-                 b"labels": list(map(int, labels)), b"filenames": [b"x"] * len(labels)}, buf, protocol=2)
-    path.write_bytes(buf.getvalue())

@@ -24,11 +24,6 @@ from gpurig.launch.runner import run_plan, sigterm_stops
 from gpurig.probe.visible import parse_visible_devices
 from gpurig.train.tf import decisions as dec
 
-UNSUPPORTED = {
-    "model.name": ({"resnet18", "gpt"}, "mlp, cnn or resnet50"),
-    "data.dataset": ({"synthetic-token"}, "digits, mnist, cifar10, imagefolder or synthetic-image"),
-    "train.strategy": ({"fsdp"}, "ddp (MirroredStrategy replicates the model)"),
-}
 TF_FIXES = {
     "input-bound": "tf.data already maps in parallel and prefetches (AUTOTUNE): raise data.batch_size, keep file "
                    "datasets on local disk, lower data.image_size, or use a dataset held in memory",
@@ -37,20 +32,6 @@ SHUTDOWN_GRACE_S = 60.0
 # TensorFlow's C++ start-up lines that TF_CPP_MIN_LOG_LEVEL does not silence (absl logging).
 TF_NOISE = ("I0000 ", "W0000 ", "WARNING: All log messages before absl::InitializeLog()",
             "To enable the following instructions:")  # a SIGTERMed worker finishes its step and writes a checkpoint in this time
-
-
-def check_tf_config(cfg) -> None:
-    """Keys the TensorFlow trainer cannot honour: BadInput naming the key and what works instead."""
-    for key, (bad, ok) in UNSUPPORTED.items():
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
-        if value in bad:
-            raise BadInput(f"{key}: {value!r} is not available with framework=tf (choose {ok})")
-    if cfg.train.grad_accum > 1:
-        raise BadInput(
-            f"train.grad_accum: {cfg.train.grad_accum}: gradient accumulation is not implemented for framework=tf "
-            "(raise data.batch_size instead, or use framework=torch)"
-        )
 
 
 def local_gpus(facts=None) -> list[dict[str, Any]]:
@@ -98,11 +79,11 @@ def plan_tf_job(
     nproc: str | int = "auto",
 ) -> dict[str, Any]:
     """Every decision of the run, as a plain job dict (written to the run directory for the worker)."""
-    from gpurig.train.config import check_data_path, validate
+    from gpurig.train.config import check_data_path, check_framework, validate
 
     if device not in ("auto", "cuda", "cpu"):
         raise BadInput(f"--device must be one of auto, cuda, cpu, got {device!r}")
-    check_tf_config(cfg)
+    check_framework(cfg)
     check_data_path(cfg)
     env = dict(os.environ if env is None else env)
     gpus = local_gpus(facts) if device != "cpu" else []
@@ -165,7 +146,6 @@ def plan_tf_job(
     choices.append(cdo)
     world = replicas.value * cluster.workers
     cfg = validate(cfg, world)
-    check_tf_config(cfg)  # validate() may turn global_batch_size into grad_accum
     gb = dec.global_batch(cfg.data.batch_size, replicas.value, cluster.workers)
     choices.append(gb)
     choices.append(dec.Choice("loop", cfg.tf.loop, "custom tf.function step under strategy.run" if cfg.tf.loop == "custom"

@@ -1,23 +1,19 @@
-"""The data sets of `TrainConfig`, read into numpy (or listed as files) for the TensorFlow trainer.
+"""The data sets of `TrainConfig` as the TensorFlow trainer takes them (NHWC numpy, or files).
 
-digits (scikit-learn), MNIST idx files (gzipped or not), CIFAR-10 python pickle batches, image
-folders (class sub-directories) and synthetic images. No TensorFlow here: `data.Pipeline` turns a
-`DataSource` into tf.data pipelines in the worker.
+The files are read by the readers both frameworks share (`train/datasets.py`: digits, MNIST,
+CIFAR-10, image folders, and the one held-out split rule); this module adds the synthetic images
+and the per-epoch order. No TensorFlow here: `data.Pipeline` turns a `DataSource` into tf.data
+pipelines in the worker.
 """
 
 from __future__ import annotations
 
-import gzip
-import struct
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from gpurig.errors import BadInput
-from gpurig.train.formats import read_cifar_batch
-
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+from gpurig.train import datasets
 
 
 @dataclass
@@ -42,113 +38,21 @@ class DataSource:
     augment: bool
 
 
-def _split_fraction(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    order = np.random.RandomState(seed).permutation(n)
-    n_test = int(round(n * fraction))
-    return order[n_test:], order[:n_test]
-
-
-def _digits(cfg) -> DataSource:
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    images = (d.images.astype(np.float32) / 16.0)[..., None]  # (1797, 8, 8, 1) in [0, 1]
-    labels = d.target.astype(np.int64)
-    train_idx, test_idx = _split_fraction(len(labels), cfg.data.test_fraction, cfg.seed)
-    test = Split(images[test_idx], labels[test_idx]) if len(test_idx) else None
-    return DataSource("digits", Split(images[train_idx], labels[train_idx]), test, (8, 8, 1), 10, False)
-
-
-def _open_maybe_gz(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-
-
-def _find(root: Path, stem: str) -> Path:
-    for cand in (root / stem, root / f"{stem}.gz", root / stem.replace("-idx", ".idx"),
-                 root / f"{stem.replace('-idx', '.idx')}.gz"):
-        if cand.is_file():
-            return cand
-    raise BadInput(f"data.path: {root} has no {stem} (or {stem}.gz) file (dataset 'mnist' reads the idx files)")
-
-
-def read_idx(path: Path) -> np.ndarray:
-    """An idx file (the MNIST format): magic (0, 0, dtype, ndim), big-endian sizes, then the data."""
-    with _open_maybe_gz(path) as f:
-        head = f.read(4)
-        if len(head) != 4 or head[0] != 0 or head[1] != 0 or head[2] != 0x08:
-            raise BadInput(f"data.path: {path} is not an unsigned-byte idx file")
-        ndim = head[3]
-        shape = struct.unpack(f">{ndim}I", f.read(4 * ndim))
-        data = np.frombuffer(f.read(), dtype=np.uint8)
-    if data.size != int(np.prod(shape)):
-        raise BadInput(f"data.path: {path} holds {data.size} bytes, its header says {shape}")
-    return data.reshape(shape)
-
-
-def _mnist(cfg) -> DataSource:
-    root = Path(cfg.data.path).expanduser()
-    x = read_idx(_find(root, "train-images-idx3-ubyte"))[..., None]
-    y = read_idx(_find(root, "train-labels-idx1-ubyte")).astype(np.int64)
-    try:
-        xt = read_idx(_find(root, "t10k-images-idx3-ubyte"))[..., None]
-        yt = read_idx(_find(root, "t10k-labels-idx1-ubyte")).astype(np.int64)
-        test = Split(xt, yt)
-    except BadInput:
-        test = None
-    if len(x) != len(y):
-        raise BadInput(f"data.path: {root}: {len(x)} training images but {len(y)} labels")
-    return DataSource("mnist", Split(x, y), test, (28, 28, 1), 10, False)
-
-
-def _cifar_batches(root: Path, names: list[str]) -> Split:
-    xs, ys = [], []
-    for name in names:
-        images, labels = read_cifar_batch(root / name)  # restricted unpickler: a file cannot run code
-        xs.append(images.transpose(0, 2, 3, 1))
-        ys.append(labels)
-    return Split(np.concatenate(xs), np.concatenate(ys))
-
-
-def _cifar10(cfg) -> DataSource:
-    root = Path(cfg.data.path).expanduser()
-    if (root / "cifar-10-batches-py").is_dir():
-        root = root / "cifar-10-batches-py"
-    train_names = sorted(p.name for p in root.glob("data_batch_*"))
-    if not train_names:
-        raise BadInput(f"data.path: {root} has no data_batch_* files (dataset 'cifar10' reads cifar-10-batches-py)")
-    train = _cifar_batches(root, train_names)
-    test = _cifar_batches(root, ["test_batch"]) if (root / "test_batch").is_file() else None
-    return DataSource("cifar10", train, test, (32, 32, 3), 10, True)
-
-
-def _folder_split(root: Path, classes: list[str]) -> Split:
-    files, labels = [], []
-    for i, c in enumerate(classes):
-        for p in sorted((root / c).rglob("*")):
-            if p.suffix.lower() in IMAGE_SUFFIXES:
-                files.append(str(p))
-                labels.append(i)
-    return Split(None, np.asarray(labels, dtype=np.int64), files)
+def _from_images(images: datasets.Images, augment: bool) -> DataSource:
+    test = Split(images.x_test, images.y_test) if images.x_test is not None else None
+    return DataSource(images.name, Split(images.x_train, images.y_train), test,
+                      tuple(images.x_train.shape[1:]), images.num_classes, augment)
 
 
 def _imagefolder(cfg) -> DataSource:
-    root = Path(cfg.data.path).expanduser()
-    train_root = root / "train" if (root / "train").is_dir() else root
-    classes = sorted(p.name for p in train_root.iterdir() if p.is_dir())
-    if len(classes) < 2:
-        raise BadInput(f"data.path: {train_root} needs at least two class sub-directories, found {len(classes)}")
-    train = _folder_split(train_root, classes)
-    if len(train) == 0:
-        raise BadInput(f"data.path: no image files ({', '.join(IMAGE_SUFFIXES)}) under {train_root}")
-    if (root / "val").is_dir():
-        test = _folder_split(root / "val", classes)
-    else:
-        tr, te = _split_fraction(len(train), cfg.data.test_fraction, cfg.seed)
-        files = np.asarray(train.files)
-        test = Split(None, train.labels[te], list(files[te])) if len(te) else None
-        train = Split(None, train.labels[tr], list(files[tr]))
+    classes, train, test = datasets.imagefolder(cfg.data.path, cfg.data.test_fraction, cfg.seed)
+
+    def as_split(items: list[tuple[str, int]]) -> Split:
+        return Split(None, np.asarray([y for _, y in items], dtype=np.int64), [f for f, _ in items])
+
     size = cfg.data.image_size or 224
-    return DataSource("imagefolder", train, test, (size, size, 3), len(classes), True)
+    return DataSource("imagefolder", as_split(train), as_split(test) if test else None, (size, size, 3),
+                      len(classes), True)
 
 
 def _synthetic(cfg, samples: int) -> DataSource:
@@ -168,11 +72,11 @@ def load_source(cfg, samples_default: int) -> DataSource:
     """Read the configured data set into a `DataSource` (files are listed, not decoded)."""
     name = cfg.data.dataset
     if name == "digits":
-        src = _digits(cfg)
+        src = _from_images(datasets.load_digits(cfg.data.test_fraction, cfg.seed), augment=False)
     elif name == "mnist":
-        src = _mnist(cfg)
+        src = _from_images(datasets.load_mnist(cfg.data.path), augment=False)
     elif name == "cifar10":
-        src = _cifar10(cfg)
+        src = _from_images(datasets.load_cifar10(cfg.data.path), augment=True)
     elif name == "imagefolder":
         src = _imagefolder(cfg)
     elif name == "synthetic-image":
