@@ -215,3 +215,97 @@ def test_sources_are_read_as_python_reads_them(run_cli, tmp_path):
     for path in (bom, latin):
         out = run_cli("lint", "--json", str(path))
         assert out.returncode == 1 and json.loads(out.stdout)["findings"][0]["id"] == "data-parallel", out.stderr
+
+
+def test_a_method_named_like_a_helper_is_not_a_call_of_it_and_a_save_is_reported_where_it_is():
+    # yolov7's shape: the whole training function saves unguarded once; `model.train()` is a method
+    # of the model, not a call of the script's train(); the save itself is what to guard.
+    body = """
+    dist.init_process_group('nccl')
+    model = torch.nn.Linear(4, 4)
+    def train(model):
+        torch.save(model, 'init.pt')
+        for epoch in range(3):
+            model.train()
+    train(model)
+    train(model)
+    """
+    found = [(f.id, f.code) for f in lint_source(HEAD + textwrap.dedent(body) + END)]
+    assert found == [("save-on-every-rank", "torch.save(model, 'init.pt')")]
+
+
+def test_a_save_helper_is_reported_where_it_is_called_on_every_rank():
+    body = """
+    dist.init_process_group('nccl')
+    model = torch.nn.Linear(4, 4)
+    def save_checkpoint(state, path):
+        torch.save(state, path)
+    for epoch in range(3):
+        save_checkpoint(model.state_dict(), 'last.pt')
+        if dist.get_rank() == 0:
+            save_checkpoint(model.state_dict(), 'best.pt')
+    """
+    found = [(f.id, f.code) for f in lint_source(HEAD + textwrap.dedent(body) + END)]
+    assert found == [("save-on-every-rank", "save_checkpoint(model.state_dict(), 'last.pt')")]
+
+
+def test_a_loader_read_once_needs_no_set_epoch():
+    head = """
+    dist.init_process_group('nccl')
+    loader = DataLoader(range(100), sampler=DistributedSampler(range(100)), num_workers=2, pin_memory=True)
+    """
+    once = head + """
+    for batch in loader:
+        pass
+    """
+    again = head + """
+    for step in range(3):
+        for batch in loader:
+            pass
+    """
+    assert "sampler-without-set-epoch" not in ids(once)
+    assert "sampler-without-set-epoch" in ids(again)
+
+
+def _project(tmp_path, helper: str, body: str):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "misc.py").write_text(textwrap.dedent(helper))
+    source = HEAD + "import misc\n" + textwrap.dedent(body)
+    script = project / "train.py"
+    script.write_text(source)
+    return [f.id for f in lint_source(source, str(script), path=script, select=set(RULES))]
+
+
+def test_set_device_in_the_projects_setup_helper_counts(tmp_path):
+    helper = """
+    import os, torch, torch.distributed as dist
+    def init_distributed_mode(args):
+        args.gpu = int(os.environ['LOCAL_RANK'])
+        torch.cuda.set_device(args.gpu)
+        dist.init_process_group('nccl')
+    """
+    body = """
+    def main(args):
+        misc.init_distributed_mode(args)
+        model = DDP(torch.nn.Linear(4, 4).cuda())
+        dist.destroy_process_group()
+    """
+    assert "ddp-without-device" not in _project(tmp_path, helper, body)
+
+
+def test_a_destroy_wrapper_nobody_calls_does_not_end_the_group(tmp_path):
+    helper = """
+    import torch.distributed as dist
+    def destroy_process_group():
+        dist.destroy_process_group()
+    def init_distributed_mode():
+        dist.init_process_group('nccl')
+    """
+    body = """
+    misc.init_distributed_mode()
+    print('done')
+    """
+    assert "no-destroy-process-group" in _project(tmp_path, helper, body)
+    (tmp_path / "project").rename(tmp_path / "first")
+    assert "no-destroy-process-group" not in _project(tmp_path, helper, body + "misc.destroy_process_group()\n")

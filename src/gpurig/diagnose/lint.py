@@ -175,6 +175,8 @@ class _Scanner(ast.NodeVisitor):
         self.short_names: set[str] = set()  # the last name of every function called
         self.cuda_call = False  # some call names cuda (x.cuda(), torch.cuda.*)
         self.set_epoch_call = False
+        self._loops = 0  # loops around the statement being visited
+        self.nested_loop = False  # a loop inside a loop somewhere (an epoch loop around a batch loop)
         self.set_device_call = False
         # compact: keep only the calls and assignments some rule judges (a big script read in
         # groups of statements: what is not kept is freed with its group). `keep_names` holds the
@@ -283,17 +285,22 @@ class _Scanner(ast.NodeVisitor):
         node._both_set_device = in_body and self._set_devices > middle  # type: ignore[attr-defined]
         self._guard -= guarded
 
+    def _loop_body(self, node: ast.For | ast.While | ast.AsyncFor) -> None:
+        self.nested_loop = self.nested_loop or self._loops > 0
+        self._loops += 1
+        self._block(node.body)
+        self._loops -= 1
+        self._block(node.orelse)
+
     def visit_For(self, node: ast.For) -> None:
         self.visit(node.iter)
-        self._block(node.body)
-        self._block(node.orelse)
+        self._loop_body(node)
 
     visit_AsyncFor = visit_For  # type: ignore[assignment]
 
     def visit_While(self, node: ast.While) -> None:
         self.visit(node.test)
-        self._block(node.body)
-        self._block(node.orelse)
+        self._loop_body(node)
 
     def visit_With(self, node: ast.With) -> None:
         for item in node.items:
@@ -448,6 +455,19 @@ def _name_of(func: str) -> str:
     return func.rsplit(".", 1)[-1]
 
 
+# A function whose name says it saves: the fix for it is at its call (`if rank == 0: save_checkpoint()`).
+_SAVE_HELPER = re.compile(r"save|checkpoint|ckpt|dump|export|write|snapshot", re.IGNORECASE)
+
+
+def _calls_function(func: str, name: str) -> bool:
+    """`func` (a call's dotted name) calls this file's function or method `name`: `name(...)`,
+    `self.name(...)`, `cls.name(...)`; never `model.name(...)` on some object."""
+    if func == name:
+        return True
+    head, _, last = func.rpartition(".")
+    return last == name and head in ("self", "cls")
+
+
 # --- what the script's own project does elsewhere -------------------------------------------
 
 # A helper that silences every rank but one (DETR/MoCo's setup_for_distributed, YOLOv5's logging).
@@ -547,6 +567,21 @@ def _downloading_functions(modules: list) -> dict[str, str]:
                     out[fn.name] = f"{_name_of(_dotted(n.func))} at line {n.lineno} of its module"
                     break
     return out
+
+
+def _reachable_call(modules: list, name: str, script_calls: set[str]) -> bool:
+    """Whether the project's own modules call `name` where the script gets to it: at a module's
+    top level, or in a function the script calls (one level). A wrapper nobody calls does not count."""
+    for module in modules:
+        for fn in ast.walk(module):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in script_calls and any(
+                    isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == name for n in ast.walk(fn)):
+                return True
+        for stmt in getattr(module, "body", []):
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
+                    isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == name for n in ast.walk(stmt)):
+                return True
+    return False
 
 
 def _mentions_rank_value(node: ast.AST) -> bool:
@@ -663,7 +698,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         or bool(scan.aliases & names)
     silenced = scan.silenced or any(_silences_output(m) for m in modules)
     set_epoch_anywhere = scan.set_epoch_call or "set_epoch" in module_calls
-    any_set_device = scan.set_device_call
+    destroys_in_modules = _reachable_call(modules, "destroy_process_group", names)
+    any_set_device = scan.set_device_call or "set_device" in module_calls  # a setup helper of the project may set it
 
     def set_device_before(call: ast.Call) -> bool:
         """Whether torch.cuda.set_device ran on every path that reaches `call`: in a statement
@@ -742,7 +778,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "Drop init_method (the default env:// reads MASTER_ADDR/MASTER_PORT set by torchrun) and start with "
                     "`gpurig launch`, which picks a free port.",
                 )
-            if "destroy_process_group" not in names and "destroy_process_group" not in module_calls:
+            if "destroy_process_group" not in names and not destroys_in_modules:
                 add("no-destroy-process-group", call, "init_process_group with no destroy_process_group: the group is torn down at interpreter exit",
                     "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
         if short == "add_argument" and any(isinstance(a, ast.Constant) and isinstance(a.value, str)
@@ -789,10 +825,12 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     kind = "torch.save" if func == "torch.save" else "SummaryWriter"
                     fix = ("Save from one rank: `if rank == 0: torch.save(...)` then dist.barrier() before anyone reads it "
                            "(or put the rank in the file name when each rank saves its own shard).")
-                    # In a helper of this file (save_checkpoint), the mistake is where it is called
-                    # on every rank: say so there.
+                    # In a save helper of this file (save_checkpoint), the mistake is where it is
+                    # called on every rank: say so there. In any other function (a whole train()),
+                    # the save itself is what to guard: say so at the save.
                     inside = scan.enclosing.get(id(call), ())
-                    sites = [c for c, f2, g2 in calls if inside and _name_of(f2) == inside[-1] and not g2] if inside else []
+                    helper = inside[-1] if inside and _SAVE_HELPER.search(inside[-1]) else None
+                    sites = [c for c, f2, g2 in calls if helper and _calls_function(f2, helper) and not g2]
                     for site in sites or [call]:
                         where = f"{_name_of(_dotted(site.func))}() saves with {kind} (line {call.lineno})" if site is not call else kind
                         add("save-on-every-rank", site, f"{where} runs on every rank: they write the same file at once", fix)
@@ -853,7 +891,10 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     # DistributedSampler whose epoch is never set: the same shuffle every epoch. A sampler that
     # does not shuffle needs none; a set_epoch under any name (loader.sampler.set_epoch, a helper
     # that receives the sampler) counts.
-    if not set_epoch_anywhere:
+    # A script that iterates its loader once (no epoch loop: no loop in a loop, no 'epoch' anywhere)
+    # has no next epoch to reshuffle for.
+    epochs = scan.nested_loop or "epoch" in text.lower()
+    if not set_epoch_anywhere and epochs:
         for call, func, _ in calls:
             if _name_of(func) == "DistributedSampler":
                 shuffle = _kw(call, "shuffle")
@@ -868,7 +909,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     # The process group started in the project's own module (utils.init_distributed_mode): the
     # script still has to end it.
     if "init_process_group" not in names and "init_process_group" in module_calls and \
-            "destroy_process_group" not in names and "destroy_process_group" not in module_calls:
+            "destroy_process_group" not in names and not destroys_in_modules:
         add("no-destroy-process-group", scan.first_stmt if scan.first_stmt is not None else ast.Pass(),
             "the process group starts in this project's own module and nothing ever calls destroy_process_group",
             "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
