@@ -234,6 +234,7 @@ def register(app: typer.Typer) -> None:
         show_config: bool = typer.Option(False, "--show-config", help="Print the resolved config as TOML and exit."),
         json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout (progress goes to stderr)."),
     ) -> None:
+        from gpurig.launch.plan import check_nodes
         from gpurig.train.config import config_sources, load_config, to_toml
         from gpurig.train.run import check_timeout, run_training, saved_config
 
@@ -250,10 +251,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"# {sources}\n" + to_toml(cfg), nl=False)
             return
         console = console_for(json_out)
-        if nnodes < 1:
-            raise BadInput(f"--nnodes must be at least 1, got {nnodes}")
-        if not 0 <= node_rank < nnodes:
-            raise BadInput(f"--node-rank {node_rank} is outside 0..{nnodes - 1} (--nnodes {nnodes})")
+        check_nodes(nnodes, node_rank)
         if cfg.framework != "tf":
             from gpurig.errors import require_torch
 

@@ -73,6 +73,14 @@ class LaunchPlan:
         return merged
 
 
+
+def check_nodes(nnodes: int, node_rank: int, nnodes_text: str | None = None) -> None:
+    """--nnodes and --node-rank, checked the same way by every command (one wording)."""
+    if nnodes < 1:
+        raise BadInput(f"--nnodes: must be at least 1, got {nnodes}")
+    if not 0 <= node_rank < nnodes:
+        raise BadInput(f"--node-rank: {node_rank} is outside 0..{nnodes - 1} (--nnodes {nnodes_text or nnodes})")
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago (the OS picks it), so no 'Address already in use'."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -458,10 +466,8 @@ def plan_launch(
                 f"SLURM_NTASKS_PER_NODE={slurm.ntasks_per_node}: start one `gpurig launch` per node "
                 "(srun --ntasks-per-node=1); it starts the processes of its node itself"
             )
-    if node_rank is not None and node_rank < 0:
-        raise BadInput(f"--node-rank must be 0 or more, got {node_rank}")
-    if node_rank is not None and node_rank >= max_nodes:
-        raise BadInput(f"--node-rank {node_rank} is not below --nnodes {nnodes_text}")
+    if node_rank is not None:
+        check_nodes(max_nodes, node_rank, nnodes_text)
 
     multi_node = max_nodes > 1
     if multi_node:

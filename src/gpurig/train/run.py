@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpurig.errors import BadInput, ProblemFound, check_user_file
-from gpurig.launch.plan import plan_torchrun, resolve_device
+from gpurig.launch.plan import check_nodes, plan_torchrun, resolve_device
 from gpurig.launch.runner import raise_if_interrupted, run_plan, signal_words
 from gpurig.train import checkpoint as ckpt
 from gpurig.train.config import TrainConfig, check_data_path, from_dict, to_toml, validate
@@ -162,10 +162,7 @@ def run_training(
     check_timeout(timeout)
     if config.framework != "torch":
         raise BadInput(f"framework: {config.framework!r} runs through the TensorFlow trainer, not the PyTorch one")
-    if nnodes < 1:
-        raise BadInput(f"--nnodes must be at least 1, got {nnodes}")
-    if not 0 <= node_rank < nnodes:
-        raise BadInput(f"--node-rank {node_rank} is outside 0..{nnodes - 1} (--nnodes {nnodes})")
+    check_nodes(nnodes, node_rank)
     if nnodes > 1 and not rdzv_endpoint:
         raise BadInput("--master-addr: needed with --nnodes > 1 (the host of node 0, where the nodes meet)")
     if nnodes > 1:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpurig.errors import BadInput
+from gpurig.launch.plan import check_nodes
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical", "reduce_to_one")
@@ -214,10 +215,7 @@ def worker_hosts_from_flags(
     host (master 127.0.0.1/localhost) the workers take consecutive ports from `master_port`; across
     hosts, `tf.worker_hosts=host0,host1,...` names them (ports default to `master_port`).
     """
-    if nnodes < 1:
-        raise BadInput(f"--nnodes: must be at least 1, got {nnodes}")
-    if not 0 <= node_rank < nnodes:
-        raise BadInput(f"--node-rank: must be in 0..{nnodes - 1} for --nnodes {nnodes}, got {node_rank}")
+    check_nodes(nnodes, node_rank)
     port = master_port or DEFAULT_WORKER_PORT
     if worker_hosts:
         items = worker_hosts.split(",") if isinstance(worker_hosts, str) else list(worker_hosts)
