@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -364,6 +366,58 @@ def init_error_text(exc: Exception) -> str:
     raw = str(exc)
     words = _INIT_ERRORS.get(getattr(exc, "value", None))
     return f"{words} ({raw})" if words and words.lower() not in raw.lower() else raw
+
+
+@contextmanager
+def session(nvml: Any = None) -> Iterator[_Reader | None]:
+    """One short NVML session for a few questions: a `_Reader` (guarded queries), or None where NVML
+    cannot start (no nvidia-ml-py, no driver, a mismatch), which callers take as "no GPU"."""
+    if nvml is None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                import pynvml as nvml
+        except ImportError:
+            yield None
+            return
+    try:
+        nvml.nvmlInit()
+    except Exception:  # NVMLError, or OSError from a library that cannot load
+        yield None
+        return
+    try:
+        yield _Reader(nvml)
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def gpu_count(nvml: Any = None) -> int:
+    """Physical GPUs NVML reports; 0 when NVML or the driver is missing. Never initialises CUDA."""
+    with session(nvml) as r:
+        return int(r.q("nvmlDeviceGetCount") or 0) if r is not None else 0
+
+
+def basic_gpus(nvml: Any = None) -> list[GpuFacts]:
+    """Index, name, UUID, compute capability and memory of every GPU (a light read for planning a
+    run); [] without NVML."""
+    out: list[GpuFacts] = []
+    with session(nvml) as r:
+        if r is None:
+            return out
+        for index in range(int(r.q("nvmlDeviceGetCount") or 0)):
+            h = r.q("nvmlDeviceGetHandleByIndex", index)
+            if h is None:
+                continue
+            g = GpuFacts(index=index, name=_text(r.q("nvmlDeviceGetName", h)), uuid=_text(r.q("nvmlDeviceGetUUID", h)))
+            cc = r.q("nvmlDeviceGetCudaComputeCapability", h)
+            g.compute_capability = f"{cc[0]}.{cc[1]}" if cc is not None else None
+            mem = r.q("nvmlDeviceGetMemoryInfo", h)
+            g.memory_total_mib = round(mem.total / 2**20, 1) if mem is not None else None
+            out.append(g)
+    return out
 
 
 def read_nvml(nvml: Any = None, root: str | os.PathLike = "/") -> NvmlResult:

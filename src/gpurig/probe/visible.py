@@ -56,16 +56,9 @@ def parse_visible_devices(raw: str | None, gpu_count: int, uuids: list[str | Non
 
 def nvml_gpu_count() -> int:
     """Physical GPUs NVML reports; 0 when NVML or the driver is missing. Never initialises CUDA."""
-    try:
-        import pynvml
+    from gpurig.probe.nvml import gpu_count
 
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no library, no driver, driver mismatch: all mean "no usable GPU here"
-        return 0
+    return gpu_count()
 
 
 def visible_gpu_count() -> int:

@@ -36,30 +36,12 @@ TF_NOISE = ("I0000 ", "W0000 ", "WARNING: All log messages before absl::Initiali
 
 def local_gpus(facts=None) -> list[dict[str, Any]]:
     """The GPUs a CUDA program started now would use: index, compute capability, memory (NVML, no CUDA)."""
-    rows: list[dict[str, Any]] = []
-    if facts is not None:
-        rows = [{"index": g.index, "uuid": g.uuid, "name": g.name, "compute_capability": g.compute_capability,
-                 "memory_total_bytes": int(g.memory_total_mib * 2**20) if g.memory_total_mib else None}
-                for g in facts.gpus]
-    else:
-        try:
-            import pynvml
+    from gpurig.probe.nvml import basic_gpus
 
-            pynvml.nvmlInit()
-            try:
-                for i in range(pynvml.nvmlDeviceGetCount()):
-                    h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                    major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
-                    uuid = pynvml.nvmlDeviceGetUUID(h)
-                    name = pynvml.nvmlDeviceGetName(h)
-                    rows.append({"index": i, "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
-                                 "name": name.decode() if isinstance(name, bytes) else name,
-                                 "compute_capability": f"{major}.{minor}",
-                                 "memory_total_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total)})
-            finally:
-                pynvml.nvmlShutdown()
-        except Exception:  # no NVML, no driver: no usable GPU, which is a value, not an error
-            rows = []
+    gpus = facts.gpus if facts is not None else basic_gpus()
+    rows = [{"index": g.index, "uuid": g.uuid, "name": g.name, "compute_capability": g.compute_capability,
+             "memory_total_bytes": int(g.memory_total_mib * 2**20) if g.memory_total_mib else None}
+            for g in gpus]
     vis = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), len(rows), [r["uuid"] for r in rows])
     return [rows[i] for i in vis.visible]
 
