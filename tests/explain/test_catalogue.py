@@ -145,3 +145,23 @@ def test_the_docs_list_every_entry():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "explain.md").read_text()
     missing = [e.id for e in CATALOGUE if f"| `{e.id}` |" not in doc]
     assert missing == [], "run `python -m gpurig.diagnose.threads table` and put it in docs/explain.md"
+
+
+def test_the_literal_prefilter_never_hides_a_match():
+    """Each pattern's required strings (looked for before the regex runs, for speed) must be in
+    every text the regex matches: checked on every example and near miss of the catalogue."""
+    import re
+
+    from gpurig.diagnose.explain import load_catalogue, required_literals
+
+    texts = [t for e in load_catalogue() for t in list(e.examples) + list(e.near_misses)]
+    checked = 0
+    for e in load_catalogue():
+        for p in list(e.patterns) + list(e.requires):
+            for t in texts:
+                assert (p.search(t) is None) == (p.regex.search(t) is None), (e.id, p.pattern, t[:80])
+            checked += p.literals is not None
+    assert checked > 500  # most patterns do get a prefilter
+    assert required_literals(re.compile(r"(?i)Foo Bar|baz quux")) == ("foo bar", "baz quux")
+    assert required_literals(re.compile(r"x|yyyyyy")) is None  # a branch without a long enough string
+    assert required_literals(re.compile(r"a(?:bcdef)?ghij")) == ("ghij",)  # optional parts never count

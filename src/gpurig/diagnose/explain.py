@@ -69,13 +69,89 @@ class CatalogueError(ValueError):
     pass
 
 
+def _longest_run(items: list) -> str:
+    """The longest run of consecutive plain characters in a parsed sequence."""
+    from re import _parser as sre_parse
+
+    best, run = "", []
+    for op, arg in list(items) + [(None, None)]:
+        if op is sre_parse.LITERAL:
+            run.append(chr(arg))
+            continue
+        if len(run) > len(best):
+            best = "".join(run)
+        run = []
+    return best
+
+
+def required_literals(pattern: re.Pattern) -> tuple[str, ...] | None:
+    """Plain strings one of which every match of `pattern` contains (lower-cased when the pattern
+    ignores case), or None when there are none worth checking.
+
+    Checking `literal in text` (a fast substring search) before the regex skips most patterns on
+    a long log: a regex that starts with a class or an alternation is tried at every position.
+    A sequence gives its longest run of plain characters; an alternation at the top, one per branch."""
+    try:
+        from re import _parser as sre_parse  # the parser re itself uses
+
+        items = list(sre_parse.parse(pattern.pattern, pattern.flags & ~re.UNICODE))
+        while len(items) == 1 and items[0][0] is sre_parse.SUBPATTERN:  # (?:a|b) around everything
+            items = list(items[0][1][-1])
+        if len(items) == 1 and items[0][0] is sre_parse.BRANCH:
+            runs = [_longest_run(list(branch)) for branch in items[0][1][1]]
+        else:
+            runs = [_longest_run(items)]
+    except Exception:  # another Python's internals: no prefilter, the regex alone decides
+        return None
+    if not runs or any(len(r) < 4 for r in runs):
+        return None
+    fold = bool(pattern.flags & re.IGNORECASE)
+    return tuple(r.lower() if fold else r for r in runs)
+
+
+_LOWERED: dict[int, tuple[str, str]] = {}  # id(text) -> (text, text.lower()): one text at a time
+
+
+def _lowered(text: str) -> str:
+    hit = _LOWERED.get(id(text))
+    if hit is not None and hit[0] is text:
+        return hit[1]
+    _LOWERED.clear()
+    low = text.lower()
+    _LOWERED[id(text)] = (text, low)
+    return low
+
+
+class _Prefiltered:
+    """A compiled pattern that first looks for one of its required literals (see required_literals)."""
+
+    __slots__ = ("regex", "literals", "pattern", "fold")
+
+    def __init__(self, regex: re.Pattern) -> None:
+        self.regex, self.pattern = regex, regex.pattern
+        self.literals = required_literals(regex)
+        self.fold = bool(regex.flags & re.IGNORECASE)
+
+    def _may_match(self, text: str) -> bool:
+        if self.literals is None:
+            return True
+        hay = _lowered(text) if self.fold else text
+        return any(lit in hay for lit in self.literals)
+
+    def search(self, text: str, *args: Any) -> re.Match | None:
+        return self.regex.search(text, *args) if self._may_match(text) else None
+
+    def finditer(self, text: str, *args: Any):
+        return self.regex.finditer(text, *args) if self._may_match(text) else iter(())
+
+
 def _compile(entry_id: str, key: str, patterns: Any) -> list[re.Pattern]:
     if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
         raise CatalogueError(f"entry {entry_id}: {key} must be a list of strings")
     out = []
     for p in patterns:
         try:
-            out.append(re.compile(p, re.M))
+            out.append(_Prefiltered(re.compile(p, re.M)))
         except re.error as exc:
             raise CatalogueError(f"entry {entry_id}: {key} {p!r}: {exc}") from None
     return out
