@@ -1,14 +1,13 @@
-"""The `gpurig` command line: registers one module per subcommand from `gpurig.commands`.
+"""The `gpurig` command line: each subcommand's module in `gpurig.commands` is named and registered
+in `_register_all()`.
 
-Each module in `gpurig/commands/` defines `register(app)`; modules named `bench_*` define
-`register(bench_app)` and appear under `gpurig bench`. The top level only registers them.
+Each module defines `register(app)` (the `bench_*` ones `register(bench_app)`, shown under
+`gpurig bench`); the options, the work and the output live in the module.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 import sys
 
 import typer
@@ -203,23 +202,26 @@ def _reflow_all(typer_app: typer.Typer) -> None:
 
 
 def _register_all() -> None:
-    import gpurig.commands as pkg
+    """Every command, named here: what `gpurig --help` lists is what this function registers."""
+    from gpurig.commands import (
+        bench_comm,
+        bench_train,
+        check,
+        doctor,
+        env,
+        explain,
+        launch,
+        lint,
+        monitor,
+        train,
+        verify,
+    )
 
-    bench_used = False
-    for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if mod.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"gpurig.commands.{mod.name}")
-        register = getattr(module, "register", None)
-        if register is None:
-            continue
-        if mod.name.startswith("bench_"):
-            register(bench_app)
-            bench_used = True
-        else:
-            register(app)
-    if bench_used:
-        app.add_typer(bench_app, name="bench")
+    for module in (check, doctor, verify, train, launch, explain, lint, monitor, env):
+        module.register(app)
+    for module in (bench_comm, bench_train):
+        module.register(bench_app)
+    app.add_typer(bench_app, name="bench")
     _reflow_all(app)
 
 

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from gpurig.errors import BadInput
+from gpurig.launch import tfjob
 from gpurig.probe.facts import FrameworkFacts, GpuFacts, GpuPairFacts, RigFacts, TensorFlowFacts
 from gpurig.train.config import load_config
 from gpurig.train.tf import decisions as dec
@@ -62,34 +63,34 @@ def test_bf16_refused_below_ampere_with_the_capability_named():
 # ----- memory growth, replicas, all-reduce -------------------------------------------------------
 
 def test_memory_growth_on_every_gpu_run_only():
-    assert dec.memory_growth("gpu").value is True
-    assert dec.memory_growth("cpu").value is None
+    assert tfjob.memory_growth("gpu").value is True
+    assert tfjob.memory_growth("cpu").value is None
 
 
 def test_replicas_one_per_gpu_or_two_logical_cpus():
-    assert dec.replicas("gpu", 8).value == 8
-    assert dec.replicas("cpu", 0).value == 2
+    assert tfjob.replicas("gpu", 8).value == 8
+    assert tfjob.replicas("cpu", 0).value == 2
     with pytest.raises(BadInput):
-        dec.replicas("gpu", 0)
+        tfjob.replicas("gpu", 0)
 
 
 def test_cross_device_ops_choices():
-    assert dec.cross_device_ops("auto", "gpu", 2).value == "nccl"
-    assert dec.cross_device_ops("auto", "gpu", 1).value == "none"
-    assert dec.cross_device_ops("auto", "cpu", 2).value == "reduce_to_one"
-    assert dec.cross_device_ops("hierarchical", "gpu", 4).value == "hierarchical"
-    broken = dec.cross_device_ops("auto", "gpu", 2, [(0, 1)])
+    assert tfjob.cross_device_ops("auto", "gpu", 2).value == "nccl"
+    assert tfjob.cross_device_ops("auto", "gpu", 1).value == "none"
+    assert tfjob.cross_device_ops("auto", "cpu", 2).value == "reduce_to_one"
+    assert tfjob.cross_device_ops("hierarchical", "gpu", 4).value == "hierarchical"
+    broken = tfjob.cross_device_ops("auto", "gpu", 2, [(0, 1)])
     assert broken.value == "hierarchical" and "GPU 0 and GPU 1" in broken.reason
     with pytest.raises(BadInput, match="tf.cross_device_ops=nccl"):
-        dec.cross_device_ops("nccl", "cpu", 2)
+        tfjob.cross_device_ops("nccl", "cpu", 2)
     with pytest.raises(BadInput, match="tf.cross_device_ops"):
-        dec.cross_device_ops("ring", "gpu", 2)
+        tfjob.cross_device_ops("ring", "gpu", 2)
 
 
 def test_p2p_broken_pairs_only_among_visible_gpus():
     pairs = [GpuPairFacts(0, 1, p2p_read=True), GpuPairFacts(2, 3, p2p_read=False), GpuPairFacts(0, 2, p2p_read=None)]
-    assert dec.p2p_broken_pairs(pairs) == [(2, 3)]
-    assert dec.p2p_broken_pairs(pairs, visible=[0, 1]) == []
+    assert tfjob.p2p_broken_pairs(pairs) == [(2, 3)]
+    assert tfjob.p2p_broken_pairs(pairs, visible=[0, 1]) == []
 
 
 def test_global_batch_says_the_arithmetic():
@@ -102,7 +103,7 @@ def test_global_batch_says_the_arithmetic():
 # ----- TF_CONFIG ----------------------------------------------------------------------------------
 
 def test_tf_config_from_flags_on_one_host_uses_consecutive_ports():
-    plan = dec.cluster_plan({}, nnodes=2, node_rank=1, master_addr="127.0.0.1", master_port=23456)
+    plan = tfjob.cluster_plan({}, nnodes=2, node_rank=1, master_addr="127.0.0.1", master_port=23456)
     assert plan.source == "flags" and plan.workers == 2 and plan.worker_index == 1
     assert plan.tf_config == {"cluster": {"worker": ["127.0.0.1:23456", "127.0.0.1:23457"]},
                               "task": {"type": "worker", "index": 1}}
@@ -110,38 +111,38 @@ def test_tf_config_from_flags_on_one_host_uses_consecutive_ports():
 
 def test_tf_config_across_hosts_needs_every_worker_named():
     with pytest.raises(BadInput, match="tf.worker_hosts=node0"):
-        dec.cluster_plan({}, nnodes=2, node_rank=0, master_addr="node0")
-    plan = dec.cluster_plan({}, nnodes=2, node_rank=0, master_addr="node0", master_port=2222,
+        tfjob.cluster_plan({}, nnodes=2, node_rank=0, master_addr="node0")
+    plan = tfjob.cluster_plan({}, nnodes=2, node_rank=0, master_addr="node0", master_port=2222,
                             worker_hosts="node0,node1:3333")
     assert plan.tf_config["cluster"]["worker"] == ["node0:2222", "node1:3333"]
     with pytest.raises(BadInput, match="names 1 host"):
-        dec.cluster_plan({}, nnodes=2, node_rank=0, master_addr="node0", worker_hosts="node0")
+        tfjob.cluster_plan({}, nnodes=2, node_rank=0, master_addr="node0", worker_hosts="node0")
     with pytest.raises(BadInput, match="--node-rank"):
-        dec.cluster_plan({}, nnodes=2, node_rank=2, master_addr="127.0.0.1")
+        tfjob.cluster_plan({}, nnodes=2, node_rank=2, master_addr="127.0.0.1")
 
 
 def test_tf_config_from_the_environment_kubernetes_style():
     conf = {"cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"]}, "task": {"type": "worker", "index": 1}}
-    plan = dec.cluster_plan({"TF_CONFIG": json.dumps(conf)})
+    plan = tfjob.cluster_plan({"TF_CONFIG": json.dumps(conf)})
     assert (plan.source, plan.workers, plan.worker_index) == ("TF_CONFIG", 3, 2)
-    single = dec.cluster_plan({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]},
+    single = tfjob.cluster_plan({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]},
                                                         "task": {"type": "worker", "index": 0}})})
     assert single.source == "single" and single.tf_config is None
 
 
 def test_bad_tf_config_is_bad_input_naming_the_variable():
     with pytest.raises(BadInput, match="TF_CONFIG: not valid JSON"):
-        dec.cluster_plan({"TF_CONFIG": "{nope"})
+        tfjob.cluster_plan({"TF_CONFIG": "{nope"})
     with pytest.raises(BadInput, match="TF_CONFIG: task worker 5"):
-        dec.cluster_plan({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 5}})})
+        tfjob.cluster_plan({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 5}})})
 
 
 def test_slurm_allocation_becomes_multi_worker():
     env = {"SLURM_JOB_ID": "77", "SLURM_NTASKS": "4", "SLURM_PROCID": "3"}
-    plan = dec.cluster_plan(env)
+    plan = tfjob.cluster_plan(env)
     assert (plan.source, plan.workers, plan.worker_index) == ("slurm", 4, 3)
-    assert dec.cluster_plan({"SLURM_JOB_ID": "77", "SLURM_NTASKS": "1"}).source == "single"
-    assert dec.cluster_plan({}).source == "single"
+    assert tfjob.cluster_plan({"SLURM_JOB_ID": "77", "SLURM_NTASKS": "1"}).source == "single"
+    assert tfjob.cluster_plan({}).source == "single"
 
 
 # ----- the whole plan on recorded machines --------------------------------------------------------

@@ -41,8 +41,8 @@ TOLERANCE = {"cpu": 1e-4, "gpu": 2e-2}
 def plan_tf_verify(device: str = "auto", replicas: int | None = None, steps: int = DEFAULT_STEPS,
                    cross_device_ops: str = "auto", inject: str = "none", facts: Any = None) -> dict[str, Any]:
     """The verification job as plain data; BadInput for bad arguments. No TensorFlow import."""
-    from gpurig.train.tf import decisions as dec
-    from gpurig.train.tf.runner import local_gpus
+    from gpurig.launch import tfjob as dec
+    from gpurig.launch.tfjob import local_gpus
 
     if device not in ("auto", "cuda", "cpu"):
         raise BadInput(f"--device must be one of auto, cuda, cpu, got {device!r}")
@@ -91,7 +91,7 @@ def run_tf_verify(
     """Run both checks in a TensorFlow child process; return a result shaped like `VerifyResult.to_dict()`."""
     from gpurig.launch.plan import LaunchPlan
     from gpurig.launch.runner import raise_if_interrupted, run_plan
-    from gpurig.train.tf.preflight import tf_preflight
+    from gpurig.launch.tfjob import tf_preflight
 
     tf_preflight(facts, device="cpu" if device == "cpu" else "auto")
     job = plan_tf_verify(device, replicas, steps, cross_device_ops, inject, facts)
@@ -163,7 +163,7 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     import tensorflow as tf
 
-    from gpurig.train.tf.worker import configure_devices, make_strategy
+    from gpurig.launch.tfjob import configure_devices, make_strategy
 
     configure_devices(tf, dict(job, cluster={"source": "single"}))
     import keras

@@ -23,8 +23,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from gpurig.diagnose.clocks import POWER_LIMIT_WHY, waiting_for_host
 from gpurig.diagnose.findings import Finding
-from gpurig.train.clocks import POWER_LIMIT_WHY, waiting_for_host
 
 # Thresholds, each a share of step time or of a resource; chosen so a healthy DDP run on one
 # machine (data wait and exposed communication a few percent, ranks within a few percent) is quiet.

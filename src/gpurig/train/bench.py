@@ -16,10 +16,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from gpurig.diagnose.clocks import POWER_LIMIT_WHY, waiting_for_host
 from gpurig.errors import BadInput
 from gpurig.launch.plan import plan_torchrun, resolve_device
 from gpurig.launch.runner import raise_if_interrupted, run_plan
-from gpurig.train.clocks import POWER_LIMIT_WHY, waiting_for_host
 from gpurig.train.config import TrainConfig, load_config
 from gpurig.train.run import EventHandler, check_timeout, default_run_dir, run_training
 

@@ -8,7 +8,7 @@ this package never imports TensorFlow: only the worker does.
 
 from __future__ import annotations
 
-from gpurig.train.tf.preflight import tf_preflight
+from gpurig.launch.tfjob import tf_preflight
 from gpurig.train.tf.runner import plan_tf_job, run_tf_training
 
 __all__ = ["plan_tf_job", "run_tf_training", "tf_preflight"]

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from gpurig.errors import BadInput, ProblemFound
+from gpurig.launch import tfjob
 from gpurig.launch.plan import LaunchPlan, parse_nproc
 from gpurig.launch.runner import run_plan, sigterm_stops
-from gpurig.probe.visible import parse_visible_devices
+from gpurig.launch.tfjob import local_gpus
 from gpurig.train.tf import decisions as dec
 
 TF_FIXES = {
@@ -32,18 +33,6 @@ SHUTDOWN_GRACE_S = 60.0
 # TensorFlow's C++ start-up lines that TF_CPP_MIN_LOG_LEVEL does not silence (absl logging).
 TF_NOISE = ("I0000 ", "W0000 ", "WARNING: All log messages before absl::InitializeLog()",
             "To enable the following instructions:")  # a SIGTERMed worker finishes its step and writes a checkpoint in this time
-
-
-def local_gpus(facts=None) -> list[dict[str, Any]]:
-    """The GPUs a CUDA program started now would use: index, compute capability, memory (NVML, no CUDA)."""
-    from gpurig.probe.nvml import basic_gpus
-
-    gpus = facts.gpus if facts is not None else basic_gpus()
-    rows = [{"index": g.index, "uuid": g.uuid, "name": g.name, "compute_capability": g.compute_capability,
-             "memory_total_bytes": int(g.memory_total_mib * 2**20) if g.memory_total_mib else None}
-            for g in gpus]
-    vis = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), len(rows), [r["uuid"] for r in rows])
-    return [rows[i] for i in vis.visible]
 
 
 def plan_tf_job(
@@ -74,53 +63,53 @@ def plan_tf_job(
     kind = "gpu" if gpus else "cpu"
     # `tf.worker_hosts` in the config, when the config has that key, stands in for the argument.
     worker_hosts = worker_hosts or getattr(cfg.tf, "worker_hosts", None) or None
-    cluster = dec.cluster_plan(env, nnodes, node_rank, master_addr, master_port, worker_hosts)
-    choices: list[dec.Choice] = []
+    cluster = tfjob.cluster_plan(env, nnodes, node_rank, master_addr, master_port, worker_hosts)
+    choices: list[tfjob.Choice] = []
     if kind == "gpu":
-        device_choice = dec.Choice("device", "cuda", f"{len(gpus)} visible GPU(s) (NVML)")
+        device_choice = tfjob.Choice("device", "cuda", f"{len(gpus)} visible GPU(s) (NVML)")
     elif device == "cpu":
-        device_choice = dec.Choice("device", "cpu", "asked for the CPU")
+        device_choice = tfjob.Choice("device", "cpu", "asked for the CPU")
     else:
-        device_choice = dec.Choice("device", "cpu", "no visible GPU: TensorFlow on the CPU")
+        device_choice = tfjob.Choice("device", "cpu", "no visible GPU: TensorFlow on the CPU")
     choices.append(device_choice)
     if kind == "cpu" and cluster.workers > 1:
         # One CPU device per worker: TensorFlow's collectives then run between the worker processes.
-        replicas = dec.Choice("replicas", 1, "multi-worker on the CPU: one replica per worker process")
+        replicas = tfjob.Choice("replicas", 1, "multi-worker on the CPU: one replica per worker process")
     else:
-        replicas = dec.replicas(kind, len(gpus))
+        replicas = tfjob.replicas(kind, len(gpus))
     wanted = parse_nproc(nproc, "--nproc")
     if wanted is not None and not (kind == "cpu" and cluster.workers > 1):
         if kind == "gpu" and wanted > len(gpus):
             raise BadInput(f"--nproc {wanted} is more than the {len(gpus)} visible GPU(s); one replica per GPU")
         gpus = gpus[:wanted]
         where = f"the first {wanted} visible GPU(s)" if kind == "gpu" else f"{wanted} logical CPU device(s)"
-        replicas = dec.Choice("replicas", wanted, f"--nproc {wanted}: MirroredStrategy over {where}")
+        replicas = tfjob.Choice("replicas", wanted, f"--nproc {wanted}: MirroredStrategy over {where}")
     choices.append(replicas)
     choices.append(cluster.choice())
-    choices.append(dec.memory_growth(kind))
+    choices.append(tfjob.memory_growth(kind))
     precision = dec.precision_policy(kind, [g["compute_capability"] for g in gpus], cfg.train.precision)
     choices.append(precision)
-    choices.append(dec.Choice("loss_scaling", dec.needs_loss_scaling(precision.value),
+    choices.append(tfjob.Choice("loss_scaling", dec.needs_loss_scaling(precision.value),
                               "dynamic loss scaling (LossScaleOptimizer) for float16" if dec.needs_loss_scaling(
                                   precision.value) else "not needed: bf16 and float32 keep small gradients"))
-    choices.append(dec.Choice("output_layer_dtype", "float32",
+    choices.append(tfjob.Choice("output_layer_dtype", "float32",
                               "logits and loss in float32 under every policy (float16 softmax over/underflows)"))
-    broken = dec.p2p_broken_pairs(facts.pairs, [g["index"] for g in gpus]) if facts is not None else []
+    broken = tfjob.p2p_broken_pairs(facts.pairs, [g["index"] for g in gpus]) if facts is not None else []
     if cluster.workers > 1:
-        cdo = dec.Choice("cross_device_ops", "collective",
+        cdo = tfjob.Choice("cross_device_ops", "collective",
                          "MultiWorkerMirroredStrategy: TensorFlow collectives (NCCL on GPUs, ring on the CPU)")
     else:
         # TrainConfig's default is "nccl"; on the CPU that cannot work, so fall back rather than fail.
         requested = cfg.tf.cross_device_ops
         if kind == "cpu" and requested != "reduce_to_one":
-            cdo = dec.Choice("cross_device_ops", "reduce_to_one",
+            cdo = tfjob.Choice("cross_device_ops", "reduce_to_one",
                              f"tf.cross_device_ops={requested} needs GPUs: reduce on one device on the CPU")
         else:
-            cdo = dec.cross_device_ops(requested, kind, replicas.value, broken)
+            cdo = tfjob.cross_device_ops(requested, kind, replicas.value, broken)
             if cdo.value == "nccl":
                 cdo.reason = f"tf.cross_device_ops=nccl (the default): NCCL all-reduce over {replicas.value} GPUs"
             if cdo.value == "nccl" and replicas.value < 2:
-                cdo = dec.Choice("cross_device_ops", "none", "one replica: nothing to all-reduce")
+                cdo = tfjob.Choice("cross_device_ops", "none", "one replica: nothing to all-reduce")
             elif cdo.value == "nccl" and broken:
                 a, b = broken[0]
                 cdo.reason += (f"; the doctor found no P2P between GPU {a} and GPU {b}: if training stalls, "
@@ -130,9 +119,9 @@ def plan_tf_job(
     cfg = validate(cfg, world)
     gb = dec.global_batch(cfg.data.batch_size, replicas.value, cluster.workers)
     choices.append(gb)
-    choices.append(dec.Choice("loop", cfg.tf.loop, "custom tf.function step under strategy.run" if cfg.tf.loop == "custom"
+    choices.append(tfjob.Choice("loop", cfg.tf.loop, "custom tf.function step under strategy.run" if cfg.tf.loop == "custom"
                               else "Keras model.fit under the strategy"))
-    choices.append(dec.Choice("input_pipeline", "tf.data", "indices fixed by (seed, epoch), parallel map, "
+    choices.append(tfjob.Choice("input_pipeline", "tf.data", "indices fixed by (seed, epoch), parallel map, "
                               "prefetch(AUTOTUNE); each replica gets its slice of every global batch"))
     mem = [g["memory_total_bytes"] for g in gpus if g.get("memory_total_bytes")]
     return {
@@ -216,7 +205,7 @@ def run_tf_training(
     Raises BadInput (exit 2) for a config or data problem found here or in the worker, and
     ProblemFound (exit 1) when training fails.
     """
-    from gpurig.train.tf.preflight import tf_preflight
+    from gpurig.launch.tfjob import tf_preflight
 
     # TensorFlow missing, or blind to the GPUs the doctor sees: refuse before writing anything.
     tf_preflight(facts, device="cpu" if device == "cpu" else "auto", findings=findings)

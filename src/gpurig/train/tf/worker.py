@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpurig.launch.tfjob import configure_devices, make_strategy
+
 # Quiet TensorFlow's C++ start-up chatter; set before the import that reads it.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -43,58 +45,6 @@ class Stop:
             cls.requested = "SIGTERM"
 
         signal.signal(signal.SIGTERM, handler)
-
-
-def configure_devices(tf, job: dict[str, Any]) -> None:
-    """Memory growth and logical CPU devices: must run before anything touches a device.
-
-    Set later, TensorFlow refuses with `Physical devices cannot be modified after being initialized`.
-    """
-    gpus = tf.config.list_physical_devices("GPU")  # lists only; does not initialise the GPUs
-    if job["device"] == "gpu":
-        for gpu in gpus:
-            tf.config.experimental.set_memory_growth(gpu, True)
-        if len(gpus) < job["replicas"]:
-            print(
-                f"gpurig: error: TensorFlow sees {len(gpus)} GPU(s), the machine shows {job['replicas']} "
-                "(run `gpurig doctor`: a CPU-only TensorFlow build, or CUDA/cuDNN libraries it cannot load)",
-                file=sys.stderr,
-            )
-            sys.exit(2)
-    else:
-        if gpus:
-            tf.config.set_visible_devices([], "GPU")
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(job["replicas"])]
-        )
-
-
-def make_strategy(tf, job: dict[str, Any]):
-    """MirroredStrategy on this machine's devices, or MultiWorkerMirroredStrategy under a cluster."""
-    source = job["cluster"]["source"]
-    if source in ("flags", "TF_CONFIG", "slurm"):
-        comm = tf.distribute.experimental.CommunicationImplementation
-        impl = comm.NCCL if job["device"] == "gpu" else comm.RING
-        options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
-        resolver = None
-        if source == "slurm":
-            resolver = tf.distribute.cluster_resolver.SlurmClusterResolver()
-        if job["device"] == "cpu":
-            # One CPU device per worker: MultiWorkerMirroredStrategy keeps one replica per worker here.
-            pass
-        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
-    if job["device"] == "gpu":
-        devices = [f"/gpu:{i}" for i in range(job["replicas"])]
-    else:
-        devices = [f"/cpu:{i}" for i in range(job["replicas"])]
-    ops = {
-        "nccl": lambda: tf.distribute.NcclAllReduce(),
-        "hierarchical": lambda: tf.distribute.HierarchicalCopyAllReduce(),
-        "reduce_to_one": lambda: tf.distribute.ReductionToOneDevice(),
-        "none": lambda: None,
-    }[job["cross_device_ops"]]()
-    return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=ops)
 
 
 def make_schedule(keras, cfg, total_steps: int):
