@@ -8,11 +8,19 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+# A shell starts background jobs with SIGINT ignored, and an ignored signal stays ignored in every
+# process started from it: the tests that press Ctrl-C on gpurig would send it to processes that
+# cannot receive it. A Python handler is not inherited (exec resets it to the default), so this
+# gives the processes the tests start the disposition a terminal gives them.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"

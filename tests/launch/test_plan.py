@@ -104,7 +104,7 @@ def test_multi_node_endpoint_without_port_gets_29500_and_elastic_range():
     "kw, message",
     [
         ({"nnodes": "2"}, "needs --rdzv-endpoint"),
-        ({"nnodes": "2", "node_rank": 2, "rdzv_endpoint": "h:1"}, "--node-rank 2 is not below --nnodes 2"),
+        ({"nnodes": "2", "node_rank": 2, "rdzv_endpoint": "h:1"}, r"--node-rank: 2 is outside 0\.\.1 \(--nnodes 2\)"),
         ({"nnodes": "two"}, "--nnodes must be"),
         ({"nnodes": "4:2"}, "--nnodes must be"),
         ({"nnodes": "2", "rdzv_endpoint": "h:port"}, "'port' is not a port number"),

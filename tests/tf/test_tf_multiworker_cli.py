@@ -42,8 +42,8 @@ def test_two_workers_through_the_cli_train_together(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--nnodes", "2", "--node-rank", "1"], "--master-addr: needed with --nnodes > 1"),
-    (["--framework", "tf", "--nnodes", "2", "--node-rank", "2"], "--node-rank 2 is outside 0..1"),
-    (["--nnodes", "0"], "--nnodes must be at least 1"),
+    (["--framework", "tf", "--nnodes", "2", "--node-rank", "2"], "--node-rank: 2 is outside 0..1"),
+    (["--nnodes", "0"], "--nnodes: must be at least 1"),
 ])
 def test_bad_node_flags_exit_2(run_cli, tmp_path, args, message):
     r = run_cli("train", "--preset", "demo", "--out", str(tmp_path / "r"), *args)
