@@ -206,6 +206,28 @@ def _node_done(console: Any, summary: dict, json_out: bool) -> None:
                       "rank 0 writes summary.json into its --out")
 
 
+def _show_plan(cfg: Any, sources: str, out: Path | None, device: str, nproc: str, resume: str | None,
+               resume_fallback: bool, nnodes: int, node_rank: int, master_addr: str | None,
+               master_port: int | None) -> None:
+    """`--show-plan`: every check a run gets before it starts, and what it would be, as JSON."""
+    from gpurig.train.run import default_run_dir
+
+    if cfg.framework == "tf":
+        from gpurig.train.tf.runner import plan_tf_job
+
+        job = plan_tf_job(cfg, out or cfg.out_dir or default_run_dir(), device=device, nnodes=nnodes,
+                          node_rank=node_rank, master_addr=master_addr, master_port=master_port,
+                          resume=bool(resume), nproc=nproc)
+        emit_json({"framework": "tf", "config_sources": sources, **job})
+        return
+    from gpurig.train.plan import plan_training
+
+    endpoint = f"{master_addr}:{master_port or TORCH_RDZV_PORT}" if master_addr else None
+    planned = plan_training(cfg, device, nproc, out, resume, resume_fallback, nnodes, node_rank, endpoint, sources,
+                            default_run_dir=default_run_dir)
+    emit_json({"framework": "torch", **planned.to_dict()})
+
+
 def register(app: typer.Typer) -> None:
     @app.command("train", help=HELP)
     def train(
@@ -232,6 +254,9 @@ def register(app: typer.Typer) -> None:
                                                "on a single machine; across machines 29400 for PyTorch's "
                                                "rendezvous, 12345 for TensorFlow)."),
         show_config: bool = typer.Option(False, "--show-config", help="Print the resolved config as TOML and exit."),
+        show_plan: bool = typer.Option(False, "--show-plan", help="Check everything and print the run's plan as JSON "
+                                       "(validated config, device, processes, nodes, run directory; for TensorFlow "
+                                       "every choice), then exit without starting anything."),
         json_out: bool = typer.Option(False, "--json", help="Print summary.json on stdout (progress goes to stderr)."),
     ) -> None:
         from gpurig.launch.plan import check_nodes
@@ -259,6 +284,10 @@ def register(app: typer.Typer) -> None:
         if cfg.framework == "tf" and timeout is not None:
             raise BadInput("--timeout: the collective hang limit applies to PyTorch runs; TensorFlow's collectives "
                            "take none here (use --max-time for a wall-clock limit)")
+        if show_plan:
+            _show_plan(cfg, sources, out, device, nproc, resume, resume_fallback, nnodes, node_rank, master_addr,
+                       master_port)
+            return
         if cfg.framework == "tf":
             from gpurig.train.run import default_run_dir, finished_run
             from gpurig.train.tf.runner import adapt_verdicts, run_tf_training
@@ -273,7 +302,7 @@ def register(app: typer.Typer) -> None:
             facts = findings = None
             if device != "cpu":
                 # The doctor's facts and findings, so a TensorFlow blind to the GPUs is refused with
-                # the likely cause (gpurig.diagnose sits above train: it is judged here).
+                # the likely cause (judged here, in the parent).
                 from gpurig.diagnose.rules import judge
                 from gpurig.probe.collect import collect_facts
 

@@ -1149,7 +1149,7 @@ class Trainer:
             "resumed_from": resumed_from,
             "checkpoints": [str(p) for p in ckpt.list_checkpoints(self.run_dir)],
             "choices": [{"name": c.name, "value": c.value, "reason": c.reason} for c in self.choices],
-            # Filled in by the command layer (gpurig.diagnose sits above train): see attach_verdicts.
+            # Filled in by the command layer (commands/train.py attach_verdicts), in the parent.
             "verdicts": [],
         }
         if self.tb is not None:

@@ -20,13 +20,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpurig.errors import BadInput, ProblemFound, check_user_file
-from gpurig.launch.plan import check_nodes, plan_torchrun, resolve_device
+from gpurig.errors import BadInput, ProblemFound
+from gpurig.launch.plan import plan_torchrun
 from gpurig.launch.runner import raise_if_interrupted, run_plan, signal_words
 from gpurig.train import checkpoint as ckpt
-from gpurig.train.config import TrainConfig, check_data_path, from_dict, to_toml, validate
-from gpurig.train.dcp import list_sharded
+from gpurig.train.config import TrainConfig, from_dict, to_toml
 from gpurig.train.faults import parent_grace, stop_env
+from gpurig.train.plan import plan_training
 from gpurig.train.protocol import CHOICE, PROGRESS
 
 EventHandler = Callable[[str, dict[str, Any]], None]
@@ -101,24 +101,6 @@ def finished_run(run_dir: Path, cfg: TrainConfig) -> dict[str, Any] | None:
     return summary if same_length else None
 
 
-def _check_resume_archive(run_dir: Path, resume: str | None, fallback: bool) -> None:
-    """A checkpoint that is truncated or no PyTorch file at all is refused here, once, before any
-    worker starts (the workers check the rest: weights-only contents, the model, the config)."""
-    if not resume or resume == "none":
-        return
-    if resume != "auto":
-        path = Path(resume)
-    else:
-        found = ckpt.list_checkpoints(run_dir)
-        if not found or fallback:
-            return  # nothing to check, or the workers fall back past a bad one themselves
-        path = found[-1]
-    why = ckpt.archive_problem(path)
-    if why:
-        hint = "; rerun with --resume-fallback to use the previous checkpoint" if resume == "auto" else ""
-        raise BadInput(f"--resume: checkpoint {path} is corrupt or not a gpurig checkpoint: {why}{hint}")
-
-
 def _written_since(path: Path, t: float) -> bool:
     try:
         return path.stat().st_mtime >= t - 1.0  # file systems round modification times
@@ -160,37 +142,19 @@ def run_training(
     last step trains nothing and returns the finished summary with `already_complete` true.
     """
     check_timeout(timeout)
-    if config.framework != "torch":
-        raise BadInput(f"framework: {config.framework!r} runs through the TensorFlow trainer, not the PyTorch one")
-    check_nodes(nnodes, node_rank)
-    if nnodes > 1 and not rdzv_endpoint:
-        raise BadInput("--master-addr: needed with --nnodes > 1 (the host of node 0, where the nodes meet)")
-    if nnodes > 1:
-        resume = resume or "auto"  # a node started again must continue, not refuse the run's checkpoints
-    choice = resolve_device(device, nproc)
-    check_data_path(config)
-    cfg = validate(config, choice.nproc * nnodes)
-    if cfg.optim.fused == "on" and cfg.train.strategy == "fsdp":  # needs torch: only then
-        from gpurig.train.loop import check_fused_for_fsdp
-
-        check_fused_for_fsdp(cfg)
-    run_dir = Path(out_dir or cfg.out_dir or default_run_dir())
-    if run_dir.exists() and not run_dir.is_dir():
-        raise BadInput(f"--out {run_dir}: exists and is not a directory")
-    if not resume and (ckpt.list_checkpoints(run_dir) or list_sharded(run_dir)):
-        raise BadInput(f"--out {run_dir}: already holds checkpoints of a run; continue it with --resume auto "
-                       "or choose another --out")
-    if resume and resume not in ("auto", "none"):
-        check_user_file(resume, f"--resume {resume}", "checkpoint file")
-    _check_resume_archive(run_dir, resume, resume_fallback)
+    if max_restarts < 0:
+        raise BadInput(f"--max-restarts must be 0 or more, got {max_restarts}")
+    planned = plan_training(config, device, nproc, out_dir, resume, resume_fallback, nnodes, node_rank, rdzv_endpoint,
+                            config_sources, default_run_dir=default_run_dir)
+    cfg, run_dir, resume = planned.config, Path(planned.run_dir), planned.resume
+    device, nproc_here, reason = planned.device, planned.nproc_per_node, planned.device_reason
     if resume and nnodes == 1:
         done = finished_run(run_dir, cfg)
         if done is not None:
             if on_event:
                 on_event("complete", {"step": done.get("steps"), "run_dir": str(run_dir)})
             return {**done, "run_dir": str(run_dir), "already_complete": True}
-    launch = {"config": cfg.to_dict(), "device": choice.device, "nproc": choice.nproc * nnodes, "reason": choice.reason,
-              **({"config_sources": config_sources} if config_sources else {})}
+    launch = planned.job()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         # An earlier summary.json stays until this run writes its own (only one written after the
@@ -206,28 +170,25 @@ def run_training(
     args = ["-m", "gpurig.train.worker", "--run-dir", str(run_dir), *(["--resume", str(resume)] if resume else []),
             *flags]
     env = dict(env or {})
-    if choice.device == "cuda":
+    if device == "cuda":
         env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
-    if max_restarts < 0:
-        raise BadInput(f"--max-restarts must be 0 or more, got {max_restarts}")
     env = {**stop_env(env), **env}  # torchrun gives the workers as long as they need to checkpoint after SIGTERM
     if nnodes > 1:
         from gpurig.train.nodes import plan_node
 
-        plan, _ = plan_node(cfg, run_dir, nnodes, node_rank, rdzv_endpoint, nproc_per_node=choice.nproc,
-                            device=choice.device, max_restarts=max_restarts, env=env, extra_args=flags)
+        plan, _ = plan_node(cfg, run_dir, nnodes, node_rank, rdzv_endpoint, nproc_per_node=nproc_here,
+                            device=device, max_restarts=max_restarts, env=env, extra_args=flags)
     else:
-        plan = plan_torchrun(args, choice.nproc, choice.device, run_dir=str(run_dir), env=env,
-                             max_restarts=max_restarts)
+        plan = plan_torchrun(args, nproc_here, device, run_dir=str(run_dir), env=env, max_restarts=max_restarts)
     if on_event:
-        on_event("launch", {"device": choice.device, "nproc": choice.nproc, "reason": choice.reason,
+        on_event("launch", {"device": device, "nproc": nproc_here, "reason": reason,
                             "run_dir": str(run_dir), "command": plan.command_line(),
                             "config_sources": config_sources,
                             **({"nnodes": nnodes, "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint}
                                if nnodes > 1 else {})})
     started = time.time()
     result = run_plan(plan, timeout=timeout, echo=_handler(on_event), grace=parent_grace(env), hide_agent=True)
-    launched = {"device": choice.device, "nproc": choice.nproc, "reason": choice.reason,
+    launched = {"device": device, "nproc": nproc_here, "reason": reason,
                 "returncode": result.returncode, "interrupted": result.interrupted, "signal": result.signal}
 
     summary_path = run_dir / "summary.json"

@@ -161,7 +161,7 @@ def worker_plan(job: dict[str, Any], job_path: Path) -> LaunchPlan:
 def adapt_verdicts(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The shared bottleneck verdicts speak of DataLoaders; say what helps a tf.data pipeline instead.
 
-    The verdicts themselves are judged in the command layer (`gpurig.diagnose` sits above train).
+    The verdicts themselves are judged in the parent by the command (commands/train.py).
     """
     out = [dict(v) for v in verdicts]
     for v in out:
