@@ -70,6 +70,12 @@ def test_raising_the_step_count_continues_the_finished_run(finished, tmp_path, r
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 30 and summary["resumed_from"].endswith("step-000000020.pt")
+    # The verdicts are judged before the worker writes the file: it is complete as written, and the
+    # command does not write it again.
+    from gpurig.diagnose.verdicts import judge_run
+
+    assert summary["verdicts"] == judge_run({k: v for k, v in summary.items() if k != "verdicts"})
+    assert not (run / ".summary.json.tmp").exists()
 
 
 def test_a_truncated_newest_checkpoint_is_refused_once_before_any_worker_and_loses_nothing(finished, tmp_path,

@@ -128,23 +128,12 @@ class Renderer:
 
 
 def attach_verdicts(summary: dict[str, Any]) -> dict[str, Any]:
-    """Judge the run (gpurig.diagnose, a layer above train) and store the verdicts in the summary and
-    in <run_dir>/summary.json, so the file on disk is complete."""
-    import json
-    import os
+    """The run's verdicts: the workers judge the run before they write summary.json; a summary
+    without them (an older run, an interrupted one) is judged here, in memory. Nothing is rewritten."""
+    if "verdicts" not in summary:
+        from gpurig.diagnose.verdicts import judge_run
 
-    from gpurig.diagnose.verdicts import training_verdicts
-
-    summary["verdicts"] = [f.to_dict() for f in training_verdicts(summary)]
-    run_dir = summary.get("run_dir")
-    if run_dir and (Path(run_dir) / "summary.json").is_file():
-        on_disk = {k: v for k, v in summary.items() if k not in ("run_dir", "launch")}
-        tmp = Path(run_dir) / ".summary.json.tmp"
-        try:
-            tmp.write_text(json.dumps(on_disk, indent=2, default=str))
-            os.replace(tmp, Path(run_dir) / "summary.json")
-        except OSError:
-            pass  # the verdicts are still printed and returned; the worker's summary.json stays
+        summary["verdicts"] = judge_run(summary)
     return summary
 
 
@@ -290,7 +279,7 @@ def register(app: typer.Typer) -> None:
             return
         if cfg.framework == "tf":
             from gpurig.train.run import default_run_dir, finished_run
-            from gpurig.train.tf.runner import adapt_verdicts, run_tf_training
+            from gpurig.train.tf.runner import run_tf_training
 
             done = finished_run(Path(out), cfg) if (resume and out and nnodes == 1) else None
             if done is not None:  # as under torch: a finished run resumed trains nothing and keeps its files
@@ -314,7 +303,6 @@ def register(app: typer.Typer) -> None:
                                       master_port=master_port,
                                       echo=lambda line: console.print(line, markup=False, highlight=False))
             attach_verdicts(summary)
-            summary["verdicts"] = adapt_verdicts(summary["verdicts"])
         else:
             from gpurig.launch.runner import signal_words, sigterm_stops
 

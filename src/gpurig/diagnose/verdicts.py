@@ -73,6 +73,11 @@ def _gib(b: float) -> str:
 # training
 
 
+def judge_run(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The verdicts as summary.json holds them (`training_verdicts`, as dicts); written with the summary."""
+    return [f.to_dict() for f in training_verdicts(summary)]
+
+
 def training_verdicts(summary: dict[str, Any], samples: list[dict[str, Any]] | None = None) -> list[Finding]:
     """Bottleneck verdicts for one training run, headline first. See the module docstring."""
     step = summary.get("step_time") or {}

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from gpurig.diagnose.verdicts import judge_run
 from gpurig.errors import BadInput
 from gpurig.train import checkpoint as ckpt
 from gpurig.train import data as D
@@ -1149,7 +1150,7 @@ class Trainer:
             "resumed_from": resumed_from,
             "checkpoints": [str(p) for p in ckpt.list_checkpoints(self.run_dir)],
             "choices": [{"name": c.name, "value": c.value, "reason": c.reason} for c in self.choices],
-            # Filled in by the command layer (commands/train.py attach_verdicts), in the parent.
+            # Judged by main() before summary.json is written (gpurig.diagnose.verdicts).
             "verdicts": [],
         }
         if self.tb is not None:
@@ -1184,6 +1185,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = trainer.run()
         if ctx.main and summary is not None:
             summary["faults"] = faults.report([r.get("restart_count", 0) for r in summary.get("per_rank") or []])
+            summary["verdicts"] = judge_run(summary)  # before the file is written: nothing rewrites it
             tmp = run_dir / ".summary.json.tmp"
             tmp.write_text(json.dumps(summary, indent=2, default=str))
             os.replace(tmp, run_dir / "summary.json")

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpurig.diagnose.verdicts import judge_run
 from gpurig.errors import BadInput, ProblemFound
 from gpurig.launch import tfjob
 from gpurig.launch.plan import LaunchPlan, parse_nproc
@@ -161,7 +162,7 @@ def worker_plan(job: dict[str, Any], job_path: Path) -> LaunchPlan:
 def adapt_verdicts(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The shared bottleneck verdicts speak of DataLoaders; say what helps a tf.data pipeline instead.
 
-    The verdicts themselves are judged in the parent by the command (commands/train.py).
+    The verdicts are judged by `gpurig.diagnose.verdicts` before summary.json is written.
     """
     out = [dict(v) for v in verdicts]
     for v in out:
@@ -261,7 +262,7 @@ def run_tf_training(
         raise ProblemFound(f"TensorFlow training {why}{': ' + err if err else ''}; log {run.log_path}\n{tail}")
     result = json.loads(result_path.read_text())
     result["choices"] = job["choices"]
-    result["verdicts"] = []  # judged by the command layer (gpurig.commands.train.attach_verdicts)
+    result["verdicts"] = adapt_verdicts(judge_run(result))  # judged before summary.json is written
     result["run_dir"] = str(out)
     result["log"] = run.log_path
     # As the PyTorch summary says it: how the worker ended (a SIGTERMed run is "interrupted").
