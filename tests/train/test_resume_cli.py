@@ -74,7 +74,8 @@ def test_raising_the_step_count_continues_the_finished_run(finished, tmp_path, r
     # command does not write it again.
     from gpurig.diagnose.verdicts import judge_run
 
-    assert summary["verdicts"] == judge_run({k: v for k, v in summary.items() if k != "verdicts"})
+    again = judge_run({k: v for k, v in summary.items() if k != "verdicts"})
+    assert summary["verdicts"] == json.loads(json.dumps(again, default=str))
     assert not (run / ".summary.json.tmp").exists()
 
 
