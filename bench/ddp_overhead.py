@@ -388,7 +388,9 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
     set_to_none = setup.get("set_to_none", True)
     backward_ctx = contextlib.nullcontext
     if setup.get("ca") and args["compile"]:
-        from gpurig.train.loop import compiled_autograd_backward as backward_ctx  # the same as gpurig's loop
+        from gpurig.train.choices import (
+            compiled_autograd_backward as backward_ctx,  # the same as gpurig's loop
+        )
 
     grad_sync = None
     if world > 1 and setup.get("manual"):

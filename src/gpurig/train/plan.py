@@ -82,7 +82,7 @@ def plan_training(
     check_data_path(config)
     cfg = validate(config, choice.nproc * nnodes)
     if cfg.optim.fused == "on" and cfg.train.strategy == "fsdp":  # needs torch: only then
-        from gpurig.train.loop import check_fused_for_fsdp
+        from gpurig.train.choices import check_fused_for_fsdp
 
         check_fused_for_fsdp(cfg)
     run_dir = Path(out_dir or cfg.out_dir or (default_run_dir() if default_run_dir else "runs/run"))
