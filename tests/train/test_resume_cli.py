@@ -34,6 +34,18 @@ def finished(tmp_path_factory):
     return out
 
 
+def test_the_summary_fits_the_one_schema(finished):
+    from gpurig.train.summary import RunSummary, summary_problems
+
+    summary = json.loads((finished / "summary.json").read_text())
+    assert summary_problems(summary) == []  # the one schema the TensorFlow trainer fills too
+    bad = dict(summary, throughput_typo=1)
+    del bad["step_time"]["mean_s"]
+    assert summary_problems(bad) == ["summary.throughput_typo: not a field of RunSummary",
+                                     "summary.step_time.mean_s: missing"]
+    assert RunSummary.__doc__
+
+
 def _copy(run, tmp_path):
     dest = tmp_path / "run"
     shutil.copytree(run, dest)
@@ -162,3 +174,10 @@ def test_ctrl_c_stops_training_with_one_line_and_a_checkpoint_to_continue_from(t
     assert summary["stopped"] and summary["stop_reason"] == "Ctrl-C (SIGINT)"
     assert ckpt.step_of(ckpt.list_checkpoints(out)[-1]) == summary["steps"]
     assert_no_process_left(str(out))
+
+
+def test_every_summary_field_is_documented():
+    from gpurig.train.summary import field_docs
+
+    doc = (ROOT / "docs" / "train.md").read_text(encoding="utf-8")
+    assert [k for k, _ in field_docs() if f"| `{k}` |" not in doc] == []
