@@ -4,7 +4,7 @@
 
 Launches itself through torchrun (gpurig.launch) with one process per GPU. In every worker, for
 each size, it times (1) the plain loop of perf-anchors.md: 5 warm-up `dist.all_reduce` calls, then
-20 calls between two CUDA events, and (2) gpurig's own measurement (`gpurig.comm.benchmark`), with
+20 calls between two CUDA events, and (2) gpurig's own measurement (`gpurig.comm.workers.benchmark`), with
 `--graph auto` and with the graph off. Rank 0 prints busbw side by side with ratios, and the ratio
 to the nccl-tests figures recorded on the 2×H200 machine (reference/perf-anchors.md), and writes
 `comm_vs_plain.json` into --out.
@@ -50,9 +50,9 @@ def plain_loop(nbytes: int, samples: int) -> list[float]:
 def worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
-    from gpurig.comm.benchmark import measure
     from gpurig.comm.metrics import busbw_gbps, human_bytes
-    from gpurig.comm.worker import setup_context
+    from gpurig.comm.workers.benchmark import measure
+    from gpurig.comm.workers.worker import setup_context
 
     ctx = setup_context(Path(args.out) / "run", "cuda", timeout=120)
     n = ctx.world_size

@@ -20,7 +20,7 @@ def _workers_of(run_dir: str) -> list[int]:
     left = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "gpurig.comm.worker" in cmd and run_dir in cmd:
+        if "gpurig.comm.workers.worker" in cmd and run_dir in cmd:
             left.append(p.info["pid"])
     return left
 

@@ -24,7 +24,7 @@ def test_a_stopped_verify_leaves_nothing_running(tmp_path, sig, code, words):
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # until the workers are up
-            workers = [p for p in psutil.process_iter(["cmdline"]) if "gpurig.comm.worker" in
+            workers = [p for p in psutil.process_iter(["cmdline"]) if "gpurig.comm.workers.worker" in
                        " ".join(p.info["cmdline"] or []) and str(out) in " ".join(p.info["cmdline"] or [])]
             if len(workers) >= 2:
                 break

@@ -5,7 +5,7 @@
     >>> [p["size"] for p in out["results"]]
     ['1 KiB', '4 KiB']
 
-Runs in the parent (no torch import); the measuring happens in `gpurig.comm.benchmark` inside
+Runs in the parent (no torch import); the measuring happens in `gpurig.comm.workers.benchmark` inside
 torchrun workers. Figures follow nccl-tests: time per call is the mean over ranks of each rank's
 median sample; algbw and busbw as in `gpurig.comm.metrics`.
 """
@@ -118,7 +118,7 @@ def run_bench_comm(
     }
     run_dir = make_run_dir(out_dir, "bench-comm")
     (run_dir / "bench-config.json").write_text(json.dumps(config, indent=1))
-    entry = ["-m", "gpurig.comm.worker", "bench", "--run-dir", str(run_dir), "--device", choice.device,
+    entry = ["-m", "gpurig.comm.workers.worker", "bench", "--run-dir", str(run_dir), "--device", choice.device,
              "--timeout", f"{timeout:g}", "--config", str(run_dir / "bench-config.json")]
     plan = plan_torchrun(entry, choice.nproc, choice.device, run_dir=str(run_dir))
     if cuda and facts is None:

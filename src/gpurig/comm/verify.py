@@ -6,7 +6,7 @@
     (True, ['collectives', 'p2p', 'ddp', 'transport'])
 
 This module runs in the parent process: it never imports torch nor initialises CUDA. The workers
-(`gpurig.comm.worker`) do the work; the transport check reads NCCL's log here, afterwards.
+(`gpurig.comm.workers.worker`) do the work; the transport check reads NCCL's log here, afterwards.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def run_verify(
     choice = resolve_device(device, nproc)
     run_dir = make_run_dir(out_dir, "verify")
     env = nccl_debug_env(run_dir) if choice.device == "cuda" else {}
-    entry = ["-m", "gpurig.comm.worker", "verify", "--run-dir", str(run_dir), "--device", choice.device,
+    entry = ["-m", "gpurig.comm.workers.worker", "verify", "--run-dir", str(run_dir), "--device", choice.device,
              "--timeout", f"{timeout:g}", "--profile", profile, "--checks", ",".join(checks)]
     plan = plan_torchrun(entry, choice.nproc, choice.device, run_dir=str(run_dir), env=env)
 

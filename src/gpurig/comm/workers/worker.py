@@ -2,7 +2,7 @@
 
 Started by the parent through `gpurig.launch` (never by hand, though it can be):
 
-    python -m torch.distributed.run --nproc-per-node=2 -m gpurig.comm.worker verify --run-dir RUN --device cpu
+    python -m torch.distributed.run --nproc-per-node=2 -m gpurig.comm.workers.worker verify --run-dir RUN --device cpu
 
 Each rank writes `result-rank<R>.json` into the run directory (rewritten after every check, so a
 crash or a hang still leaves what was done) and `progress-rank<R>.jsonl` before every collective.
@@ -179,7 +179,7 @@ def _run_verify(ctx: Context, checks: list[str]) -> int:
     import torch
     import torch.distributed as dist
 
-    from gpurig.comm import checks as check_mod
+    from gpurig.comm.workers import checks as check_mod
 
     table = {"collectives": check_mod.check_collectives, "p2p": check_mod.check_p2p, "ddp": check_mod.check_ddp}
     path = result_path(ctx.run_dir, ctx.rank)
@@ -210,7 +210,7 @@ def _run_verify(ctx: Context, checks: list[str]) -> int:
 
 
 def _run_bench(ctx: Context, config: dict[str, Any]) -> int:
-    from gpurig.comm import benchmark
+    from gpurig.comm.workers import benchmark
 
     ctx.record["bench"] = benchmark.run(ctx, config, lambda: write_json_atomic(result_path(ctx.run_dir, ctx.rank), ctx.record))
     ctx.record["finished"] = True
@@ -227,7 +227,7 @@ def _leave_after_teardown_hang(rank: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpurig.comm.worker", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m gpurig.comm.workers.worker", description=__doc__)
     parser.add_argument("mode", choices=("verify", "bench"))
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cpu")
