@@ -42,18 +42,12 @@ def plan_tf_verify(device: str = "auto", replicas: int | None = None, steps: int
                    cross_device_ops: str = "auto", inject: str = "none", facts: Any = None) -> dict[str, Any]:
     """The verification job as plain data; BadInput for bad arguments. No TensorFlow import."""
     from gpurig.launch import tfjob as dec
-    from gpurig.launch.tfjob import local_gpus
 
-    if device not in ("auto", "cuda", "cpu"):
-        raise BadInput(f"--device must be one of auto, cuda, cpu, got {device!r}")
     if steps < 1:
         raise BadInput(f"--steps must be at least 1, got {steps}")
     if inject not in INJECTIONS:
         raise BadInput(f"--inject must be one of {', '.join(INJECTIONS)}, got {inject!r}")
-    gpus = local_gpus(facts) if device != "cpu" else []
-    if device == "cuda" and not gpus:
-        raise BadInput("--device cuda: no GPU is visible (run `gpurig doctor` to see why)")
-    kind = "gpu" if gpus else "cpu"
+    kind, gpus, _ = dec.resolve_tf_device(device, facts)
     if kind == "gpu":
         n = replicas or len(gpus)
         if n > len(gpus):

@@ -233,6 +233,21 @@ def local_gpus(facts=None) -> list[dict[str, Any]]:
     return [rows[i] for i in vis.visible]
 
 
+def resolve_tf_device(device: str, facts: Any = None) -> tuple[str, list[dict[str, Any]], Choice]:
+    """The one device decision of every TensorFlow job: ("gpu" or "cpu", the visible GPUs, the
+    Choice with its reason). --device cuda with no visible GPU is BadInput, as for PyTorch."""
+    if device not in ("auto", "cuda", "cpu"):
+        raise BadInput(f"--device must be one of auto, cuda, cpu, got {device!r}")
+    gpus = local_gpus(facts) if device != "cpu" else []
+    if device == "cuda" and not gpus:
+        raise BadInput("--device cuda: no GPU is visible (run `gpurig doctor` to see why)")
+    if gpus:
+        return "gpu", gpus, Choice("device", "cuda", f"{len(gpus)} visible GPU(s) (NVML)")
+    if device == "cpu":
+        return "cpu", [], Choice("device", "cpu", "asked for the CPU")
+    return "cpu", [], Choice("device", "cpu", "no visible GPU: TensorFlow on the CPU")
+
+
 def configure_devices(tf, job: dict[str, Any]) -> None:
     """Memory growth and logical CPU devices: must run before anything touches a device.
 

@@ -23,7 +23,6 @@ from gpurig.errors import BadInput, ProblemFound
 from gpurig.launch import tfjob
 from gpurig.launch.plan import LaunchPlan, parse_nproc
 from gpurig.launch.runner import run_plan, sigterm_stops
-from gpurig.launch.tfjob import local_gpus
 from gpurig.train.tf import decisions as dec
 
 TF_FIXES = {
@@ -53,26 +52,14 @@ def plan_tf_job(
     """Every decision of the run, as a plain job dict (written to the run directory for the worker)."""
     from gpurig.train.config import check_data_path, check_framework, validate
 
-    if device not in ("auto", "cuda", "cpu"):
-        raise BadInput(f"--device must be one of auto, cuda, cpu, got {device!r}")
     check_framework(cfg)
+    kind, gpus, device_choice = tfjob.resolve_tf_device(device, facts)
     check_data_path(cfg)
     env = dict(os.environ if env is None else env)
-    gpus = local_gpus(facts) if device != "cpu" else []
-    if device == "cuda" and not gpus:
-        raise BadInput("--device cuda: no GPU is visible (run `gpurig doctor` to see why)")
-    kind = "gpu" if gpus else "cpu"
     # `tf.worker_hosts` in the config, when the config has that key, stands in for the argument.
     worker_hosts = worker_hosts or getattr(cfg.tf, "worker_hosts", None) or None
     cluster = tfjob.cluster_plan(env, nnodes, node_rank, master_addr, master_port, worker_hosts)
-    choices: list[tfjob.Choice] = []
-    if kind == "gpu":
-        device_choice = tfjob.Choice("device", "cuda", f"{len(gpus)} visible GPU(s) (NVML)")
-    elif device == "cpu":
-        device_choice = tfjob.Choice("device", "cpu", "asked for the CPU")
-    else:
-        device_choice = tfjob.Choice("device", "cpu", "no visible GPU: TensorFlow on the CPU")
-    choices.append(device_choice)
+    choices: list[tfjob.Choice] = [device_choice]
     if kind == "cpu" and cluster.workers > 1:
         # One CPU device per worker: TensorFlow's collectives then run between the worker processes.
         replicas = tfjob.Choice("replicas", 1, "multi-worker on the CPU: one replica per worker process")
