@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpurig.monitor.samples import GpuSample, ProcessSample, Sample, throttle_names
+from gpurig.probe.nvml import guarded
 
 COUNTERS = ("pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx")
 
@@ -193,9 +194,7 @@ class NvmlBackend:
         """One NVML query; an unsupported or failing query is None (a missing metric is a value)."""
         start = time.process_time() if self.call_cpu_s is not None else 0.0
         try:
-            return fn(*args)
-        except self._nvml.NVMLError:
-            return None
+            return guarded(self._nvml, fn, *args)  # the probe's one rule: unsupported is None
         finally:
             if self.call_cpu_s is not None:
                 name = getattr(fn, "__name__", "?")

@@ -145,6 +145,20 @@ class NvmlResult:
     hung: bool = False  # NVML did not answer in time (set by the caller that waited)
 
 
+def guarded(nvml: Any, fn: Any, *args: Any, on_bug: Any = None) -> Any:
+    """`fn(*args)`, or None where NVML says the GPU or driver does not support it (nvitop's rule: a
+    missing metric is a value, never an exception). Any other exception (a binding bug: ctypes, a
+    changed struct) is None too, and is passed to `on_bug(name, exc)` to be noted once."""
+    try:
+        return fn(*args)
+    except nvml.NVMLError:
+        return None
+    except Exception as exc:
+        if on_bug is not None:
+            on_bug(getattr(fn, "__name__", "?"), exc)
+        return None
+
+
 class _Reader:
     """One NVML session: lazy init, guarded queries, shutdown."""
 
@@ -159,15 +173,12 @@ class _Reader:
         fn = getattr(self.nvml, name, None)
         if fn is None:  # an older nvidia-ml-py without this function
             return None
-        try:
-            return fn(*args)
-        except self.nvml.NVMLError:
-            return None
-        except Exception as exc:  # a binding bug (ctypes, a changed struct) must not end the doctor
-            if name not in self._noted:
-                self._noted.add(name)
-                self.notes.append(f"NVML {name} failed unexpectedly: {type(exc).__name__}: {exc}")
-            return None
+        return guarded(self.nvml, fn, *args, on_bug=lambda _fn_name, exc: self._note(name, exc))
+
+    def _note(self, name: str, exc: Exception) -> None:
+        if name not in self._noted:
+            self._noted.add(name)
+            self.notes.append(f"NVML {name} failed unexpectedly: {type(exc).__name__}: {exc}")
 
     def gpu(self, index: int, handle: Any) -> GpuFacts:
         q = self.q
