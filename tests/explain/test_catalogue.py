@@ -7,15 +7,15 @@ import re
 
 import pytest
 
-from gpurig.diagnose.explain import (
+from gpurig.diagnose.catalogue import (
     HIDES,
     CatalogueError,
-    explain_text,
     load_catalogue,
     match_catalogue,
     match_entry,
     parse_catalogue,
 )
+from gpurig.diagnose.explain import explain_text
 
 CATALOGUE = load_catalogue()
 EXAMPLES = [(e.id, i, ex) for e in CATALOGUE for i, ex in enumerate(e.examples)]
@@ -152,7 +152,7 @@ def test_the_literal_prefilter_never_hides_a_match():
     every text the regex matches: checked on every example and near miss of the catalogue."""
     import re
 
-    from gpurig.diagnose.explain import load_catalogue, required_literals
+    from gpurig.diagnose.catalogue import load_catalogue, required_literals
 
     texts = [t for e in load_catalogue() for t in list(e.examples) + list(e.near_misses)]
     checked = 0

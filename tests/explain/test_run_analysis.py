@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpurig.diagnose.explain import analyze_traces, exit_code_for, explain_run
+from gpurig.diagnose.run_diagnosis import analyze_traces, exit_code_for, explain_run
 from gpurig.launch.collect import (
     RankLog,
     RunRecord,

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from gpurig.diagnose import threads as th
-from gpurig.diagnose.explain import explain_text, load_catalogue
+from gpurig.diagnose.catalogue import load_catalogue
+from gpurig.diagnose.explain import explain_text
 
 HEALTHY = Path(__file__).resolve().parents[1] / "corpus" / "explain" / "healthy"
 FRAMEWORKS = {"pytorch", "tensorflow", "keras", "accelerate", "deepspeed", "lightning", "transformers", "megatron",
@@ -178,7 +179,7 @@ def test_a_long_log_is_read_through_its_focus_with_true_line_numbers():
 def test_catalogue_confidence_is_calibrated_on_the_development_threads(tmp_path):
     """An entry that named the wrong cause on the development threads says so in its confidence;
     the shipped record is the one today's catalogue and threads give (rerun `calibrate` after a change)."""
-    from gpurig.diagnose import explain
+    from gpurig.diagnose import catalogue as explain
 
     record = th.load_entry_record()
     catalogue = {e.id: e for e in load_catalogue()}

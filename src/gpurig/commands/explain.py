@@ -102,7 +102,8 @@ def register(app: typer.Typer) -> None:
         source: str = typer.Argument(None, help="A log file, '-' for stdin, a run directory; default: the last `gpurig launch` run."),
         json_out: bool = typer.Option(False, "--json", help='One JSON document: "matches" (each with id, title, cause, fix, confidence, evidence, source, kind, class, see_also), "input", "world", "next_steps" (when nothing matched) and "benign" (harmless notices).'),
     ) -> None:
-        from gpurig.diagnose.explain import explain_run, explain_text
+        from gpurig.diagnose.explain import explain_text
+        from gpurig.diagnose.run_diagnosis import explain_run
 
         text, run_dir = _read_input(source)
         console = console_for(json_out)

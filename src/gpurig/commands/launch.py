@@ -313,7 +313,7 @@ def register(app: typer.Typer) -> None:
         from gpurig.launch.plan import endpoint_port_taken
 
         if desc["nnodes"] == "1" and rdzv_endpoint and endpoint_port_taken(desc["rdzv_endpoint"]):
-            from gpurig.diagnose.explain import load_catalogue
+            from gpurig.diagnose.catalogue import load_catalogue
 
             entry = next(e for e in load_catalogue() if e.id == "rendezvous-port-in-use")
             report["result"] = {"status": "not-started", "reason": f"{desc['rdzv_endpoint']} is already in use",
@@ -354,7 +354,7 @@ def register(app: typer.Typer) -> None:
                     raise typer.Exit(1)
                 console.print(f"  preflight: doctor checks passed ({len(pre['findings'])} warning(s))", markup=False)
 
-        from gpurig.diagnose.explain import explain_run
+        from gpurig.diagnose.run_diagnosis import explain_run
         from gpurig.launch.runner import run_launch
 
         out = sys.stderr if json_out else sys.stdout

@@ -337,12 +337,12 @@ def load_entry_record() -> dict[str, tuple[int, int]]:
 def write_entry_record(path, cases: Sequence[Case]) -> dict[str, tuple[int, int]]:
     """How each catalogue entry did as the first answer, development threads left out one at a time
     (the entries' own calibration switched off while this is measured)."""
-    from gpurig.diagnose import explain
+    from gpurig.diagnose import catalogue, explain
 
     dev = [c for c in cases if c.split == "dev"]
     index = ThreadIndex(dev)
     record: dict[str, list[int]] = {}
-    explain.USE_ENTRY_CALIBRATION = False
+    catalogue.USE_ENTRY_CALIBRATION = False
     try:
         for case in dev:
             result = explain.explain_text(case.log, index=index, exclude=case.id)
@@ -352,7 +352,7 @@ def write_entry_record(path, cases: Sequence[Case]) -> dict[str, tuple[int, int]
                 row[0] += 1
                 row[1] += canonical(found[0].cls or found[0].id) == case.cls
     finally:
-        explain.USE_ENTRY_CALIBRATION = True
+        catalogue.USE_ENTRY_CALIBRATION = True
     lines = ["# Written by `python -m gpurig.diagnose.threads calibrate`: how often each catalogue entry's",
              f"# first answer named the cause of a development thread ({len(dev)} threads, each left out of the",
              "# index while answered). explain blends this with the entry's stated confidence.", ""]
@@ -584,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
                     print("   ", json.dumps(w))
         return 0
     if args.cmd == "table":
-        from gpurig.diagnose.explain import load_catalogue
+        from gpurig.diagnose.catalogue import load_catalogue
 
         counts: dict[str, int] = {}
         for c in cases:

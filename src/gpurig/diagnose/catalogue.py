@@ -1,0 +1,287 @@
+"""The error catalogue: its entries (`knowledge/errors*.toml`), how a log is matched against them,
+and how sure a match is.
+
+Each pattern first checks a plain string every match must contain (`required_literals`) before its
+regex runs, so a long log costs little; `match_catalogue()` returns the entries a text matches,
+best first (`rank_matches`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any
+
+ROLES = ("primary", "timeout", "secondary", "benign")
+# A secondary match ("connection closed by peer") is a consequence of another rank's failure:
+# it goes after anything that says what actually happened.
+_ROLE_PENALTY = {"primary": 0.0, "timeout": 0.05, "secondary": 0.3, "benign": 0.5}
+
+NEXT_STEPS = [
+    "Rerun with NCCL_DEBUG=INFO to see what NCCL was doing (look for 'NCCL WARN' lines).",
+    "Rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL: torch then checks that every rank calls the same collectives.",
+    "Run `gpurig doctor` to check the driver, the GPUs, the links and the framework builds.",
+]
+
+
+@dataclass
+class CatalogueEntry:
+    id: str
+    title: str
+    cause: str
+    fix: str
+    role: str
+    confidence: float
+    patterns: list[re.Pattern]
+    requires: list[re.Pattern]
+    examples: list[str]
+    near_misses: list[str]
+    source: str
+
+
+@dataclass
+class Match:
+    """One explanation: what happened, why, the fix, and the line it was read from."""
+
+    id: str
+    title: str
+    cause: str
+    fix: str
+    confidence: float
+    evidence: str
+    role: str = "primary"
+    line: int | None = None  # 1-based line of the evidence in the text
+    source: str = ""  # where the explanation comes from: the catalogue's sources, or a thread's URL
+    kind: str = "catalogue"  # "catalogue", "thread" (a resolved public thread) or "doctor" (a pasted report)
+    cls: str = ""  # the cause class: a catalogue id, or the class of a thread's cause
+    see_also: list[str] = field(default_factory=list)  # resolved threads (URLs) of the same cause
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["class"] = data.pop("cls") or self.id
+        return data
+
+
+class CatalogueError(ValueError):
+    pass
+
+
+def _longest_run(items: list) -> str:
+    """The longest run of consecutive plain characters in a parsed sequence."""
+    from re import _parser as sre_parse
+
+    best, run = "", []
+    for op, arg in list(items) + [(None, None)]:
+        if op is sre_parse.LITERAL:
+            run.append(chr(arg))
+            continue
+        if len(run) > len(best):
+            best = "".join(run)
+        run = []
+    return best
+
+
+def required_literals(pattern: re.Pattern) -> tuple[str, ...] | None:
+    """Plain strings one of which every match of `pattern` contains (lower-cased when the pattern
+    ignores case), or None when there are none worth checking.
+
+    Checking `literal in text` (a fast substring search) before the regex skips most patterns on
+    a long log: a regex that starts with a class or an alternation is tried at every position.
+    A sequence gives its longest run of plain characters; an alternation at the top, one per branch."""
+    try:
+        from re import _parser as sre_parse  # the parser re itself uses
+
+        items = list(sre_parse.parse(pattern.pattern, pattern.flags & ~re.UNICODE))
+        while len(items) == 1 and items[0][0] is sre_parse.SUBPATTERN:  # (?:a|b) around everything
+            items = list(items[0][1][-1])
+        if len(items) == 1 and items[0][0] is sre_parse.BRANCH:
+            runs = [_longest_run(list(branch)) for branch in items[0][1][1]]
+        else:
+            runs = [_longest_run(items)]
+    except Exception:  # another Python's internals: no prefilter, the regex alone decides
+        return None
+    if not runs or any(len(r) < 4 for r in runs):
+        return None
+    fold = bool(pattern.flags & re.IGNORECASE)
+    return tuple(r.lower() if fold else r for r in runs)
+
+
+_LOWERED: dict[int, tuple[str, str]] = {}  # id(text) -> (text, text.lower()): one text at a time
+
+
+def _lowered(text: str) -> str:
+    hit = _LOWERED.get(id(text))
+    if hit is not None and hit[0] is text:
+        return hit[1]
+    _LOWERED.clear()
+    low = text.lower()
+    _LOWERED[id(text)] = (text, low)
+    return low
+
+
+class _Prefiltered:
+    """A compiled pattern that first looks for one of its required literals (see required_literals)."""
+
+    __slots__ = ("regex", "literals", "pattern", "fold")
+
+    def __init__(self, regex: re.Pattern) -> None:
+        self.regex, self.pattern = regex, regex.pattern
+        self.literals = required_literals(regex)
+        self.fold = bool(regex.flags & re.IGNORECASE)
+
+    def _may_match(self, text: str) -> bool:
+        if self.literals is None:
+            return True
+        hay = _lowered(text) if self.fold else text
+        return any(lit in hay for lit in self.literals)
+
+    def search(self, text: str, *args: Any) -> re.Match | None:
+        return self.regex.search(text, *args) if self._may_match(text) else None
+
+    def finditer(self, text: str, *args: Any):
+        return self.regex.finditer(text, *args) if self._may_match(text) else iter(())
+
+
+def _compile(entry_id: str, key: str, patterns: Any) -> list[re.Pattern]:
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise CatalogueError(f"entry {entry_id}: {key} must be a list of strings")
+    out = []
+    for p in patterns:
+        try:
+            out.append(_Prefiltered(re.compile(p, re.M)))
+        except re.error as exc:
+            raise CatalogueError(f"entry {entry_id}: {key} {p!r}: {exc}") from None
+    return out
+
+
+def parse_catalogue(data: dict) -> list[CatalogueEntry]:
+    entries = []
+    seen = set()
+    for raw in data.get("entry", []):
+        eid = raw.get("id")
+        for key in ("id", "title", "cause", "fix", "role", "confidence", "patterns", "examples", "source"):
+            if key not in raw:
+                raise CatalogueError(f"entry {eid or '?'}: {key} is missing")
+        if eid in seen:
+            raise CatalogueError(f"entry {eid}: the id is used twice")
+        seen.add(eid)
+        if raw["role"] not in ROLES:
+            raise CatalogueError(f"entry {eid}: role {raw['role']!r} is not one of {', '.join(ROLES)}")
+        entries.append(
+            CatalogueEntry(
+                id=eid,
+                title=raw["title"],
+                cause=raw["cause"],
+                fix=raw["fix"],
+                role=raw["role"],
+                confidence=float(raw["confidence"]),
+                patterns=_compile(eid, "patterns", raw["patterns"]),
+                requires=_compile(eid, "requires", raw.get("requires", [])),
+                examples=list(raw["examples"]),
+                near_misses=list(raw.get("near_misses", [])),
+                source=raw["source"],
+            )
+        )
+    return entries
+
+
+@lru_cache(maxsize=1)
+def load_catalogue() -> tuple[CatalogueEntry, ...]:
+    from gpurig.knowledge.loaders import error_catalogue_data
+
+    return tuple(parse_catalogue(error_catalogue_data()))
+
+
+def _line_of(text: str, pos: int) -> tuple[int, str]:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    end = len(text) if end < 0 else end
+    return text.count("\n", 0, pos) + 1, text[start:end].strip()
+
+
+# How many dev answers an entry's stated confidence is worth when it is blended with how often the
+# entry was right on the development threads (a Beta prior: few answers move it little).
+PRIOR_ANSWERS = 4.0
+USE_ENTRY_CALIBRATION = True  # off while the calibration itself is measured
+
+
+def entry_confidence(entry: CatalogueEntry) -> float:
+    """The entry's confidence, calibrated: its stated value blended with how often it was right when
+    it gave the first answer on the development threads (`threads/catalogue.toml`). Only entries
+    naming a rank's own fault are calibrated; secondary, timeout and benign readings keep theirs."""
+    if not USE_ENTRY_CALIBRATION or entry.role != "primary":
+        return entry.confidence  # a consequence or a notice names no thread's cause: nothing to calibrate against
+    from gpurig.diagnose.threads import load_entry_record
+
+    answered, right = load_entry_record().get(entry.id, (0, 0))
+    if not answered:
+        return entry.confidence
+    return round((right + PRIOR_ANSWERS * entry.confidence) / (answered + PRIOR_ANSWERS), 3)
+
+
+def match_entry(entry: CatalogueEntry, text: str) -> Match | None:
+    """The entry's first match in `text` (earliest line), or None."""
+    if not all(r.search(text) for r in entry.requires):
+        return None
+    best = None
+    for pattern in entry.patterns:
+        m = pattern.search(text)
+        if m and (best is None or m.start() < best.start()):
+            best = m
+    if best is None:
+        return None
+    line_no, line = _line_of(text, best.start())
+    evidence = line if len(line) <= 400 else line[:400] + " …"
+    return Match(
+        id=entry.id,
+        title=entry.title,
+        cause=entry.cause,
+        fix=entry.fix,
+        confidence=entry_confidence(entry),
+        evidence=evidence or best.group(0),
+        role=entry.role,
+        line=line_no,
+        source=entry.source,
+        cls=entry.id,
+    )
+
+
+def rank_matches(matches: list[Match]) -> list[Match]:
+    """Best first: the most certain explanation of this rank's own fault before consequences."""
+    return sorted(matches, key=lambda m: (-(m.confidence - _ROLE_PENALTY.get(m.role, 0.0)), m.line or 0))
+
+
+# A specific entry -> the generic one it makes redundant when both match.
+HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": "nccl-system-error",
+         "nccl-bad-env-setting": "nccl-system-error", "docker-network-isolation": "nccl-system-error",
+         "host-oom-loading-weights": "host-out-of-memory-killed", "timeout-while-rank0-busy": "nccl-watchdog-timeout"}
+
+
+def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = None, benign: bool = False) -> list[Match]:
+    """The entries `text` matches, best first; harmless notices (role "benign") only when asked."""
+    catalogue = catalogue if catalogue is not None else load_catalogue()
+    found = [m for e in catalogue if (benign or e.role != "benign") and (m := match_entry(e, text)) is not None]
+    # A specific explanation hides a generic one read from the same line (the first collective
+    # timing out is a more useful reading than "a collective timed out").
+    ids = {m.id for m in found}
+    hidden = {HIDES[i] for i in ids if i in HIDES}
+    return rank_matches([m for m in found if m.id not in hidden])
+
+
+# A line that names an exception (`RuntimeError: ...`), for a rank whose error the catalogue does not know.
+EXCEPTION_LINE = re.compile(r"^\s*(?:\[\w+\]:\s*)*((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b.*)$", re.M)
+
+
+def generic_exception(rank: str, message: str) -> Match:
+    """An uncaught exception in the script itself, when nothing in the catalogue explains it."""
+    return Match(
+        id="uncaught-exception",
+        title=f"The script raised {message.split(':', 1)[0]} in rank {rank}",
+        cause="An exception in the training script itself ended this rank; torchrun then stopped the others.",
+        fix="Fix the error at the line shown (the traceback below is this rank's own); it is not a problem of the distributed setup.",
+        confidence=0.7,
+        evidence=message if len(message) <= 400 else message[:400] + " …",
+        role="primary",
+        source="the rank's traceback",
+    )
