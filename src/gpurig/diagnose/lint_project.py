@@ -1,0 +1,128 @@
+"""The script's own project, as `gpurig lint` reads it: the modules it imports from its folder
+(silencing of other ranks' output, downloads in helpers, a process group started or ended there).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from gpurig.diagnose.lint_scan import (
+    _DOWNLOADERS,
+    _SILENCERS,
+    GPU_NAMES,
+    _dotted,
+    _is_const,
+    _mentions_rank,
+    _name_of,
+)
+
+# --- what the script's own project does elsewhere -------------------------------------------
+
+
+def _silences_output(tree: ast.AST) -> bool:
+    """Whether code replaces print on other ranks (`builtins.print = ...`), defines or calls a
+    known silencing helper, or sets a logging level that depends on the rank."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if _dotted(t) in ("builtins.print", "__builtin__.print", "__builtins__.print"):
+                    return True
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in _SILENCERS:
+            if any(isinstance(n, ast.Assign) and any(_dotted(t).endswith(".print") for t in n.targets) for n in ast.walk(node)) \
+                    or any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ("setLevel", "basicConfig", "disable")
+                           and _mentions_rank(n) for n in ast.walk(node)):
+                return True
+        elif isinstance(node, ast.Call) and _name_of(_dotted(node.func)) in ("setLevel", "basicConfig") and _mentions_rank(node):
+            return True
+    return False
+
+
+def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
+    """The project's own modules the script imports (files beside it or in its folders), read
+    and parsed; what cannot be found or parsed is left out. `imports`: the script's import
+    statements when already collected (the scanner does), else they are looked for in `tree`."""
+    from pathlib import Path
+
+    if path is None:
+        return []
+    base = Path(path).resolve().parent
+    names: list[str] = []
+    for node in (ast.walk(tree) if imports is None else imports):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+            names.extend(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            names.extend([node.module] if node.module else [a.name for a in node.names])
+        elif isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+    found, seen = [], set()
+
+    def add(cand: Path) -> ast.AST | None:
+        if cand in seen or not cand.is_file() or cand.stat().st_size > 2_000_000 or len(seen) > 50:
+            return None
+        seen.add(cand)
+        try:
+            module = ast.parse(cand.read_bytes())
+        except (SyntaxError, ValueError, RecursionError, OSError):
+            return None
+        found.append(module)
+        return module
+
+    for name in names:
+        rel = Path(*name.split("."))
+        for root in (base, base.parent):
+            for cand in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
+                module = add(cand)
+                if module is not None and cand.name == "__init__.py":
+                    # A package re-exports its modules (`from .train_utils import *`): read those too.
+                    for node in ast.walk(module):
+                        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                            add(cand.parent / Path(*node.module.split(".")).with_suffix(".py"))
+    return found
+
+
+def _is_download_call(call: ast.Call) -> bool:
+    func = _dotted(call.func)
+    short = _name_of(func)
+    on = [k for k in call.keywords if k.arg in ("download", "pretrained")
+          and not _is_const(k.value, False) and not _is_const(k.value, None)]
+    return bool(on) or short in _DOWNLOADERS or func in ("evaluate.load", "torch.hub.load", "torch.hub.list")
+
+
+def _downloading_functions(modules: list) -> dict[str, str]:
+    """Functions of the project's own modules that download without a rank check: name -> what."""
+    out: dict[str, str] = {}
+    for module in modules:
+        for fn in ast.walk(module):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            guarded_lines = {n.lineno for stmt in ast.walk(fn) if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)
+                             for b in stmt.body for n in ast.walk(b) if hasattr(n, "lineno")}
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines:
+                    out[fn.name] = f"{_name_of(_dotted(n.func))} at line {n.lineno} of its module"
+                    break
+    return out
+
+
+def _reachable_call(modules: list, name: str, script_calls: set[str]) -> bool:
+    """Whether the project's own modules call `name` where the script gets to it: at a module's
+    top level, or in a function the script calls (one level). A wrapper nobody calls does not count."""
+    for module in modules:
+        for fn in ast.walk(module):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in script_calls and any(
+                    isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == name for n in ast.walk(fn)):
+                return True
+        for stmt in getattr(module, "body", []):
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
+                    isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == name for n in ast.walk(stmt)):
+                return True
+    return False
+
+
+def _mentions_rank_value(node: ast.AST) -> bool:
+    """A file name that contains the rank (`f"ckpt_{rank}.pt"`): every rank writes its own file."""
+    return _mentions_rank(node) or any(
+        isinstance(n, ast.Name) and n.id.lower() in GPU_NAMES for n in ast.walk(node))
+
+
