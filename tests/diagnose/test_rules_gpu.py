@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpurig.diagnose.rules import judge
+from gpurig.knowledge import frameworks as kfw
 from gpurig.knowledge import loaders as kb
 
 pytestmark = pytest.mark.gpu
@@ -45,9 +46,9 @@ def test_torch_on_this_machine_is_judged(live):
         pytest.skip("no CUDA torch here")
     assert "torch-cuda-driver-ok" in found or "torch-cuda-minor-compat" in found
     assert "torch-arch-ok" in found, sorted(found)
-    if kb.torch_release(t.version) is not None and t.arch_list:
+    if kfw.torch_release(t.version) is not None and t.arch_list:
         variant = "cu" + t.cuda_build.replace(".", "")
-        table = kb.torch_arch_list(t.version, variant)
+        table = kfw.torch_arch_list(t.version, variant)
         if table:
             machine_code = {a for a in t.arch_list if a.startswith("sm_")}
             assert machine_code <= set(table) | {a + "a" for a in table}, (t.arch_list, table)

@@ -1,6 +1,7 @@
 """A torch newer than the knowledge table is said plainly, instead of wheel advice that silently downgrades."""
 
 from gpurig.diagnose.rules import judge
+from gpurig.knowledge import frameworks as kfw
 from gpurig.knowledge import loaders as kb
 from gpurig.probe.facts import RigFacts
 
@@ -15,7 +16,7 @@ def _facts(version: str) -> RigFacts:
 
 
 def _newest() -> str:
-    return max((r.torch for r in kb.torch_releases()), key=kb.version_key)
+    return max((r.torch for r in kfw.torch_releases()), key=kb.version_key)
 
 
 def test_newer_torch_is_an_info_finding_naming_both_versions():

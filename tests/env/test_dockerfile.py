@@ -9,6 +9,7 @@ import re
 import pytest
 from env_rigs import CRAFTED, recorded_rigs
 
+from gpurig.knowledge import frameworks as kfw
 from gpurig.knowledge import loaders as L
 from gpurig.recipes.base import HostSummary
 from gpurig.recipes.dockerfile import DockerfileOptions, dockerfile_recipe
@@ -34,7 +35,7 @@ def image_cuda(image: str) -> str | None:
         return m.group(1)
     m = re.fullmatch(r"tensorflow/tensorflow:(\d+\.\d+)\.\d+-gpu", image)
     if m:
-        return L.tf_build(m.group(1)).cuda
+        return kfw.tf_build(m.group(1)).cuda
     return None
 
 

@@ -6,6 +6,7 @@ import pytest
 from env_rigs import CRAFTED, make_facts, recorded_rigs
 
 from gpurig.errors import BadInput
+from gpurig.knowledge import frameworks as kfw
 from gpurig.knowledge import loaders as L
 from gpurig.recipes.base import HostSummary
 from gpurig.recipes.pip import pip_recipe
@@ -111,7 +112,7 @@ def test_recorded_rig_gets_the_knowledge_files_answer(name):
     if not host.has_gpu:
         assert recipe.text.strip().endswith(f"--index-url {L.PYTORCH_INDEX}cpu")
         return
-    answers = [L.torch_wheel_for_host(host.driver_version, cc, host.python) for cc in host.compute_capabilities]
+    answers = [kfw.torch_wheel_for_host(host.driver_version, cc, host.python) for cc in host.compute_capabilities]
     if any(a is None for a in answers) or not answers:
         assert not recipe.fits or not answers
         return

@@ -6,6 +6,8 @@ from importlib import resources
 
 import pytest
 
+from gpurig.knowledge import frameworks as kfw
+from gpurig.knowledge import link_speeds as kls
 from gpurig.knowledge import loaders as k
 
 FILES = ["cuda.toml", "arch.toml", "torch.toml", "tensorflow.toml", "cudnn.toml", "links.toml"]
@@ -91,20 +93,20 @@ def test_cards_map_to_known_architectures():
 
 
 def test_torch_releases_sorted_with_valid_python_ranges():
-    versions = [k.version_key(r.torch) for r in k.torch_releases()]
+    versions = [k.version_key(r.torch) for r in kfw.torch_releases()]
     assert versions == sorted(versions) and len(set(versions)) == len(versions)
-    for r in k.torch_releases():
+    for r in kfw.torch_releases():
         assert k.major_minor(r.python_min) <= k.major_minor(r.python_max), r.torch
-        cudas = [k.version_key(k.variant_cuda(v)) for v in r.variants]
+        cudas = [k.version_key(kfw.variant_cuda(v)) for v in r.variants]
         assert cudas == sorted(cudas), f"torch {r.torch} variants not in CUDA order"
 
 
 def test_every_torch_variant_has_a_known_cuda_and_an_arch_list():
-    for r in k.torch_releases():
+    for r in kfw.torch_releases():
         for variant in r.variants:
-            cuda = k.variant_cuda(variant)
+            cuda = kfw.variant_cuda(variant)
             assert k.cuda_release(cuda) is not None, f"torch {r.torch} {variant}: CUDA {cuda} not in cuda.toml"
-            arch = k.torch_arch_list(r.torch, variant)
+            arch = kfw.torch_arch_list(r.torch, variant)
             if variant in r.arch_unknown:
                 assert not arch, f"torch {r.torch} {variant}: listed as arch_unknown but has an arch list"
                 continue
@@ -114,7 +116,7 @@ def test_every_torch_variant_has_a_known_cuda_and_an_arch_list():
 
 
 def test_torch_builds_do_not_overlap_and_compile_only_architectures_their_cuda_knows():
-    builds = k.torch_builds()
+    builds = kfw.torch_builds()
     for i, a in enumerate(builds):
         assert k.major_minor(a.torch_min) <= k.major_minor(a.torch_max)
         for b in builds[i + 1:]:
@@ -122,7 +124,7 @@ def test_torch_builds_do_not_overlap_and_compile_only_architectures_their_cuda_k
                 overlap = (k.major_minor(a.torch_min) <= k.major_minor(b.torch_max)
                            and k.major_minor(b.torch_min) <= k.major_minor(a.torch_max))
                 assert not overlap, f"{a.variant}: two arch lists for one release"
-        cuda = k.version_key(k.variant_cuda(a.variant))
+        cuda = k.version_key(kfw.variant_cuda(a.variant))
         for entry in a.arch:
             number = entry.split("_")[1]
             cc = f"{number[:-1]}.{number[-1]}"
@@ -134,7 +136,7 @@ def test_torch_builds_do_not_overlap_and_compile_only_architectures_their_cuda_k
 
 
 def test_tensorflow_rows_sorted_and_consistent_with_cuda_and_cudnn():
-    builds = k.tf_builds()
+    builds = kfw.tf_builds()
     versions = [k.version_key(b.tf_version) for b in builds]
     assert versions == sorted(versions) and len(set(versions)) == len(versions)
     for b in builds:
@@ -143,7 +145,7 @@ def test_tensorflow_rows_sorted_and_consistent_with_cuda_and_cudnn():
         # TF pairs cuDNN with a CUDA of the same major; 2.16/2.17 pair cuDNN 8.9 with CUDA 12.3,
         # one minor past cuDNN 8.9's listed 12.2 (it runs through minor-version compatibility), so
         # the check is on the major.
-        row = k.cudnn_release(b.cudnn)
+        row = kfw.cudnn_release(b.cudnn)
         if row is None:  # cuDNN 8.3-8.8 are not in the reference's support matrix
             assert k.major_minor("8.3") <= k.major_minor(b.cudnn) <= k.major_minor("8.8"), b.cudnn
             continue
@@ -154,7 +156,7 @@ def test_tensorflow_rows_sorted_and_consistent_with_cuda_and_cudnn():
 
 
 def test_cudnn_rows_sorted_and_non_overlapping():
-    rows = k.cudnn_releases()
+    rows = kfw.cudnn_releases()
     for a, b in zip(rows, rows[1:], strict=False):
         assert k.major_minor(a.cudnn_max) < k.major_minor(b.cudnn_min)
     for r in rows:
@@ -162,11 +164,11 @@ def test_cudnn_rows_sorted_and_non_overlapping():
 
 
 def test_link_tables():
-    gens = [g.generation for g in k.nvlink_generations()]
+    gens = [g.generation for g in kls.nvlink_generations()]
     assert gens == sorted(gens)
-    per_link = [g.per_link_gbps for g in k.nvlink_generations() if g.architecture != "Ampere" or "8.0" in g.compute_capabilities]
+    per_link = [g.per_link_gbps for g in kls.nvlink_generations() if g.architecture != "Ampere" or "8.0" in g.compute_capabilities]
     assert per_link == sorted(per_link)
-    pcie = k.pcie_generations()
+    pcie = kls.pcie_generations()
     assert [p.generation for p in pcie] == list(range(1, len(pcie) + 1))
     for a, b in zip(pcie, pcie[1:], strict=False):
         assert b.per_lane_gbps == pytest.approx(2 * a.per_lane_gbps, rel=0.05)  # each generation doubles
@@ -176,22 +178,22 @@ def test_link_tables():
 
 
 def test_no_release_gaps_in_torch_and_tensorflow():
-    torch = [k.major_minor(r.torch) for r in k.torch_releases()]
+    torch = [k.major_minor(r.torch) for r in kfw.torch_releases()]
     assert torch[:2] == [(1, 12), (1, 13)]
     assert torch[2:] == [(2, m) for m in range(0, len(torch) - 2)]
-    tf = [k.major_minor(b.tf_version) for b in k.tf_builds()]
+    tf = [k.major_minor(b.tf_version) for b in kfw.tf_builds()]
     assert tf == [(2, m) for m in range(tf[0][1], tf[0][1] + len(tf))]
 
 
 def test_every_published_variant_is_covered_by_exactly_one_arch_list():
-    for r in k.torch_releases():
+    for r in kfw.torch_releases():
         for variant in r.variants:
-            rows = [b for b in k.torch_builds() if b.variant == variant
+            rows = [b for b in kfw.torch_builds() if b.variant == variant
                     and k.major_minor(b.torch_min) <= k.major_minor(r.torch) <= k.major_minor(b.torch_max)]
             assert len(rows) == (0 if variant in r.arch_unknown else 1), (r.torch, variant, rows)
     # and no arch list claims a release that does not publish the variant
-    for b in k.torch_builds():
-        for r in k.torch_releases():
+    for b in kfw.torch_builds():
+        for r in kfw.torch_releases():
             if k.major_minor(b.torch_min) <= k.major_minor(r.torch) <= k.major_minor(b.torch_max):
                 assert b.variant in r.variants, (b.variant, r.torch)
 
@@ -208,8 +210,8 @@ def test_the_tables_know_the_frameworks_installed_here(dist, table):
     except metadata.PackageNotFoundError:
         pytest.skip(f"{dist} is not installed here")
     if table == "torch":
-        newest = max((r.torch for r in k.torch_releases()), key=k.version_key)
+        newest = max((r.torch for r in kfw.torch_releases()), key=k.version_key)
     else:
-        newest = max((b.tf_version for b in k.tf_builds()), key=k.version_key)
+        newest = max((b.tf_version for b in kfw.tf_builds()), key=k.version_key)
     assert k.major_minor(installed) <= k.major_minor(newest), (
         f"{dist} {installed} is newer than the newest row of knowledge/{table}.toml ({newest})")

@@ -230,7 +230,7 @@ def _judge_memory(measured: dict[str, Any] | None, facts: Any, findings: list[Fi
     host = host_link_capability(facts, gpus[0].index if gpus else 0)
     host_gbps, host_how = host.gbps, host.how
     try:
-        from gpurig.knowledge.loaders import memory_bandwidth_for
+        from gpurig.knowledge.link_speeds import memory_bandwidth_for
 
         peak = memory_bandwidth_for(name)
     except ImportError:

@@ -24,7 +24,7 @@ def _pcie_gbps(gen: int | None, width: int | None) -> float | None:
     if not gen or not width:
         return None
     try:
-        from gpurig.knowledge.loaders import pcie_gbps  # the link-speed table, when present
+        from gpurig.knowledge.link_speeds import pcie_gbps  # the link-speed table, when present
     except ImportError:
         return None
     try:
@@ -37,7 +37,7 @@ def _nvlink_per_link(compute_capability: str | None) -> float | None:
     if not compute_capability:
         return None
     try:
-        from gpurig.knowledge.loaders import nvlink_per_link_gbps
+        from gpurig.knowledge.link_speeds import nvlink_per_link_gbps
     except ImportError:
         return None
     try:

@@ -10,6 +10,7 @@ import re
 
 from gpurig.diagnose.findings import Finding
 from gpurig.diagnose.rules_context import Context, gpu_list, valid_version
+from gpurig.knowledge import frameworks as kfw
 from gpurig.knowledge import loaders as kb
 
 # Findings that already explain why a framework cannot use the GPUs.
@@ -47,11 +48,11 @@ def _lowest_cc(ctx: Context) -> str | None:
     return ccs[0] if ccs else None
 
 
-def wheel_hint(ctx: Context, cc: str | None = None) -> kb.WheelChoice | None:
-    return kb.torch_wheel_for_host(ctx.driver_version, cc or _lowest_cc(ctx), _python(ctx))
+def wheel_hint(ctx: Context, cc: str | None = None) -> kfw.WheelChoice | None:
+    return kfw.torch_wheel_for_host(ctx.driver_version, cc or _lowest_cc(ctx), _python(ctx))
 
 
-def _wheel_text(choice: kb.WheelChoice | None) -> str:
+def _wheel_text(choice: kfw.WheelChoice | None) -> str:
     if choice is None:
         return "no published torch wheel fits this driver and GPU: upgrade the driver first"
     return f"`{choice.pip_command}` ({choice.reason})"
@@ -59,7 +60,7 @@ def _wheel_text(choice: kb.WheelChoice | None) -> str:
 
 def _torch_variant(version: str | None, cuda: str) -> str:
     m = re.search(r"\+(cu\d+)", version or "")
-    return m.group(1) if m else kb.variant_for_cuda(cuda)
+    return m.group(1) if m else kfw.variant_for_cuda(cuda)
 
 
 def _torch_newer_than_knowledge(version: str | None) -> list[Finding]:
@@ -68,9 +69,9 @@ def _torch_newer_than_knowledge(version: str | None) -> list[Finding]:
     if not version:
         return []
     try:
-        if kb.torch_release(version) is not None:
+        if kfw.torch_release(version) is not None:
             return []
-        newest = max((r.torch for r in kb.torch_releases()), key=kb.version_key)
+        newest = max((r.torch for r in kfw.torch_releases()), key=kb.version_key)
         if kb.version_key(version) <= kb.version_key(newest):
             return []
     except kb.UnknownVersion:  # an unparseable version string: nothing to say
@@ -193,14 +194,14 @@ def _torch_arch(ctx: Context, version: str | None, cuda: str, arch_list: list[st
     arch = list(arch_list or [])
     if not arch and version:
         # get_arch_list() is empty when CUDA is unusable: fall back to the published build's list.
-        arch = kb.torch_arch_list(version, _torch_variant(version, cuda))
+        arch = kfw.torch_arch_list(version, _torch_variant(version, cuda))
         source = "gpurig's table of published wheels"
     if not arch:
         return []
     findings = []
     covered = []
     for cc, gpus in sorted(ctx.capabilities.items(), key=lambda kv: kb.version_key(kv[0])):
-        coverage = kb.arch_coverage(arch, cc)
+        coverage = kfw.arch_coverage(arch, cc)
         sm = "sm_" + cc.replace(".", "")
         evidence = {"torch.version": version, "arch_list": arch, "arch_list_source": source,
                     "compute_capability": cc, "gpus": [g.index for g in gpus]}
@@ -301,13 +302,13 @@ def tensorflow_rules(ctx: Context) -> list[Finding]:
         )]
     if not t.installed or not ctx.gpus or not t.version:
         return []
-    build = kb.tf_build(t.version)
+    build = kfw.tf_build(t.version)
     cuda = valid_version(t.cuda_build) or (build.cuda if build else None)
     cudnn = valid_version(t.cudnn_build) or (build.cudnn if build else None)
     evidence = {"tensorflow.version": t.version, "tensorflow.cuda_build": cuda, "tensorflow.cudnn_build": cudnn,
                 "tensorflow.built_with_cuda": t.built_with_cuda, "tensorflow.gpus": t.gpus,
                 "driver.driver_version": ctx.driver_version}
-    fitting = kb.tf_for_host(ctx.driver_version, _lowest_cc(ctx), _python(ctx))
+    fitting = kfw.tf_for_host(ctx.driver_version, _lowest_cc(ctx), _python(ctx))
     fit_text = f"`{fitting.pip_command}`" if fitting else "no TensorFlow release fits this driver: upgrade the driver"
     if t.built_with_cuda is False:
         return [Finding(
@@ -331,7 +332,7 @@ def tensorflow_rules(ctx: Context) -> list[Finding]:
             fix=f"Upgrade the driver to {floor} or later, or install a TensorFlow this driver runs: {fit_text}",
             evidence={**evidence, "min_driver": floor},
         ))
-    min_cc = kb.cudnn_min_cc(cudnn) if cudnn else None
+    min_cc = kfw.cudnn_min_cc(cudnn) if cudnn else None
     too_old = [g for cc, gs in ctx.capabilities.items() if min_cc and kb.version_key(cc) < kb.version_key(min_cc)
                for g in gs]
     if too_old:

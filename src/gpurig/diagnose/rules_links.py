@@ -7,7 +7,7 @@ from collections import Counter
 
 from gpurig.diagnose.findings import Finding
 from gpurig.diagnose.rules_context import Context, gpu_label, gpu_list, is_nvlink_pair, valid_cc
-from gpurig.knowledge import loaders as kb
+from gpurig.knowledge import link_speeds as kls
 from gpurig.probe.facts import GpuFacts
 
 # A GPU counts as busy (so a low PCIe generation is not idle power saving) above this utilisation.
@@ -120,7 +120,7 @@ def _nvlink_ok(ctx: Context, with_links: list[GpuFacts], active: dict[int, int])
     pairs = [p for p in ctx.facts.pairs if is_nvlink_pair(p.link, p.nvlink_count)]
     g0 = with_links[0]
     cc = valid_cc(g0.compute_capability)
-    per_link = kb.nvlink_per_link_gbps(cc) if cc else None
+    per_link = kls.nvlink_per_link_gbps(cc) if cc else None
     reported = next((nl.speed_gbps for nl in g0.nvlinks if nl.active and nl.speed_gbps), None)
     links_each = active[g0.index]
     switch = bool(ctx.facts.system.nvswitch_count) or any(
@@ -166,7 +166,7 @@ def _gbps(gen: int | None, width: int | None) -> float | None:
     if not gen or not width:
         return None
     try:
-        return kb.pcie_gbps(gen, width)
+        return kls.pcie_gbps(gen, width)
     except ValueError:
         return None
 

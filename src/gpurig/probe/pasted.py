@@ -166,6 +166,7 @@ def _fill_from_knowledge(facts: RigFacts) -> None:
     """What the pasted text implies but does not print: the newest CUDA the driver supports,
     each GPU's compute capability from its name, the architectures a released wheel was built for."""
     try:
+        from gpurig.knowledge import frameworks as kfw
         from gpurig.knowledge import loaders
     except ImportError:
         return
@@ -185,6 +186,6 @@ def _fill_from_knowledge(facts: RigFacts) -> None:
     if torch.version and "+cu" in torch.version and not torch.arch_list:
         base, variant = torch.version.split("+", 1)
         try:
-            torch.arch_list = loaders.torch_arch_list(base, variant) or None
+            torch.arch_list = kfw.torch_arch_list(base, variant) or None
         except (ValueError, LookupError):
             pass

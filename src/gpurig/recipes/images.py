@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpurig.knowledge import frameworks as kfw
 from gpurig.knowledge import loaders as L
 from gpurig.recipes.base import HostSummary
 from gpurig.recipes.versions import check_tf_version, check_torch_version
@@ -68,7 +69,7 @@ def _newer(a: str, b: str) -> bool:
 
 def torch_image(host: HostSummary, torch_version: str | None = None, python: str | None = None) -> BaseImage:
     """The newest official PyTorch image whose CUDA the driver runs and whose wheel covers every GPU."""
-    releases = sorted(L.torch_releases(), key=lambda r: L.version_key(r.torch), reverse=True)
+    releases = sorted(kfw.torch_releases(), key=lambda r: L.version_key(r.torch), reverse=True)
     torch_version = check_torch_version(torch_version, first=PYTORCH_FIRST_RELEASE, what="PyTorch image")
     if torch_version is not None:
         releases = [r for r in releases if L.major_minor(r.torch) == L.major_minor(torch_version)]
@@ -95,14 +96,14 @@ def torch_image(host: HostSummary, torch_version: str | None = None, python: str
         if L.version_key(rel.torch) < L.version_key(PYTORCH_FIRST_RELEASE):
             continue
         cudnn = 9 if L.version_key(rel.torch) >= L.version_key(PYTORCH_FIRST_CUDNN9) else 8
-        for variant in sorted(rel.variants, key=lambda v: L.version_key(L.variant_cuda(v)), reverse=True):
-            cuda = L.variant_cuda(variant)
+        for variant in sorted(rel.variants, key=lambda v: L.version_key(kfw.variant_cuda(v)), reverse=True):
+            cuda = kfw.variant_cuda(variant)
             if max_cuda and _newer(cuda, max_cuda):
                 continue
-            arch = L.torch_arch_list(rel.torch, variant)
+            arch = kfw.torch_arch_list(rel.torch, variant)
             if caps and not arch:
                 continue  # its architecture list is not known: not offered for these GPUs
-            coverage = {cc: L.arch_coverage(arch, cc) for cc in caps} if arch else {}
+            coverage = {cc: kfw.arch_coverage(arch, cc) for cc in caps} if arch else {}
             if any(c is None for c in coverage.values()):
                 continue
             reasons = [f"torch {rel.torch} with CUDA {cuda} and cuDNN {cudnn}, runtime flavour (no compiler: "
@@ -127,10 +128,10 @@ def torch_image(host: HostSummary, torch_version: str | None = None, python: str
         if L.version_key(rel.torch) < L.version_key(PYTORCH_FIRST_RELEASE):
             continue
         for variant in rel.variants:
-            arch = L.torch_arch_list(rel.torch, variant)
-            need = L.full_driver_for_cuda(L.variant_cuda(variant))
-            if arch and need and all(L.arch_coverage(arch, cc) for cc in caps):
-                options.append((need, rel.torch, L.variant_cuda(variant)))
+            arch = kfw.torch_arch_list(rel.torch, variant)
+            need = L.full_driver_for_cuda(kfw.variant_cuda(variant))
+            if arch and need and all(kfw.arch_coverage(arch, cc) for cc in caps):
+                options.append((need, rel.torch, kfw.variant_cuda(variant)))
     advice = []
     if options:
         lowest = min(options, key=lambda o: (L.version_key(o[0]), [-x for x in L.version_key(o[1])]))
@@ -150,7 +151,7 @@ def torch_image(host: HostSummary, torch_version: str | None = None, python: str
 
 def tf_image(host: HostSummary, tf_version: str | None = None) -> BaseImage:
     """The newest official TensorFlow GPU image whose CUDA the driver runs and whose cuDNN supports the GPUs."""
-    builds = sorted(L.tf_builds(), key=lambda b: L.version_key(b.tf_version), reverse=True)
+    builds = sorted(kfw.tf_builds(), key=lambda b: L.version_key(b.tf_version), reverse=True)
     tf_version = check_tf_version(tf_version)
     if tf_version is not None:
         builds = [b for b in builds if L.major_minor(b.tf_version) == L.major_minor(tf_version)]
@@ -167,7 +168,7 @@ def tf_image(host: HostSummary, tf_version: str | None = None) -> BaseImage:
     for b in builds:
         if max_cuda and _newer(b.cuda, max_cuda):
             continue
-        min_cc = L.cudnn_min_cc(b.cudnn)
+        min_cc = kfw.cudnn_min_cc(b.cudnn)
         if min_cc and any(L.version_key(cc) < L.version_key(min_cc) for cc in host.compute_capabilities):
             continue
         reasons = [f"TensorFlow {b.tf_version}'s GPU image: CUDA {b.cuda} and cuDNN {b.cudnn} inside, "

@@ -8,6 +8,7 @@ wheel brings its own CUDA runtime, so the host's driver and GPU architecture dec
 from __future__ import annotations
 
 from gpurig.errors import BadInput
+from gpurig.knowledge import frameworks as kfw
 from gpurig.knowledge import loaders as L
 from gpurig.recipes.base import HostSummary, Recipe
 from gpurig.recipes.versions import check_torch_version
@@ -32,13 +33,13 @@ def check_python(python: str | None, flag: str = "--python") -> str | None:
 def _torch_choice(host: HostSummary, python: str | None, torch_version: str | None):
     """The wheel that fits every GPU of the host, or None; plus a note when the GPUs disagree."""
     caps = host.compute_capabilities or [None]
-    choices = [L.torch_wheel_for_host(host.driver_version, cc, python, torch_version) for cc in caps]
+    choices = [kfw.torch_wheel_for_host(host.driver_version, cc, python, torch_version) for cc in caps]
     if any(c is None for c in choices):
         return None, None
     # The oldest of the per-GPU answers is the one most likely to cover every GPU; check it does.
     pick = min(choices, key=lambda c: (L.version_key(c.torch_version), L.version_key(c.cuda)))
-    arch = L.torch_arch_list(pick.torch_version, pick.variant)
-    uncovered = [cc for cc in caps if cc and arch and L.arch_coverage(arch, cc) is None]
+    arch = kfw.torch_arch_list(pick.torch_version, pick.variant)
+    uncovered = [cc for cc in caps if cc and arch and kfw.arch_coverage(arch, cc) is None]
     if uncovered:
         return None, (f"the GPUs differ (compute capability {', '.join(host.compute_capabilities)}) and no single "
                       f"wheel covers them all; torch {pick.torch_version} {pick.variant} lacks {', '.join(uncovered)}: "
@@ -55,33 +56,33 @@ def _torch_advice(host: HostSummary, python: str | None, torch_version: str | No
         if driver and floor and not L.driver_meets(driver, floor):
             advice.append(f"driver {driver} is older than the first driver that knows compute capability {cc} "
                           f"({floor}): upgrade the driver to {floor} or later")
-        any_wheel = L.torch_wheel_for_host(None, cc, None, None)
+        any_wheel = kfw.torch_wheel_for_host(None, cc, None, None)
         if any_wheel is None:
             advice.append(f"no PyTorch wheel in gpurig's tables is compiled for compute capability {cc}: build "
                           f"PyTorch from source with TORCH_CUDA_ARCH_LIST={cc}, or use a newer GPU")
             continue
         if torch_version:
-            other = L.torch_wheel_for_host(driver, cc, python, None)
+            other = kfw.torch_wheel_for_host(driver, cc, python, None)
             if other:
                 advice.append(f"torch {torch_version} has no build for this host; the newest that fits is "
                               f"torch {other.torch_version} {other.variant}: {other.pip_command}")
         if python:
-            other = L.torch_wheel_for_host(driver, cc, None, torch_version)
+            other = kfw.torch_wheel_for_host(driver, cc, None, torch_version)
             if other and not _python_fits(python, other.python_min, other.python_max):
                 advice.append(f"torch {other.torch_version} {other.variant} fits the driver and GPU but needs Python "
                               f"{other.python_min} to {other.python_max} (this host has {python}): make a virtual "
                               f"environment with one of those")
-        newest = L.torch_wheel_for_host(None, cc, python, torch_version)
+        newest = kfw.torch_wheel_for_host(None, cc, python, torch_version)
         if newest and driver:
             # The lowest driver that runs the newest release on this GPU: try each driver floor the
             # release's variants have, lowest first, and let the loader judge.
             floors = set()
-            for variant in L.torch_variants(newest.torch_version):
-                cuda = L.variant_cuda(variant)
+            for variant in kfw.torch_variants(newest.torch_version):
+                cuda = kfw.variant_cuda(variant)
                 floors.update(d for d in (L.min_driver_for_cuda(cuda), L.full_driver_for_cuda(cuda)) if d)
             floors = {f for f in floors if not (floor and not L.driver_meets(f, floor))}
             for need in sorted(floors, key=L.version_key):
-                wheel = L.torch_wheel_for_host(need, cc, python, newest.torch_version)
+                wheel = kfw.torch_wheel_for_host(need, cc, python, newest.torch_version)
                 if wheel is None:
                     continue
                 if not L.driver_meets(driver, need) and not (floor and L.driver_meets(floor, need)):
@@ -93,7 +94,7 @@ def _torch_advice(host: HostSummary, python: str | None, torch_version: str | No
 
 def _tf_choice(host: HostSummary, python: str | None):
     caps = host.compute_capabilities or [None]
-    builds = [L.tf_for_host(host.driver_version, cc, python) for cc in caps]
+    builds = [kfw.tf_for_host(host.driver_version, cc, python) for cc in caps]
     if any(b is None for b in builds):
         return None
     return min(builds, key=lambda b: L.version_key(b.tf_version))
@@ -107,10 +108,10 @@ def _tf_advice(host: HostSummary, python: str | None) -> list[str]:
         if driver and floor and not L.driver_meets(driver, floor):
             advice.append(f"driver {driver} is older than the first driver that knows compute capability {cc} "
                           f"({floor}): upgrade the driver to {floor} or later")
-        newest = L.tf_for_host(None, cc, python)
+        newest = kfw.tf_for_host(None, cc, python)
         if newest is None:
-            if python and L.tf_for_host(None, cc, None):
-                other = L.tf_for_host(None, cc, None)
+            if python and kfw.tf_for_host(None, cc, None):
+                other = kfw.tf_for_host(None, cc, None)
                 advice.append(f"TensorFlow {other.tf_version} needs Python {other.python_min} to {other.python_max} "
                               f"(this host has {python}): make a virtual environment with one of those")
             else:
@@ -145,7 +146,7 @@ def pip_recipe(host: HostSummary, framework: str = "torch", python: str | None =
     if not host.has_gpu:
         # No NVIDIA GPU: the CPU wheels are smaller and do not pull CUDA libraries the host cannot use.
         if framework == "torch":
-            releases = [r for r in L.torch_releases()
+            releases = [r for r in kfw.torch_releases()
                         if (torch_version is None or L.major_minor(r.torch) == L.major_minor(torch_version))
                         and (python is None or _python_fits(python, r.python_min, r.python_max))]
             if not releases:
@@ -155,7 +156,7 @@ def pip_recipe(host: HostSummary, framework: str = "torch", python: str | None =
             why = (f"torch {rel.torch}, CPU build{py_note}: this host has no NVIDIA GPU, so the CPU wheel "
                    "(no CUDA libraries to download) is the one to install")
         else:
-            build = L.tf_for_host(None, None, python)
+            build = kfw.tf_for_host(None, None, python)
             if build is None:
                 raise BadInput(f"no TensorFlow release in gpurig's tables supports Python {python}")
             line = f"pip install 'tensorflow=={build.tf_version}.*'"

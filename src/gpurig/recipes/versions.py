@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from gpurig.errors import BadInput
+from gpurig.knowledge import frameworks as kfw
 from gpurig.knowledge import loaders as L
 
 # X.Y, X.Y.Z or X.Y.*: the spellings of a release line pip and the tables agree on.
@@ -40,7 +41,7 @@ def check_release(value: str | None, flag: str, known: list[str] | tuple[str, ..
 def check_torch_version(value: str | None, first: str | None = None, what: str = "release") -> str | None:
     """`--torch-version`, against the torch releases in the tables (from `first` on, when given:
     official images start at 2.0, and `what` then names what is offered, e.g. "image")."""
-    known = [r.torch for r in L.torch_releases()
+    known = [r.torch for r in kfw.torch_releases()
              if first is None or L.version_key(r.torch) >= L.version_key(first)]
     unknown = "is not in gpurig's tables"
     if first is not None and value is not None and (m := _RELEASE.fullmatch(value.strip())):
@@ -51,4 +52,4 @@ def check_torch_version(value: str | None, first: str | None = None, what: str =
 
 def check_tf_version(value: str | None) -> str | None:
     """`--tf-version`, against the TensorFlow releases in the tables."""
-    return check_release(value, "--tf-version", [b.tf_version for b in L.tf_builds()])
+    return check_release(value, "--tf-version", [b.tf_version for b in kfw.tf_builds()])
