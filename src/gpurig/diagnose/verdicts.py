@@ -23,8 +23,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from gpurig.diagnose.clocks import POWER_LIMIT_WHY, waiting_for_host
+from gpurig.diagnose.clocks import _num, clock_paced, waiting_for_host
 from gpurig.diagnose.findings import Finding
+from gpurig.probe.nvml import POWER_REASONS, THERMAL_REASONS
 
 # Thresholds, each a share of step time or of a resource; chosen so a healthy DDP run on one
 # machine (data wait and exposed communication a few percent, ranks within a few percent) is quiet.
@@ -40,7 +41,6 @@ BUSY_UTILIZATION = 50.0  # a GPU at or above this is "working"
 IDLE_UTILIZATION = 10.0  # a GPU at or below this is "idle"
 LOW_UTILIZATION = 70.0  # the tutorials' rule of thumb: all GPUs should sit above 70%
 SLOW_CLOCK_RATIO = 0.85  # one busy GPU's SM clock below this share of the others' median
-CLOCK_SPREAD = 0.02  # in a training run, the slowest rank's GPU this much below the fastest's mean SM clock
 IMBALANCE_POINTS = 25.0  # one busy GPU this many utilisation points below the others' median
 # A GPU "busy" without drawing power is waiting, not computing (a NCCL kernel spinning on a peer):
 # on an H200, 100% utilisation at 125 W of 700 W, against ~690 W when it trains.
@@ -49,16 +49,8 @@ SPIN_POWER_FRACTION = 0.25  # of the power limit
 SPIN_MIN_SAMPLES = 5  # consecutive samples, so a short pause between steps is not a hang
 SPIN_MAX_NVLINK_BYTES_PER_S = 1e9  # a kernel moving data over NVLink is communicating, not stuck
 
-_THERMAL = {"sw_thermal", "hw_thermal"}
-_POWER = {"sw_power_cap", "hw_power_brake", "hw_slowdown"}
 _NVLINK_PREFIX = "NV"
 _PCIE_LINKS = {"PIX", "PXB", "PHB", "NODE", "SYS"}
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
 
 
 def _pct(x: float) -> str:
@@ -111,7 +103,7 @@ def training_verdicts(summary: dict[str, Any], samples: list[dict[str, Any]] | N
             else:
                 advice.append(f)
 
-    paced = _clock_paced(summary)
+    paced = clock_paced(summary)
     if paced is not None:
         advice.append(paced)
 
@@ -315,36 +307,6 @@ def _host_bound(summary: dict[str, Any], data_wait: float | None,
     )
 
 
-def _clock_paced(summary: dict[str, Any]) -> Finding | None:
-    """Ranks whose GPUs held different SM clocks (the summary's `gpu_clock`, NVML during the timed
-    steps): every step waits for the slowest, so its clock sets the pace of the whole run."""
-    c = summary.get("gpu_clock") or {}
-    slow, fast = _num(c.get("slowest_sm_clock_mhz")), _num(c.get("fastest_sm_clock_mhz"))
-    if not slow or not fast or (summary.get("world_size") or 1) < 2 or slow >= fast * (1 - CLOCK_SPREAD):
-        return None
-    capped = _num(c.get("slowest_power_capped_fraction"))
-    limit = _num(c.get("power_limit_w"))
-    at_cap = capped is not None and capped >= THROTTLE_SAMPLE_FRACTION
-    detail = (f"GPU {c.get('slowest_gpu')} (rank {c.get('slowest_rank')}) averaged {slow:,.0f} MHz and GPU "
-              f"{c.get('fastest_gpu')} (rank {c.get('fastest_rank')}) {fast:,.0f} MHz over the timed steps. The ranks "
-              f"wait for each other every step, so the run goes at the slower GPU's pace: up to {1 - slow / fast:.1%} "
-              "below what the faster GPU alone would do.")
-    if at_cap:
-        detail += (f" The slower GPU was at its power limit{f' ({limit:.0f} W)' if limit else ''} {_pct(capped)} of "
-                   f"the time. {POWER_LIMIT_WHY}")
-    return Finding(
-        id="clock-paced", severity="info", area="training",
-        title=f"paced by the slowest GPU: {slow:,.0f} MHz against {fast:,.0f} MHz"
-              + (" at the power limit" if at_cap else ""),
-        detail=detail,
-        fix=("check cooling and inlet temperature (a cooler chip needs less power for a clock) and that no GPU "
-             "runs with a lowered power limit (`nvidia-smi -q -d POWER`); `gpurig bench train` compares the clocks "
-             "with a 1-GPU run"),
-        evidence={k: c.get(k) for k in ("slowest_gpu", "slowest_sm_clock_mhz", "fastest_gpu", "fastest_sm_clock_mhz",
-                                         "slowest_power_capped_fraction", "power_limit_w")},
-    )
-
-
 def _memory_headroom(summary: dict[str, Any]) -> Finding | None:
     peak, total = _num(summary.get("peak_memory_bytes")), _num(summary.get("memory_total_bytes"))
     if peak is None or not total or peak <= 0:
@@ -426,8 +388,8 @@ def _throttling(samples: list[dict[str, Any]]) -> list[Finding]:
         known = [g for g in rows if g.get("throttle_reasons") is not None]
         if not known:
             continue
-        thermal = [g for g in known if _THERMAL & set(g["throttle_reasons"])]
-        power = [g for g in known if _POWER & set(g["throttle_reasons"])]
+        thermal = [g for g in known if THERMAL_REASONS & set(g["throttle_reasons"])]
+        power = [g for g in known if POWER_REASONS & set(g["throttle_reasons"])]
         temps = [t for t in (_num(g.get("temperature_c")) for g in rows) if t is not None]
         clocks = [c for c in (_num(g.get("sm_clock_mhz")) for g in rows) if c is not None]
         max_clock = max((c for c in (_num(g.get("sm_clock_max_mhz")) for g in rows) if c is not None), default=None)
@@ -451,7 +413,7 @@ def _throttling(samples: list[dict[str, Any]]) -> list[Finding]:
             ))
         if len(power) / len(known) >= THROTTLE_SAMPLE_FRACTION:
             share = len(power) / len(known)
-            reasons = sorted({r for g in power for r in g["throttle_reasons"] if r in _POWER})
+            reasons = sorted({r for g in power for r in g["throttle_reasons"] if r in POWER_REASONS})
             hardware = any(r in {"hw_power_brake", "hw_slowdown"} for r in reasons)
             limits = [v for v in (_num(g.get("power_limit_w")) for g in rows) if v is not None]
             findings.append(Finding(
