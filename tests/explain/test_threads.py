@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gpurig.diagnose import loglines
 from gpurig.diagnose import threads as th
 from gpurig.diagnose.catalogue import load_catalogue
 from gpurig.diagnose.explain import explain_text
@@ -78,9 +79,9 @@ def test_the_split_is_fixed_by_the_url_alone():
 
 
 def test_normalising_masks_what_differs_between_users():
-    a = th.normalise_line("[rank3]: RuntimeError: NCCL error in: /opt/pytorch/torch/csrc/ProcessGroupNCCL.cpp:1970, "
+    a = loglines.normalise_line("[rank3]: RuntimeError: NCCL error in: /opt/pytorch/torch/csrc/ProcessGroupNCCL.cpp:1970, "
                           "unhandled system error, NCCL version 2.18.1 at 10.0.0.12:29500 ptr 0x7f3a2c")
-    b = th.normalise_line("RuntimeError: NCCL error in: C:\\build\\torch\\csrc\\ProcessGroupNCCL.cpp:825, "
+    b = loglines.normalise_line("RuntimeError: NCCL error in: C:\\build\\torch\\csrc\\ProcessGroupNCCL.cpp:825, "
                           "unhandled system error, NCCL version 2.7.8 at 192.168.1.2:1234 ptr 0xdeadbeef")
     assert a == b
     assert "rank3" not in a and "0x" not in a and "processgroupnccl.cpp" in a
@@ -92,7 +93,7 @@ def test_distinctive_lines_skip_chatter_frames_and_the_launchers_table():
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
         "  exitcode  : -9 (pid: 1234)\n")
-    lines = th.distinctive_lines(log)
+    lines = loglines.distinctive_lines(log)
     assert lines[0].startswith("torch.outofmemoryerror: cuda out of memory")
     assert lines[-1] == "launcher exitcode_m9" and len(lines) == 2
 
@@ -100,7 +101,7 @@ def test_distinctive_lines_skip_chatter_frames_and_the_launchers_table():
 def test_a_log_of_many_megabytes_keeps_its_first_and_last_errors():
     noise = "".join(f"[rank{r}]: UserWarning: step {i} is slow\n" for i in range(3000) for r in range(2))
     log = "RuntimeError: first failure here\n" + noise + "RuntimeError: CUDA error: an illegal memory access was encountered\n"
-    lines = th.distinctive_lines(log, limit=20)
+    lines = loglines.distinctive_lines(log, limit=20)
     assert len(lines) <= 20
     assert lines[0].startswith("runtimeerror: first failure") and "illegal memory access" in lines[-1]
 

@@ -300,12 +300,12 @@ def test_resume_mismatches_allow_another_world_size_with_the_same_global_batch()
     cfg = _cfg().to_dict()
     other = json.loads(json.dumps(cfg))
     other["data"]["batch_size"] = 32
-    assert faults.resume_mismatches(cfg, 2, other, 1) == []
+    assert ckpt.resume_mismatches(cfg, 2, other, 1) == []
     other["model"]["depth"] = cfg["model"]["depth"] + 1
-    assert faults.resume_mismatches(cfg, 2, other, 1) == [
+    assert ckpt.resume_mismatches(cfg, 2, other, 1) == [
         f"model.depth: checkpoint {cfg['model']['depth']}, this run {cfg['model']['depth'] + 1}"]
     other["data"]["batch_size"] = 16
-    [world] = faults.resume_mismatches(cfg, 2, other, 1)[1:]
+    [world] = ckpt.resume_mismatches(cfg, 2, other, 1)[1:]
     assert world.startswith("world size: checkpoint written by 2 processes (global batch 32), this run has 1 "
                             "(global batch 16); resume with --nproc 2")
 

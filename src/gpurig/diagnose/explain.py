@@ -302,7 +302,8 @@ def explain_text(text: str, index: Any = "default", exclude: str | None = None) 
         if index is None:
             notes.append("the index of resolved threads needs the rank_bm25 package (pip install rank-bm25); catalogue only")
     if index is not None:
-        from gpurig.diagnose.threads import SURE, has_failure
+        from gpurig.diagnose.loglines import has_failure
+        from gpurig.diagnose.threads import SURE
 
         # A log that reports no failure (warnings, notices, progress) is answered by a thread only
         # when the thread is about that very warning: the score must say "sure".
@@ -328,7 +329,8 @@ def explain_text(text: str, index: Any = "default", exclude: str | None = None) 
 
 def _threads_for(ranked: list[Match], text: str) -> list[Match]:
     """`ranked` with the closest resolved threads merged in (unchanged without the index)."""
-    from gpurig.diagnose.threads import SURE, default_index, has_failure
+    from gpurig.diagnose.loglines import has_failure
+    from gpurig.diagnose.threads import SURE, default_index
 
     index = default_index()
     if index is None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from gpurig.diagnose.loglines import TOKEN, distinctive, line_tokens, tokens_of, tokens_of_title
 
 FIELDS = ("id", "url", "title", "framework", "class", "log", "cause", "fix", "established_by", "found_by")
 ESTABLISHED_BY = ("maintainer", "reporter-confirmed", "accepted-answer", "several-users")
@@ -34,6 +35,7 @@ TEST_EVERY = 5  # one thread in five is held out for measuring
 VOTERS = 7
 FLOOR = 0.3
 ALTERNATIVE = 0.2  # the least confidence of a thread offered as another possible cause, after a first answer
+
 
 
 class ThreadsError(ValueError):
@@ -74,136 +76,6 @@ def split_of(url: str) -> str:
     """'test' for one URL in TEST_EVERY, fixed for ever by the URL alone; 'dev' for the rest."""
     key = url.strip().rstrip("/").lower()
     return "test" if int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % TEST_EVERY == 0 else "dev"
-
-
-# --- normalising a log --------------------------------------------------------------------------
-
-# Lines that say something went wrong (the rest of a log is start-up chatter, progress, frames).
-_DISTINCTIVE = re.compile(  # applied to the lowercased text: a case-insensitive alternation is ten times slower
-    r"error|exception|fail|fatal|abort|\bkill|timeout|timed out|cannot|can't|can not|could not|couldn't|unable|"
-    r"not found|no such|invalid|mismatch|denied|refused|reset by peer|signal|assert|\bwarn|out of memory|oom\b|"
-    r"exceed|unsupported|not supported|undefined symbol|segmentation|core dumped|illegal|unknown|exit code|exitcode|"
-    r"return code|unhandled|terminate|\bhang|stuck|deadlock|incompatible|too old|expected|unexpected|missing|nan\b|"
-    r"no module|not available|not compiled|no cuda|no gpu|insufficient|xid|bus\b|busy|already|not initiali|"
-    r"does not|doesn't|is not|are not|not enough|only one|stopped|closed|broken pipe|errno|status_|nvml|"
-    r"dlerror|dlopen|not load|cuda_error|nccl|net/"
-)
-_FRAME = re.compile(r'^\s*File "[^"]*", line \d+|^\s*\^+\s*$|^\s*~+\^*~*\s*$|^\s*at [\w.$]+\(')
-# A launcher's report that a worker ended (torchrun's ChildFailedError table, DeepSpeed's "exits
-# with return code"): the same in every failed run, whatever the cause. Only its exit code says
-# something (-9: killed, -11: segfault, ...), so that alone is kept, as one token.
-_LAUNCHER = re.compile(
-    r"ChildFailedError|elastic/multiprocessing/api\.py|Sending process \d+ closing signal|"
-    r"^\s*(?:\[\d+\]:?\s*)?(?:error_file|traceback|time|host|rank|exitcode|local_rank)\s*:|Root Cause \(first observed failure\)|"
-    r"^\s*Failures:|To enable traceback see|torch\.distributed\.elastic|returned non-zero exit status|"
-    r"Killing subprocess|exits? with return code|sigkill_handler|failed \(exitcode|No error file defined for parent|"
-    r"^\s*\S+\.py FAILED\s*$",
-    re.I | re.M,
-)
-# Lines torch and the launchers print around any failure: they say nothing about which one.
-_BOILERPLATE = re.compile(
-    r"kernel errors might be asynchronously reported|for debugging consider passing cuda_launch_blocking|"
-    r"compile with `?torch_use_cuda_dsa|device-side assertions|setting omp_num_threads environment variable|"
-    r"^\s*warnings\.warn\(|^\s*\*{5,}\s*$",
-    re.M,
-)
-_EXIT_CODE = re.compile(r"(?:exit ?code|return code|exit status)\s*[:=]?\s*(-?\d+)", re.I)
-_INFO = re.compile(r"\bNCCL INFO\b|\bI\d{4} \d\d:\d\d|^\s*\d+%\|")
-_PREFIXES = re.compile(
-    r"^\s*(?:\[(?:rank|default|stderr|stdout)?\s*\d+\]:?\s*|\d+:\s+|rank\d+:\s*|\[\d+,\s*\d+\]<\w+>:\s*|"
-    r"\[?[\w.-]+:\d+:\d+\]?\s+|(?:[EWIF]\d{4} [\d:.]+ \d+ \S+\]\s*))+"
-)
-_MASKS = [
-    (re.compile(r"https?://\S+"), " url "),
-    (re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.@+~-]+){2,}[\\/]?"), lambda m: " " + m.group(0).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] + " "),
-    (re.compile(r"\b0x[0-9a-fA-F]+\b"), " hex "),
-    (re.compile(r"\b[0-9a-f]{12,}\b"), " hex "),
-    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), " ip "),
-    (re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?\S*"), " "),
-    (re.compile(r"\b\d\d:\d\d:\d\d(?:[.,]\d+)?\b"), " "),
-    (re.compile(r"\d+(?:\.\d+)?"), " 0 "),
-]
-_TOKEN = re.compile(r"[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*|0")
-_STOP = frozenset(
-    "the a an of to in on at is was be for and or it this that with as by from are not but if you your please "
-    "consider using use see more set line file most recent call last 0 i we my me have has had can will would should "
-    "when while then than which there their they them its into also any all some other been do does did so such".split()
-)
-
-
-# A line that reports a failure, not a warning or a notice: an exception, an error, a crash.
-_ERROR_LINE = re.compile(
-    r"Error\b|Exception\b|ERROR|\berror\b|\bfatal\b|FATAL|\bfailed\b|FAILED|Traceback|"
-    r"\b[Kk]illed\b|Aborted|Segmentation fault|core dumped|exit ?code|return code|\bassert|"
-    r"\bcannot\b|\bcan't\b|\bunable to\b|[Cc]ould not|undefined symbol|not found|No such file|"
-    r"\bhang|\bhung\b|\bstuck\b|timed out|^E\d{4} |^\s*(?:\[\w+\]:\s*)?\[E ",
-    re.M,
-)
-
-
-def has_failure(text: str) -> bool:
-    """Whether the log reports a failure at all (not only warnings, notices and progress)."""
-    return _ERROR_LINE.search(text) is not None
-
-
-def normalise_line(line: str) -> str:
-    line = _PREFIXES.sub("", line)
-    for pattern, repl in _MASKS:
-        line = pattern.sub(repl, line)
-    return " ".join(line.lower().split())
-
-
-def distinctive(text: str, limit: int = 80) -> list[tuple[str, str]]:
-    """(normalised, as written) for the lines that say something went wrong, each once; the first
-    and the last kept when there are more than `limit` (the first error and the final one both matter)."""
-    seen: dict[str, str] = {}
-    low = text.lower()
-    if len(low) != len(text):  # a rare character whose lowercase is longer: read positions off the lowercase
-        text = low
-    pos = 0
-    for m in _DISTINCTIVE.finditer(low):
-        if m.start() < pos:
-            continue
-        start = low.rfind("\n", 0, m.start()) + 1
-        end = low.find("\n", m.end())
-        end = len(low) if end < 0 else end
-        pos = end
-        raw = text[start:end]
-        if len(raw) > 2000 or _FRAME.search(raw) or _INFO.search(raw) or _BOILERPLATE.search(low, start, end):
-            continue
-        if _LAUNCHER.search(raw):
-            code = _EXIT_CODE.search(raw)
-            if code:
-                seen.setdefault(f"launcher exitcode_{code.group(1).replace('-', 'm')}", raw.strip())
-            continue
-        norm = normalise_line(raw)
-        if len(_TOKEN.findall(norm)) >= 2:
-            seen.setdefault(norm, raw.strip())
-    lines = list(seen.items())
-    if len(lines) > limit:
-        lines = lines[: limit // 4] + lines[-(limit - limit // 4):]
-    return lines
-
-
-def distinctive_lines(text: str, limit: int = 80) -> list[str]:
-    return [norm for norm, _ in distinctive(text, limit)]
-
-
-def _tokens(lines: Iterable[str]) -> list[str]:
-    out: list[str] = []
-    for line in lines:
-        words = [w for w in _TOKEN.findall(line) if w not in _STOP and len(w) > 1]
-        out.extend(words)
-        out.extend(f"{a}~{b}" for a, b in zip(words, words[1:], strict=False))  # word pairs: phrases count
-    return out
-
-
-def tokens_of(text: str) -> list[str]:
-    return _tokens(distinctive_lines(text))
-
-
-def tokens_of_title(title: str) -> list[str]:
-    return _tokens([normalise_line(title)])
 
 
 # --- the shipped threads ------------------------------------------------------------------------
@@ -398,7 +270,7 @@ class ThreadIndex:
                classes: int = 3) -> list[Hit]:
         """The closest case of each of the `classes` classes with the most votes, best first."""
         lines = distinctive(text)
-        query = list(dict.fromkeys(_tokens(norm for norm, _ in lines)))  # each word once: a repeated line is one signal
+        query = list(dict.fromkeys(line_tokens(norm for norm, _ in lines)))  # each word once: a repeated line is one signal
         if not query or self.bm25 is None:
             return []
         scores = self.bm25.get_scores(query)
@@ -427,7 +299,7 @@ def _evidence(lines: list[tuple[str, str]], case_words: set[str]) -> str:
     """The user's line that shares the most words with the case."""
     best, best_n = "", 0
     for norm, raw in lines:
-        n = len(set(_TOKEN.findall(norm)) & case_words)
+        n = len(set(TOKEN.findall(norm)) & case_words)
         if n > best_n:
             best, best_n = raw, n
     return best if len(best) <= 400 else best[:400] + " …"

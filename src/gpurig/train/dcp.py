@@ -89,10 +89,9 @@ def load(trainer: Any, path: Path) -> tuple[int, int, int, str]:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    from gpurig.train import faults
 
     extra = _load_extra(path)
-    faults.check_resume(extra, trainer.cfg.to_dict(), trainer.ctx.world, path)
+    ckpt.check_resume(extra, trainer.cfg.to_dict(), trainer.ctx.world, path)
     model_sd, optim_sd = get_state_dict(trainer.raw_model, trainer.optimizer)
     state = {"model": model_sd, "optimizer": optim_sd}
     dcp.load(state, checkpoint_id=str(path))  # reshards to this world size

@@ -428,64 +428,6 @@ def agree_checkpoint(failed: str | None, on_error: str, group: Any = None) -> No
 
 
 # ---------------------------------------------------------------------------------------------
-# Resuming: does the checkpoint fit this run?
-
-# Config keys that change the shapes of the parameters or the meaning of the data.
-_SHAPE_KEYS = ("model", "data.dataset", "data.num_classes", "data.image_size", "data.vocab_size", "data.seq_len")
-
-
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}.{k}" if prefix else k
-        if isinstance(v, dict):
-            out.update(_flat(v, key))
-        else:
-            out[key] = v
-    return out
-
-
-def resume_mismatches(saved_config: dict[str, Any] | None, saved_world: int | None, config: dict[str, Any],
-                      world: int) -> list[str]:
-    """What differs between a checkpoint and this run, in words; empty when it fits.
-
-    The model and the data's shape must be the same. The number of processes may change only if
-    the global batch (batch per device x processes x accumulation) stays the same: otherwise the
-    optimisation would not be the one the checkpoint belongs to.
-    """
-    diffs: list[str] = []
-    if saved_config:
-        old, new = _flat(saved_config), _flat(config)
-        for key in sorted(set(old) & set(new)):  # a key added to gpurig since the checkpoint is no difference
-            if not any(key == p or key.startswith(p + ".") for p in _SHAPE_KEYS):
-                continue
-            if old.get(key) != new.get(key):
-                diffs.append(f"{key}: checkpoint {old.get(key)!r}, this run {new.get(key)!r}")
-    if saved_world and saved_world != world:
-        def gbatch(cfg: dict[str, Any], n: int) -> int | None:
-            try:
-                return int(cfg["data"]["batch_size"]) * n * int(cfg["train"]["grad_accum"])
-            except (KeyError, TypeError, ValueError):
-                return None
-
-        old_g = gbatch(saved_config or {}, saved_world)
-        new_g = gbatch(config, world)
-        if old_g is None or old_g != new_g:
-            diffs.append(f"world size: checkpoint written by {saved_world} processes (global batch {old_g}), this run "
-                         f"has {world} (global batch {new_g}); resume with --nproc {saved_world}, or keep the global "
-                         f"batch by setting data.batch_size so that batch x processes = {old_g}")
-    return diffs
-
-
-def check_resume(state: dict[str, Any], config: dict[str, Any], world: int, path: str | os.PathLike) -> None:
-    """BadInput naming every difference when the checkpoint at `path` does not fit this run."""
-    saved_world = (state.get("sampler") or {}).get("world_size")
-    diffs = resume_mismatches(state.get("config"), saved_world, config, world)
-    if diffs:
-        raise BadInput(f"--resume: checkpoint {path} belongs to another run: " + "; ".join(diffs))
-
-
-# ---------------------------------------------------------------------------------------------
 # A collective that timed out: which one, and who never arrived
 
 # Where in the loop a collective is issued (function name in the traceback) -> what it is.

@@ -485,7 +485,7 @@ class Trainer:
         else:
             path = Path(self.resume)
             st = ckpt.load_checkpoint_file(path)
-        faults.check_resume(st, self.cfg.to_dict(), self.ctx.world, path)
+        ckpt.check_resume(st, self.cfg.to_dict(), self.ctx.world, path)
         if self.fsdp:
             from torch.distributed.checkpoint.state_dict import (
                 StateDictOptions,
