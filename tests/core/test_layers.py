@@ -66,3 +66,10 @@ def test_the_architecture_page_has_a_paragraph_for_every_folder():
     text = DOC.read_text(encoding="utf-8")
     folders = sorted(p.name for p in SRC.iterdir() if p.is_dir() and not p.name.startswith("__"))
     assert [f for f in folders if f"`{f}/`" not in text] == []
+
+
+def test_no_module_is_over_600_lines():
+    """A module a newcomer can read: anything longer is split by subject (docs/architecture.md)."""
+    long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600}
+    assert long == {}

@@ -178,7 +178,7 @@ class _Exited(Exception):
 ])
 def test_a_worker_that_failed_on_nccl_leaves_without_destroying_its_group(monkeypatch, backend, code,
                                                                           leaves_at_once):
-    from gpurig.train import loop
+    from gpurig.train import loop, worker
 
     destroyed, closed = [], []
 
@@ -196,10 +196,10 @@ def test_a_worker_that_failed_on_nccl_leaves_without_destroying_its_group(monkey
 
     if leaves_at_once:
         with pytest.raises(_Exited) as exited:
-            loop.leave_process_group(code, Trainer())
+            worker.leave_process_group(code, Trainer())
         assert exited.value.args == (code,) and not destroyed and closed  # TensorBoard's scalars kept
     else:
-        loop.leave_process_group(code, Trainer())
+        worker.leave_process_group(code, Trainer())
         assert destroyed
 
 

@@ -237,7 +237,7 @@ def test_the_dtensor_probe_says_which_fused_optimizers_run_on_fsdp_parameters(na
     from torch.distributed.tensor import distribute_tensor
 
     from gpurig.train.choices import fused_runs_on_dtensor
-    from gpurig.train.loop import build_optimizer
+    from gpurig.train.optim import build_optimizer
 
     param = torch.nn.Parameter(distribute_tensor(torch.ones(4), init_device_mesh("cpu", (1,))))
     param.grad = distribute_tensor(torch.ones(4), param.device_mesh)

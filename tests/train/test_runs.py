@@ -255,7 +255,7 @@ def test_dynamos_profiler_notice_is_dropped_and_other_warnings_pass(caplog):
     the run's printout must not carry it, and must keep every other warning of that logger."""
     import logging
 
-    from gpurig.train.loop import quiet_known_torch_notices
+    from gpurig.train.worker_base import quiet_known_torch_notices
 
     quiet_known_torch_notices()
     quiet_known_torch_notices()  # idempotent: one filter

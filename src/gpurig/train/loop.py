@@ -13,14 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
-import math
 import os
-import resource
-import signal
-import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +22,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from gpurig.diagnose.verdicts import judge_run
 from gpurig.errors import BadInput
-from gpurig.train import checkpoint as ckpt
 from gpurig.train import data as D
-from gpurig.train import dcp, faults
+from gpurig.train import faults
 from gpurig.train.choices import (
     Choice,
     apply_compile_ddp,
@@ -47,108 +39,17 @@ from gpurig.train.choices import (
     only_batchnorm_statistics,
 )
 from gpurig.train.clocks import ClockWatch
-from gpurig.train.clocks import across_ranks as clocks_across_ranks
-from gpurig.train.config import TrainConfig, from_dict, global_batch
+from gpurig.train.config import TrainConfig, global_batch
 from gpurig.train.models import build_model, count_params, flops_per_sample, shard_units
+from gpurig.train.optim import build_optimizer, lr_factor
 from gpurig.train.protocol import CHOICE, PROGRESS
+from gpurig.train.trainer_checkpoints import Checkpointing
+from gpurig.train.trainer_report import Reporting
+from gpurig.train.worker_base import Context, Timers, _Stop, say
 
 ON_DEVICE_FRACTION = 0.10  # tensor datasets up to this share of GPU memory are held on the GPU
 STOP_CHECK_EVERY = 10  # optimizer steps between the ranks' agreement on stopping (a host-only collective)
 WARMUP_STEPS = 5  # steps excluded from timing (allocator warm-up, cudnn autotune, compile)
-
-# Dense bf16/fp16 tensor-core peak FLOP/s (NVIDIA datasheets), for model FLOPs utilisation.
-PEAK_FLOPS_16BIT = {"H200": 989e12, "H100": 989e12, "H800": 989e12, "GH200": 989e12, "B200": 2250e12,
-                    "A100": 312e12, "A800": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12,
-                    "V100": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
-
-
-@dataclass
-class Context:
-    rank: int
-    world: int
-    local_rank: int
-    device: torch.device
-    control: Any = None  # a gloo group for host-only agreement (stop flags, RNG gathering)
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-@dataclass
-class Timers:
-    """Step-time parts of this rank over the measured steps."""
-
-    steps: int = 0
-    wall_s: float = 0.0
-    data_wait_s: float = 0.0
-    busy_s: float = 0.0
-    comm_exposed_per_step_s: float = 0.0
-    events: list = field(default_factory=list)
-
-
-class BackgroundTB:
-    """A TensorBoard SummaryWriter opened in a background thread (importing tensorboard takes
-    seconds); scalars logged before it is ready are buffered, none are lost."""
-
-    def __init__(self, log_dir: Path) -> None:
-        import threading
-
-        self.writer = None
-        self.error: str | None = None
-        self.pending: list[tuple[str, float, int]] = []
-        self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._open, args=(log_dir,), daemon=True)
-        self.thread.start()
-
-    def _open(self, log_dir: Path) -> None:
-        try:
-            # tensorboard imports TensorFlow when it is installed (seconds of start-up and a TF
-            # runtime in a PyTorch worker); blocking the import makes it use its own stub writer.
-            if "tensorflow" not in sys.modules:
-                sys.modules["tensorflow"] = None  # type: ignore[assignment]
-            from torch.utils.tensorboard import SummaryWriter
-
-            writer = SummaryWriter(log_dir=str(log_dir))
-        except Exception as exc:  # tensorboard is optional; the run goes on without it
-            self.error = f"{type(exc).__name__}: {exc}"
-            return
-        with self.lock:
-            self.writer = writer
-
-    def add_scalar(self, tag: str, value: float, step: int) -> None:
-        with self.lock:
-            if self.writer is None:
-                self.pending.append((tag, value, step))
-                return
-            pending, self.pending = self.pending, []
-        for t, v, s in pending:
-            self.writer.add_scalar(t, v, s)
-        self.writer.add_scalar(tag, value, step)
-
-    def close(self) -> None:
-        self.thread.join(timeout=60)
-        if self.writer is not None:
-            for t, v, s in self.pending:
-                self.writer.add_scalar(t, v, s)
-            self.pending = []
-            self.writer.close()
-
-
-class _Stop:
-    requested = False
-    signal_name = ""
-
-
-def _on_signal(signum: int, _frame: Any) -> None:
-    _Stop.requested = True
-    _Stop.signal_name = signal.Signals(signum).name
-
-
-def say(ctx: Context, text: str) -> None:
-    """Rank 0 alone speaks."""
-    if ctx.main:
-        print(text, flush=True)
 
 
 # torch.cuda._sleep counts SM cycles. No NVIDIA GPU's SM clock exceeds this, so a sleep sized with it
@@ -157,22 +58,6 @@ SLEEP_CYCLES_PER_S = 3e9
 
 
 # ---------------------------------------------------------------------------------------------
-
-
-class _DropProfilerNotice(logging.Filter):
-    """Dynamo's "Profiler record function ... will be ignored": DDP's forward names itself for the
-    profiler, and a compiled DDP module says once per rank that the name is dropped. Nothing to act
-    on, and it lands among the run's choices; every other message passes."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(("Profiler record function", "Profiler function"))
-
-
-def quiet_known_torch_notices() -> None:
-    for name in ("torch._dynamo.variables.ctx_manager", "torch._dynamo.variables.torch"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _DropProfilerNotice) for f in logger.filters):
-            logger.addFilter(_DropProfilerNotice())
 
 
 def setup(device_kind: str) -> Context:
@@ -191,42 +76,7 @@ def setup(device_kind: str) -> Context:
     return Context(rank, world, local, device, control)
 
 
-def lr_factor(cfg: TrainConfig, total_steps: int):
-    s = cfg.schedule
-
-    def f(step: int) -> float:
-        if s.warmup_steps and step < s.warmup_steps:
-            return (step + 1) / s.warmup_steps
-        span = max(1, total_steps - s.warmup_steps)
-        progress = min(1.0, (step - s.warmup_steps) / span)
-        if s.name == "cosine":
-            return s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-        if s.name == "linear":
-            return 1 - (1 - s.min_lr_ratio) * progress
-        if s.name == "step":
-            return s.gamma ** ((step - s.warmup_steps) // s.step_size)
-        return 1.0
-
-    return f
-
-
-def build_optimizer(cfg: TrainConfig, params, fused: bool) -> torch.optim.Optimizer:
-    o = cfg.optim
-    kw: dict[str, Any] = {"fused": True} if fused else {}
-    if o.name == "sgd":
-        return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov and o.momentum > 0,
-                               weight_decay=o.weight_decay, **kw)
-    cls = torch.optim.AdamW if o.name == "adamw" else torch.optim.Adam
-    return cls(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay, **kw)
-
-
-def _memory(ctx: Context) -> tuple[int | None, int | None]:
-    if ctx.device.type == "cuda":
-        return torch.cuda.max_memory_allocated(ctx.device), torch.cuda.get_device_properties(ctx.device).total_memory
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, None
-
-
-class Trainer:
+class Trainer(Checkpointing, Reporting):
     def __init__(self, cfg: TrainConfig, ctx: Context, run_dir: Path, resume: str | None,
                  resume_fallback: bool, record_indices: bool) -> None:
         self.cfg, self.ctx, self.run_dir = cfg, ctx, run_dir
@@ -407,116 +257,6 @@ class Trainer:
         self.log_every = every
         self.choose(Choice("loss_read_every", every, "the loss is read from the device every this many steps: "
                            "no host synchronisation in between"))
-
-    # -- checkpoint state ---------------------------------------------------------------------
-    def _rng_state(self) -> dict[str, Any]:
-        st: dict[str, Any] = {"cpu": torch.get_rng_state()}
-        if self.ctx.device.type == "cuda":
-            st["cuda"] = torch.cuda.get_rng_state(self.ctx.device)
-        return st
-
-    def _gather_rng(self) -> list[dict[str, Any]]:
-        mine = self._rng_state()
-        if self.ctx.world == 1:
-            return [mine]
-        out: list[Any] = [None] * self.ctx.world
-        dist.all_gather_object(out, mine, group=self.ctx.control)
-        return out
-
-    def state(self, epoch: int, batch: int, step: int) -> dict[str, Any] | None:
-        """The checkpoint (on rank 0; other ranks take part in the collectives and get None)."""
-        rng = self._gather_rng()
-        if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                get_model_state_dict,
-                get_optimizer_state_dict,
-            )
-
-            opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            model_sd = get_model_state_dict(self.raw_model, options=opts)
-            optim_sd = get_optimizer_state_dict(self.raw_model, self.optimizer, options=opts)
-        else:
-            model_sd = self.raw_model.state_dict()
-            optim_sd = self.optimizer.state_dict()
-        if not self.ctx.main:
-            return None
-        return {
-            "format": "gpurig-train-1",
-            "model": model_sd,
-            "optimizer": optim_sd,
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict() if self.scaler else None,
-            "epoch": epoch,
-            "step": step,
-            "sampler": {"epoch": epoch, "batch": batch, "seed": self.cfg.seed, "world_size": self.ctx.world},
-            "rng": rng,
-            "config": self.cfg.to_dict(),
-        }
-
-    def save(self, epoch: int, batch: int, step: int) -> None:
-        if not self.cfg.checkpoint.enabled:
-            return
-        if dcp.enabled(self):  # FSDP + checkpoint.sharded: every rank writes its shards (distributed checkpoint)
-            dcp.save(self, epoch, batch, step)
-            return
-        st = self.state(epoch, batch, step)
-        failed = None
-        if self.ctx.main:
-            try:
-                path = ckpt.save_checkpoint(st, self.run_dir, step, keep=self.cfg.checkpoint.keep)
-                print(PROGRESS + json.dumps({"event": "checkpoint", "step": step, "path": str(path)}), flush=True)
-            except (OSError, RuntimeError) as exc:  # disk full, read-only: the previous checkpoint stays valid
-                failed = faults.checkpoint_failed(exc, self.run_dir, step, self.cfg.checkpoint.on_error)
-        faults.agree_checkpoint(failed, self.cfg.checkpoint.on_error, group=self.ctx.control)  # also the barrier
-
-    def load(self) -> tuple[int, int, int, str | None]:
-        """(epoch, batch, step, path) to start from."""
-        if not self.resume or self.resume == "none":
-            return 0, 0, 0, None
-        if dcp.enabled(self) and (sharded := dcp.resume_point(self)) is not None:
-            return sharded
-        if self.resume == "auto":
-            found = ckpt.load_latest(self.run_dir, fallback=self.resume_fallback, warn=self.ctx.main)
-            if found is None:
-                say(self.ctx, PROGRESS + json.dumps({"event": "note", "text": "no checkpoint to resume from: starting fresh"}))
-                return 0, 0, 0, None
-            path, st = found
-        else:
-            path = Path(self.resume)
-            st = ckpt.load_checkpoint_file(path)
-        ckpt.check_resume(st, self.cfg.to_dict(), self.ctx.world, path)
-        if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                set_model_state_dict,
-                set_optimizer_state_dict,
-            )
-
-            opts = StateDictOptions(full_state_dict=True)
-            set_model_state_dict(self.raw_model, st["model"], options=opts)
-            set_optimizer_state_dict(self.raw_model, self.optimizer, st["optimizer"], options=opts)
-        else:
-            try:
-                self.raw_model.load_state_dict(st["model"])
-            except RuntimeError as exc:
-                raise BadInput(f"--resume: checkpoint {path} does not fit this model ({str(exc).splitlines()[0]})") from None
-            self.optimizer.load_state_dict(st["optimizer"])
-        self.scheduler.load_state_dict(st["scheduler"])
-        if self.scaler and st.get("scaler"):
-            self.scaler.load_state_dict(st["scaler"])
-        rng = st.get("rng") or []
-        if len(rng) == self.ctx.world:
-            mine = rng[self.ctx.rank]
-            torch.set_rng_state(mine["cpu"])
-            if "cuda" in mine and self.ctx.device.type == "cuda":
-                torch.cuda.set_rng_state(mine["cuda"], self.ctx.device)
-        sampler = st["sampler"]
-        if sampler.get("world_size") != self.ctx.world:
-            say(self.ctx, PROGRESS + json.dumps({"event": "note", "text": f"checkpoint was written by {sampler.get('world_size')} "
-                                                  f"processes, resuming on {self.ctx.world}: data order restarts at the epoch boundary"}))
-            return int(sampler["epoch"]) + (1 if sampler["batch"] else 0), 0, int(st["step"]), str(path)
-        return int(sampler["epoch"]), int(sampler["batch"]), int(st["step"]), str(path)
 
     # -- the step -----------------------------------------------------------------------------
     def loss_of(self, x: torch.Tensor, y: torch.Tensor, model: nn.Module | None = None) -> torch.Tensor:
@@ -844,206 +584,4 @@ class Trainer:
             self.tb.add_scalar("eval/loss", ev["eval_loss"], epoch)
         return ev
 
-    def _open_tb(self) -> None:
-        self.tb = BackgroundTB(self.run_dir / "tensorboard")
-        self.choose(Choice("tensorboard", str(self.run_dir / "tensorboard"),
-                           "scalars: loss, lr, throughput, step-time parts, memory"))
 
-    def _progress(self, step: int, epoch: int, loss: float, window: dict, wall: float, busy: float,
-                  gbatch: int, per_sample_units: int, unit: str) -> None:
-        if not self.ctx.main:
-            return
-        steps = max(1, window["steps"])
-        rate = gbatch * steps / wall if wall > 0 else None
-        step_s = wall / steps
-        lr = self.scheduler.get_last_lr()[0]
-        peak, total = _memory(self.ctx)
-        eta = (self.total_steps - step) * step_s
-        rec = {"event": "progress", "step": step, "total_steps": self.total_steps, "epoch": epoch, "loss": loss,
-               "lr": lr, "samples_per_s": rate, "units_per_s": rate * per_sample_units if rate else None,
-               "unit": unit, "step_time_s": step_s, "eta_s": eta, "peak_memory_bytes": peak}
-        print(PROGRESS + json.dumps(rec), flush=True)
-        if self.tb is not None:
-            self.tb.add_scalar("train/loss", loss, step)
-            self.tb.add_scalar("train/lr", lr, step)
-            if rate:
-                self.tb.add_scalar("throughput/samples_per_s", rate, step)
-            self.tb.add_scalar("step_time/total_s", step_s, step)
-            self.tb.add_scalar("step_time/data_wait_s", min(window["data"], max(0.0, wall - busy)) / steps, step)
-            self.tb.add_scalar("step_time/busy_s", busy / steps, step)
-            if peak is not None:
-                self.tb.add_scalar("memory/peak_bytes", peak, step)
-
-    def _summary(self, timers: Timers, step: int, last_loss: float | None, evals: list, stopped: bool,
-                 resumed_from: str | None, gbatch: int, unit: str, per_sample_units: int, seconds: float) -> dict[str, Any]:
-        ctx = self.ctx
-        steps = max(1, timers.steps)
-        mean = timers.wall_s / steps if timers.steps else None
-        comm = min(timers.comm_exposed_per_step_s, (timers.busy_s / steps) if timers.steps else 0.0)
-        compute = (timers.busy_s / steps - comm) if timers.steps else None
-        data_wait = timers.data_wait_s / steps if timers.steps else None
-        peak, total = _memory(ctx)
-        mine = {"rank": ctx.rank, "step_time_s": mean, "data_wait_s": data_wait, "compute_s": compute,
-                "comm_exposed_s": comm if timers.steps else None, "peak_memory_bytes": peak, "steps_timed": timers.steps,
-                "restart_count": faults.restart_count(),
-                # the SM clock, power and power-limit share of this rank's GPU over the timed steps
-                "gpu_clock": self.gpu_clock}
-        per_rank: list[Any] = [None] * ctx.world
-        dist.all_gather_object(per_rank, mine, group=ctx.control)
-        if self.record:
-            recs: list[Any] = [None] * ctx.world
-            dist.all_gather_object(recs, self.loader_record, group=ctx.control)
-            if ctx.main:
-                (self.run_dir / "indices.json").write_text(json.dumps({str(r): rec for r, rec in enumerate(recs)}))
-        if not ctx.main:
-            return {}
-
-        def avg(key: str) -> float | None:
-            vals = [r[key] for r in per_rank if r.get(key) is not None]
-            return sum(vals) / len(vals) if vals else None
-
-        mean_all = avg("step_time_s")
-        rate = gbatch / mean_all if mean_all else None
-        def frac(k):
-            return ((avg(k) / mean_all) if (mean_all and avg(k) is not None) else None)
-        name = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "cpu"
-        mfu = None
-        if rate and self.flops_per_sample and ctx.device.type == "cuda" and self.precision in ("bf16", "fp16"):
-            peak_flops = next((v for k, v in PEAK_FLOPS_16BIT.items() if k in name), None)
-            if peak_flops:
-                mfu = self.flops_per_sample * rate / ctx.world / peak_flops
-        last_eval = evals[-1] if evals else {}
-        summary = {
-            "world_size": ctx.world,
-            "device": ctx.device.type,
-            "device_name": name,
-            "strategy": "fsdp" if self.fsdp else ("ddp" if ctx.world > 1 else "single"),
-            "model": self.cfg.model.name,
-            "dataset": self.cfg.data.dataset,
-            "params": self.n_params,
-            "unit": unit,
-            "samples_per_s": rate,
-            "samples_per_s_per_device": rate / ctx.world if rate else None,
-            "units_per_s": rate * per_sample_units if rate else None,
-            "units_per_s_per_device": rate * per_sample_units / ctx.world if rate else None,
-            "model_flops_per_sample": self.flops_per_sample,
-            "mfu": mfu,
-            "step_time": {
-                "mean_s": mean_all,
-                "data_wait_fraction": frac("data_wait_s"),
-                "compute_fraction": frac("compute_s"),
-                "comm_exposed_fraction": frac("comm_exposed_s"),
-                "steps_timed": timers.steps,
-                "comm_method": ("calibrated: fwd+bwd with gradient sync minus without (best of 3)"
-                                if getattr(self, "calibrated", False) else None),
-            },
-            "per_rank": per_rank,
-            "gpu_clock": clocks_across_ranks(per_rank),
-            "peak_memory_bytes": max((r["peak_memory_bytes"] for r in per_rank if r.get("peak_memory_bytes")), default=None),
-            "memory_total_bytes": total,
-            "batch_size_per_device": self.cfg.data.batch_size,
-            "global_batch_size": gbatch,
-            "grad_accum": self.cfg.train.grad_accum,
-            "steps": step,
-            "total_steps": self.total_steps,
-            "final_loss": last_loss,
-            "accuracy": last_eval.get("accuracy"),
-            "eval_loss": last_eval.get("eval_loss"),
-            "eval_samples": last_eval.get("eval_samples"),
-            "evals": evals,
-            "seconds": seconds,
-            "stopped": stopped,
-            "stop_reason": (_Stop.signal_name or "max_seconds") if stopped else None,
-            "resumed_from": resumed_from,
-            "checkpoints": [str(p) for p in ckpt.list_checkpoints(self.run_dir)],
-            "choices": [{"name": c.name, "value": c.value, "reason": c.reason} for c in self.choices],
-            # Judged by main() before summary.json is written (gpurig.diagnose.verdicts).
-            "verdicts": [],
-        }
-        if self.tb is not None:
-            self.tb.close()
-        return summary
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import traceback
-
-    ap = argparse.ArgumentParser(prog="gpurig.train.worker", description="One gpurig training worker (run by torchrun).")
-    ap.add_argument("--run-dir", required=True)
-    ap.add_argument("--resume", default=None, help="auto, none or a checkpoint path")
-    ap.add_argument("--resume-fallback", action="store_true")
-    ap.add_argument("--record-indices", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    run_dir = Path(args.run_dir)
-    launch = json.loads((run_dir / "launch.json").read_text())
-    cfg = from_dict(launch["config"])
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _on_signal)
-    quiet_known_torch_notices()
-    ctx = setup(launch["device"])
-    faults.install(ctx.rank, ctx.world)  # bounded exit after SIGTERM, the hang ledger, injected faults
-    args.resume, args.resume_fallback = faults.resume_after_restart(args.resume, args.resume_fallback, run_dir)
-    code = 0
-    trainer = None
-    try:
-        trainer = Trainer(cfg, ctx, run_dir, args.resume, args.resume_fallback, args.record_indices)
-        trainer.build()
-        summary = trainer.run()
-        if ctx.main and summary is not None:
-            summary["faults"] = faults.report([r.get("restart_count", 0) for r in summary.get("per_rank") or []])
-            summary["verdicts"] = judge_run(summary)  # before the file is written: nothing rewrites it
-            tmp = run_dir / ".summary.json.tmp"
-            tmp.write_text(json.dumps(summary, indent=2, default=str))
-            os.replace(tmp, run_dir / "summary.json")
-    except BadInput as exc:
-        (run_dir / f"error-rank{ctx.rank}.json").write_text(json.dumps({"kind": "bad_input", "message": str(exc)}))
-        if ctx.main:  # for the log; the parent says it to the user once, from the error file
-            print(f"gpurig: error: {exc}", file=sys.stderr, flush=True)
-        code = 2
-    except Exception as exc:
-        why = faults.describe_failure(exc, ctx.rank, ctx.world)  # a timeout or a vanished peer, in words
-        (run_dir / f"error-rank{ctx.rank}.json").write_text(json.dumps(
-            {"kind": "crash", "message": why or f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}))
-        traceback.print_exc()
-        if why:
-            print(f"gpurig: rank {ctx.rank}: {why}", file=sys.stderr, flush=True)
-        code = 1
-    finally:
-        if code == 0:
-            with contextlib.suppress(Exception):
-                dist.barrier(group=ctx.control)
-        # Stop the background thread that talks to the store before the process group (and its
-        # store) go away: a thread inside a C++ store call at interpreter exit aborts the process
-        # ("terminate called without an active exception") after a run that had succeeded.
-        # It also holds the process group and the store: drop them, so that destroy_process_group
-        # really frees them now and not in a C++ destructor during interpreter shutdown.
-        ledger = getattr(faults.Ledger, "current", None)
-        if ledger is not None:
-            ledger.close()
-            ledger.thread.join(timeout=5)
-            ledger.group = ledger.store = None
-            faults.Ledger.current = None
-        leave_process_group(code, trainer)
-    return code
-
-
-def leave_process_group(code: int, trainer: Trainer | None = None) -> None:
-    """End this worker's part in the process group; after a failure on NCCL, end the process too.
-
-    A collective that failed or timed out on NCCL leaves a kernel waiting for the missing peer, and
-    destroy_process_group() then waits for it without end (seen on 2 H200s: rank 0 spun there after
-    its collective timeout, so the run never ended). A failed worker leaves at once instead; the
-    operating system frees its GPU memory and communicators, and torchrun sees its exit code.
-    """
-    if code != 0 and dist.is_initialized() and "nccl" in str(dist.get_backend()):  # also "cpu:gloo,cuda:nccl"
-        if trainer is not None and trainer.tb is not None:
-            with contextlib.suppress(Exception):
-                trainer.tb.close()  # keep the scalars logged so far
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    with contextlib.suppress(Exception):
-        dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
