@@ -207,6 +207,28 @@ class _Descendants:
                 pass
 
 
+STOP_SIGNAL_FILE = "stop-signal"  # in the run directory: what the user stopped the run with
+
+
+def note_stop_signal(run_dir: str | None, signame: str) -> None:
+    """Say in the run directory which signal stopped the run, before the workers get their SIGTERM:
+    they write it into summary.json as the stop reason (a Ctrl-C reaches them as SIGTERM)."""
+    if not run_dir:
+        return
+    try:
+        (Path(run_dir) / STOP_SIGNAL_FILE).write_text(signame)
+    except OSError:
+        pass  # the summary then names the SIGTERM the workers saw
+
+
+def stop_signal_of(run_dir: str | os.PathLike) -> str | None:
+    """The signal `note_stop_signal` recorded for this run, or None."""
+    try:
+        return (Path(run_dir) / STOP_SIGNAL_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
 def _kill_group(proc: subprocess.Popen, grace: float, tree: _Descendants | None = None) -> None:
     """SIGTERM the process group, wait `grace` seconds, then SIGKILL whatever is left."""
     try:
@@ -334,6 +356,7 @@ def run_plan(
         interrupted = True
         signame = getattr(exc, "signame", "SIGINT")
         stopping.set()
+        note_stop_signal(plan.run_dir, signame)
         with _ignoring_interrupts():  # a second Ctrl-C must not leave the workers half-stopped
             _kill_group(proc, grace, tree)
     finally:

@@ -22,7 +22,7 @@ from typing import Any
 
 from gpurig.errors import BadInput, ProblemFound
 from gpurig.launch.plan import plan_torchrun
-from gpurig.launch.runner import raise_if_interrupted, run_plan, signal_words
+from gpurig.launch.runner import STOP_SIGNAL_FILE, raise_if_interrupted, run_plan, signal_words
 from gpurig.train import checkpoint as ckpt
 from gpurig.train.config import TrainConfig, from_dict, to_toml
 from gpurig.train.faults import parent_grace, stop_env
@@ -159,7 +159,7 @@ def run_training(
         run_dir.mkdir(parents=True, exist_ok=True)
         # An earlier summary.json stays until this run writes its own (only one written after the
         # start counts): a run that fails before its end loses nothing the earlier one recorded.
-        for stale in run_dir.glob("error-rank*.json") if node_rank == 0 else []:
+        for stale in [*run_dir.glob("error-rank*.json"), run_dir / STOP_SIGNAL_FILE] if node_rank == 0 else []:
             stale.unlink(missing_ok=True)
         (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
         (run_dir / "config.toml").write_text(to_toml(cfg))

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from gpurig.launch.runner import signal_words, stop_signal_of
 from gpurig.train import checkpoint as ckpt
 from gpurig.train import faults
 from gpurig.train.choices import Choice
@@ -128,7 +129,7 @@ class Reporting:
             "evals": evals,
             "seconds": seconds,
             "stopped": stopped,
-            "stop_reason": (_Stop.signal_name or "max_seconds") if stopped else None,
+            "stop_reason": self._stop_reason() if stopped else None,
             "resumed_from": resumed_from,
             "checkpoints": [str(p) for p in ckpt.list_checkpoints(self.run_dir)],
             "choices": [{"name": c.name, "value": c.value, "reason": c.reason} for c in self.choices],
@@ -138,3 +139,11 @@ class Reporting:
         if self.tb is not None:
             self.tb.close()
         return summary
+
+    def _stop_reason(self) -> str:
+        """What stopped the run in the user's words: the signal gpurig recorded when the user pressed
+        Ctrl-C (the workers then get SIGTERM), else the signal this worker got, else --max-time."""
+        recorded = stop_signal_of(self.run_dir)
+        if recorded:
+            return signal_words(recorded)
+        return _Stop.signal_name or "max_seconds"
