@@ -165,3 +165,11 @@ def test_the_literal_prefilter_never_hides_a_match():
     assert required_literals(re.compile(r"(?i)Foo Bar|baz quux")) == ("foo bar", "baz quux")
     assert required_literals(re.compile(r"x|yyyyyy")) is None  # a branch without a long enough string
     assert required_literals(re.compile(r"a(?:bcdef)?ghij")) == ("ghij",)  # optional parts never count
+
+
+def test_a_harmless_notice_is_said_once_with_its_threads_beside_it():
+    # The catalogue names the notice and resolved threads of the same class match too: one note,
+    # the threads as "see also", never the same notice twice.
+    result = explain_text("[1,5]<stderr>:[8311b4012d34:153937] Read -1, expected 131072, errno = 1\n")
+    assert result.matches == [] and [b.id for b in result.benign] == ["openmpi-vader-docker-notice"]
+    assert any("github.com" in url for url in result.benign[0].see_also)

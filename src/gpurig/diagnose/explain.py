@@ -311,7 +311,14 @@ def explain_text(text: str, index: Any = "default", exclude: str | None = None) 
         # are not errors, and the doctor's rules have judged it.
         floor = None if has_failure(text) and facts is None else SURE
         merged = _with_threads(ranked, index.search(text, exclude=exclude), floor)
-        harmless += [m for m in merged if m.cls in benign_classes and m not in ranked]
+        said = {m.cls or m.id for m in harmless}  # a notice the catalogue named is said once, with its thread
+        for m in merged:
+            if m.cls in benign_classes and m not in ranked:
+                if m.cls in said:
+                    next((h for h in harmless if (h.cls or h.id) == m.cls), m).see_also.append(m.source)
+                else:
+                    harmless.append(m)
+                    said.add(m.cls)
         ranked = [m for m in merged if m.cls not in benign_classes]
     for m in harmless:
         m.role = "benign"

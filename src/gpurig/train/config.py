@@ -458,7 +458,7 @@ CANNOT_HONOUR: dict[str, dict[str, tuple[frozenset | None, str]]] = {
         "checkpoint.on_error": (None, "a checkpoint the TensorFlow worker cannot write ends the run"),
     },
     "torch": {
-        "tf.loop": (None, "a TensorFlow setting (use --framework tf)"),
+        "tf.loop": (None, "a TensorFlow setting: use --framework tf"),
         "tf.cross_device_ops": (None, "a TensorFlow setting; DDP all-reduces with NCCL (gloo on the CPU)"),
         "tf.worker_hosts": (None, "a TensorFlow setting; for several machines use --nnodes/--master-addr"),
     },
