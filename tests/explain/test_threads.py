@@ -203,3 +203,10 @@ def test_catalogue_confidence_is_calibrated_on_the_development_threads(tmp_path)
         assert explain.entry_confidence(secondary) == secondary.confidence  # consequences are not calibrated
     finally:
         th.load_entry_record = original  # type: ignore[assignment]
+
+
+def test_the_shipped_tokens_fit_the_threads_and_the_code():
+    """tokens.json spares every `explain` the tokenising of all threads (the index loads in under
+    0.3 s); after any change to the threads or to the tokenising code, `calibrate` writes it again."""
+    key = th.tokens_key(th.read_case_lines())
+    assert th._shipped_tokens(key) is not None, "tokens.json is stale: run `python -m gpurig.diagnose.threads calibrate`"

@@ -134,8 +134,9 @@ TOKENS_FILE = "tokens.json"
 
 
 def tokens_key(pairs: Sequence[tuple[str, str]]) -> str:
-    """What the shipped tokens were computed from: every thread line and this module's code."""
-    digest = hashlib.sha256(Path(__file__).read_bytes())
+    """What the shipped tokens were computed from: every thread line, and the code that makes tokens
+    of a log (this module and `loglines.py`)."""
+    digest = hashlib.sha256(Path(__file__).read_bytes() + Path(__file__).with_name("loglines.py").read_bytes())
     for where, line in pairs:
         digest.update(where.encode() + b"\0" + line.encode() + b"\n")
     return digest.hexdigest()
