@@ -107,19 +107,6 @@ def required_literals(pattern: re.Pattern) -> tuple[str, ...] | None:
     return tuple(r.lower() if fold else r for r in runs)
 
 
-_LOWERED: dict[int, tuple[str, str]] = {}  # id(text) -> (text, text.lower()): one text at a time
-
-
-def _lowered(text: str) -> str:
-    hit = _LOWERED.get(id(text))
-    if hit is not None and hit[0] is text:
-        return hit[1]
-    _LOWERED.clear()
-    low = text.lower()
-    _LOWERED[id(text)] = (text, low)
-    return low
-
-
 class _Prefiltered:
     """A compiled pattern that first looks for one of its required literals (see required_literals)."""
 
@@ -130,17 +117,16 @@ class _Prefiltered:
         self.literals = required_literals(regex)
         self.fold = bool(regex.flags & re.IGNORECASE)
 
-    def _may_match(self, text: str) -> bool:
+    def _may_match(self, text: str, lowered: str | None) -> bool:
         if self.literals is None:
             return True
-        hay = _lowered(text) if self.fold else text
+        hay = (lowered if lowered is not None else text.lower()) if self.fold else text
         return any(lit in hay for lit in self.literals)
 
-    def search(self, text: str, *args: Any) -> re.Match | None:
-        return self.regex.search(text, *args) if self._may_match(text) else None
-
-    def finditer(self, text: str, *args: Any):
-        return self.regex.finditer(text, *args) if self._may_match(text) else iter(())
+    def search(self, text: str, lowered: str | None = None) -> re.Match | None:
+        """`regex.search(text)`, skipped where no required literal is in `text` (`lowered`: the
+        text lower-cased once by the caller, for the case-insensitive patterns)."""
+        return self.regex.search(text) if self._may_match(text, lowered) else None
 
 
 def _compile(entry_id: str, key: str, patterns: Any) -> list[re.Pattern]:
@@ -220,13 +206,14 @@ def entry_confidence(entry: CatalogueEntry) -> float:
     return round((right + PRIOR_ANSWERS * entry.confidence) / (answered + PRIOR_ANSWERS), 3)
 
 
-def match_entry(entry: CatalogueEntry, text: str) -> Match | None:
-    """The entry's first match in `text` (earliest line), or None."""
-    if not all(r.search(text) for r in entry.requires):
+def match_entry(entry: CatalogueEntry, text: str, lowered: str | None = None) -> Match | None:
+    """The entry's first match in `text` (earliest line), or None. `lowered` is `text.lower()`
+    when the caller has it (one text matched against every entry)."""
+    if not all(r.search(text, lowered) for r in entry.requires):
         return None
     best = None
     for pattern in entry.patterns:
-        m = pattern.search(text)
+        m = pattern.search(text, lowered)
         if m and (best is None or m.start() < best.start()):
             best = m
     if best is None:
@@ -261,7 +248,9 @@ HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": 
 def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = None, benign: bool = False) -> list[Match]:
     """The entries `text` matches, best first; harmless notices (role "benign") only when asked."""
     catalogue = catalogue if catalogue is not None else load_catalogue()
-    found = [m for e in catalogue if (benign or e.role != "benign") and (m := match_entry(e, text)) is not None]
+    lowered = text.lower()
+    found = [m for e in catalogue
+             if (benign or e.role != "benign") and (m := match_entry(e, text, lowered)) is not None]
     # A specific explanation hides a generic one read from the same line (the first collective
     # timing out is a more useful reading than "a collective timed out").
     ids = {m.id for m in found}
