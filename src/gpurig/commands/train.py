@@ -199,7 +199,7 @@ def _show_plan(cfg: Any, sources: str, out: Path | None, device: str, nproc: str
                resume_fallback: bool, nnodes: int, node_rank: int, master_addr: str | None,
                master_port: int | None) -> None:
     """`--show-plan`: every check a run gets before it starts, and what it would be, as JSON."""
-    from gpurig.train.run import default_run_dir
+    from gpurig.launch.plan import default_run_dir
 
     if cfg.framework == "tf":
         from gpurig.train.tf.runner import plan_tf_job
@@ -212,8 +212,7 @@ def _show_plan(cfg: Any, sources: str, out: Path | None, device: str, nproc: str
     from gpurig.train.plan import plan_training
 
     endpoint = f"{master_addr}:{master_port or TORCH_RDZV_PORT}" if master_addr else None
-    planned = plan_training(cfg, device, nproc, out, resume, resume_fallback, nnodes, node_rank, endpoint, sources,
-                            default_run_dir=default_run_dir)
+    planned = plan_training(cfg, device, nproc, out, resume, resume_fallback, nnodes, node_rank, endpoint, sources)
     emit_json({"framework": "torch", **planned.to_dict()})
 
 
@@ -278,7 +277,8 @@ def register(app: typer.Typer) -> None:
                        master_port)
             return
         if cfg.framework == "tf":
-            from gpurig.train.run import default_run_dir, finished_run
+            from gpurig.launch.plan import default_run_dir
+            from gpurig.train.run import finished_run
             from gpurig.train.tf.runner import run_tf_training
 
             done = finished_run(Path(out), cfg) if (resume and out and nnodes == 1) else None

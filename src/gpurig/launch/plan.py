@@ -411,11 +411,13 @@ def _environment_defaults(
     return out
 
 
-def default_run_dir(now: float | None = None) -> str:
+def default_run_dir(prefix: str = "", now: float | None = None, pid: bool = False) -> str:
+    """runs/<prefix><local time>[-<pid>]: where a run goes when no --out names one (one rule for
+    train, bench train and launch)."""
     import time
 
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    return os.path.join("runs", f"launch-{stamp}-{os.getpid()}")
+    return os.path.join("runs", f"{prefix}{stamp}" + (f"-{os.getpid()}" if pid else ""))
 
 
 def plan_launch(
@@ -436,7 +438,7 @@ def plan_launch(
     cpu_count = cpu_count or os.cpu_count() or 1
     choice = device_choice or resolve_device(options.device, options.nproc_per_node, flag="--nproc-per-node")
     nproc = choice.nproc
-    run_dir = options.run_dir or default_run_dir()
+    run_dir = options.run_dir or default_run_dir("launch-", pid=True)
     notes: list[str] = [f"device: {choice.device} ({choice.reason}), backend {choice.backend}"]
 
     slurm = None

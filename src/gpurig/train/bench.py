@@ -18,10 +18,10 @@ from typing import Any
 
 from gpurig.diagnose.clocks import POWER_LIMIT_WHY, waiting_for_host
 from gpurig.errors import BadInput
-from gpurig.launch.plan import plan_torchrun, resolve_device
+from gpurig.launch.plan import default_run_dir, plan_torchrun, resolve_device
 from gpurig.launch.runner import raise_if_interrupted, run_plan
 from gpurig.train.config import TrainConfig, load_config
-from gpurig.train.run import EventHandler, check_timeout, default_run_dir, run_training
+from gpurig.train.run import EventHandler, check_timeout, run_training
 
 # Workloads: a preset plus overrides. CPU workloads are small enough for a laptop.
 WORKLOADS: dict[str, dict[str, Any]] = {
@@ -220,7 +220,7 @@ def run_bench_train(
     if workload in ("resnet50", "resnet50-cifar", "gpt") and choice.device != "cuda" and not short:
         raise BadInput(f"--workload {workload}: too heavy for the CPU; use cpu-cnn or demo")
     cfg = workload_config(workload, choice.device, short, overrides)
-    base = Path(out_dir) if out_dir else default_run_dir("bench-train-")
+    base = Path(out_dir or default_run_dir("bench-train-"))
     counts = counts or counts_up_to(choice.nproc)
     if max(counts) > choice.nproc:
         raise BadInput(f"--nproc: {max(counts)} processes asked for, {choice.nproc} available")

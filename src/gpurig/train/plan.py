@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpurig.errors import BadInput, check_user_file
-from gpurig.launch.plan import check_nodes, resolve_device
+from gpurig.launch.plan import check_nodes, default_run_dir, resolve_device
 from gpurig.train import checkpoint as ckpt
 from gpurig.train.config import TrainConfig, check_data_path, validate
 from gpurig.train.dcp import list_sharded
@@ -67,7 +67,6 @@ def plan_training(
     node_rank: int = 0,
     rdzv_endpoint: str | None = None,
     config_sources: str | None = None,
-    default_run_dir: Any = None,
 ) -> TrainPlan:
     """Every check a PyTorch run gets before a process starts; BadInput (exit 2) naming the flag or
     key. Writes nothing."""
@@ -85,7 +84,7 @@ def plan_training(
         from gpurig.train.choices import check_fused_for_fsdp
 
         check_fused_for_fsdp(cfg)
-    run_dir = Path(out_dir or cfg.out_dir or (default_run_dir() if default_run_dir else "runs/run"))
+    run_dir = Path(out_dir or cfg.out_dir or default_run_dir())
     if run_dir.exists() and not run_dir.is_dir():
         raise BadInput(f"--out {run_dir}: exists and is not a directory")
     if not resume and (ckpt.list_checkpoints(run_dir) or list_sharded(run_dir)):

@@ -16,7 +16,6 @@ import os
 import time
 import tomllib
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +29,6 @@ from gpurig.train.plan import plan_training
 from gpurig.train.protocol import CHOICE, PROGRESS
 
 EventHandler = Callable[[str, dict[str, Any]], None]
-
-
-def default_run_dir(prefix: str = "") -> Path:
-    return Path("runs") / f"{prefix}{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
 def saved_config(run_dir: str | os.PathLike) -> TrainConfig | None:
@@ -145,7 +140,7 @@ def run_training(
     if max_restarts < 0:
         raise BadInput(f"--max-restarts must be 0 or more, got {max_restarts}")
     planned = plan_training(config, device, nproc, out_dir, resume, resume_fallback, nnodes, node_rank, rdzv_endpoint,
-                            config_sources, default_run_dir=default_run_dir)
+                            config_sources)
     cfg, run_dir, resume = planned.config, Path(planned.run_dir), planned.resume
     device, nproc_here, reason = planned.device, planned.nproc_per_node, planned.device_reason
     if resume and nnodes == 1:
