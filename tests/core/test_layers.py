@@ -11,12 +11,14 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "gpurig"
 DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 
 # Bottom to top; the packages of one layer may not import each other.
-LAYERS = [
+LAYERS = [  # the order of the shared design (DESIGN.md), bottom to top
     {"__init__", "errors", "findings", "knowledge"},
     {"probe"},
-    {"launch", "monitor"},
+    {"monitor"},
+    {"recipes"},
+    {"launch"},
     {"diagnose"},
-    {"train", "comm", "recipes"},
+    {"train", "comm"},
     {"report"},
     {"commands"},
     {"cli"},
