@@ -388,7 +388,7 @@ def _worker(rank: int, world: int, setup: dict, args: dict, port: int, out) -> N
     set_to_none = setup.get("set_to_none", True)
     backward_ctx = contextlib.nullcontext
     if setup.get("ca") and args["compile"]:
-        from gpurig.train.choices import (
+        from gpurig.train.torch.choices import (
             compiled_autograd_backward as backward_ctx,  # the same as gpurig's loop
         )
 

@@ -31,7 +31,7 @@ def run(label: str, fsdp: bool, comp: str | None, x, y, steps: int, profile: boo
     import torchvision
     from torch.distributed.fsdp import fully_shard
 
-    from gpurig.train.models import shard_units
+    from gpurig.train.torch.models import shard_units
 
     torch._dynamo.reset()
     torch.manual_seed(0)

@@ -23,10 +23,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gpurig.commands.monitor import VERDICT_WINDOW, sample_table, verdict_lines
 from gpurig.diagnose.verdicts import sample_verdicts
 from gpurig.monitor.recorder import Recorder
 from gpurig.monitor.sampler import FakeBackend, MonitorUnavailable, NvmlBackend, Sampler
+from gpurig.monitor.watch import VERDICT_WINDOW
+from gpurig.report.monitor_view import sample_table, verdict_lines
 
 
 def measure(backend_name: str, gpus: int, seconds: float, interval: float, render: bool) -> dict:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpurig.commands import check as check_mod
+from gpurig.check import runner as check_mod
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ LAYERS = [  # the order of the shared design (DESIGN.md), bottom to top
     {"launch"},
     {"diagnose"},
     {"train", "comm"},
+    {"check"},
     {"report"},
     {"commands"},
     {"cli"},

@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from gpurig.train import checkpoint as ckpt
 from gpurig.train.config import load_config
-from gpurig.train.dcp import dcp_path, list_sharded
 from gpurig.train.run import run_training
+from gpurig.train.torch import checkpoint as ckpt
+from gpurig.train.torch.dcp import dcp_path, list_sharded
 
 pytestmark = pytest.mark.slow
 

@@ -23,10 +23,10 @@ import torch
 from tests.conftest import ROOT, assert_no_process_left
 
 from gpurig.errors import BadInput, ProblemFound
-from gpurig.train import checkpoint as ckpt
-from gpurig.train import faults
 from gpurig.train.config import load_config
 from gpurig.train.run import run_training
+from gpurig.train.torch import checkpoint as ckpt
+from gpurig.train.torch import faults
 
 pytestmark = pytest.mark.slow
 
@@ -178,17 +178,17 @@ class _Exited(Exception):
 ])
 def test_a_worker_that_failed_on_nccl_leaves_without_destroying_its_group(monkeypatch, backend, code,
                                                                           leaves_at_once):
-    from gpurig.train import loop, worker
+    from gpurig.train.torch import trainer, worker
 
     destroyed, closed = [], []
 
     def exit_now(c):
         raise _Exited(c)
 
-    monkeypatch.setattr(loop.dist, "is_initialized", lambda: True)
-    monkeypatch.setattr(loop.dist, "get_backend", lambda *a: backend)
-    monkeypatch.setattr(loop.dist, "destroy_process_group", lambda *a: destroyed.append(True))
-    monkeypatch.setattr(loop.os, "_exit", exit_now)
+    monkeypatch.setattr(trainer.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(trainer.dist, "get_backend", lambda *a: backend)
+    monkeypatch.setattr(trainer.dist, "destroy_process_group", lambda *a: destroyed.append(True))
+    monkeypatch.setattr(trainer.os, "_exit", exit_now)
 
     class Trainer:
         class tb:

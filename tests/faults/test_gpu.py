@@ -9,9 +9,9 @@ import torch
 from tests.conftest import cuda_gpu_count
 
 from gpurig.errors import ProblemFound
-from gpurig.train import checkpoint as ckpt
 from gpurig.train.config import load_config
 from gpurig.train.run import run_training
+from gpurig.train.torch import checkpoint as ckpt
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -60,7 +60,7 @@ def test_sharded_fsdp_checkpoint_of_two_gpus_loads_on_one(tmp_path):
 
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    from gpurig.train.dcp import dcp_path
+    from gpurig.train.torch.dcp import dcp_path
 
     base = BASE + ["train.strategy=fsdp", "checkpoint.sharded=true", "train.steps=20"]
     run_training(load_config(preset_name="demo", overrides=base), device="cuda", nproc=2, out_dir=tmp_path / "two",

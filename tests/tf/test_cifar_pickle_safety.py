@@ -48,7 +48,7 @@ def test_both_trainers_read_cifar_through_the_safe_loader(tmp_path, monkeypatch,
 
             sources.load_source(cfg, 0)
         else:
-            from gpurig.train import data
+            from gpurig.train.torch import data
 
             data.load_arrays(cfg)
     assert not (tmp_path / "pwned").exists()

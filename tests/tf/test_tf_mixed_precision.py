@@ -17,9 +17,9 @@ import json, os
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import keras, numpy as np, tensorflow as tf
 from gpurig.train.config import load_config
-from gpurig.train.tf.decisions import needs_loss_scaling
+from gpurig.train.tf.choices import needs_loss_scaling
 from gpurig.train.tf.models import build_model
-from gpurig.train.tf.worker import make_optimizer
+from gpurig.train.tf.optim import make_optimizer
 out = {}
 for policy in ("mixed_float16", "mixed_bfloat16", "float32"):
     keras.mixed_precision.set_global_policy(policy)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gpurig.errors import BadInput
-from gpurig.train import checkpoint as ckpt
+from gpurig.train.torch import checkpoint as ckpt
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def test_a_write_torn_by_a_crash_leaves_the_previous_checkpoint(tmp_path):
     code = textwrap.dedent(f"""
         import os, sys, torch
         sys.path.insert(0, {str(ROOT / "src")!r})
-        from gpurig.train import checkpoint as ckpt
+        from gpurig.train.torch import checkpoint as ckpt
         real = torch.save
         def torn(obj, fh, *a, **k):
             fh.write(b"PK\\x03\\x04 half a zip file")

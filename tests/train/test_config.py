@@ -169,7 +169,7 @@ GPT_GRAD_BYTES = 1_500_000_000 * 4  # a 1.5B-parameter decoder
     ("ddp_optimizer", R50_GRAD_BYTES, 2, "ddp_optimizer"),
 ])
 def test_compile_ddp_sets_dynamos_mode_and_says_why(asked, grad_bytes, world, mode):
-    from gpurig.train.choices import apply_compile_ddp
+    from gpurig.train.torch.choices import apply_compile_ddp
 
     with torch._dynamo.config.patch(optimize_ddp=True, compiled_autograd=False):
         choice = apply_compile_ddp(load_config(overrides=[f"train.compile_ddp={asked}"]), grad_bytes, world)
@@ -184,7 +184,7 @@ def test_only_batchnorm_statistics_tells_which_models_can_skip_the_per_forward_b
     import torchvision
     from torch import nn
 
-    from gpurig.train.choices import only_batchnorm_statistics
+    from gpurig.train.torch.choices import only_batchnorm_statistics
 
     assert only_batchnorm_statistics(torchvision.models.resnet18())
     assert only_batchnorm_statistics(nn.Linear(2, 2))  # no buffers at all
@@ -206,7 +206,7 @@ def test_compiled_autograd_backward_compiles_the_backward_and_gives_eager_gradie
     monkeypatch.setenv(var, os.environ.get(var, ""))
     monkeypatch.delenv(var)
 
-    from gpurig.train.choices import compiled_autograd_backward
+    from gpurig.train.torch.choices import compiled_autograd_backward
 
     torch.manual_seed(0)
     model, x = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), torch.randn(5, 4)
@@ -236,8 +236,8 @@ def test_the_dtensor_probe_says_which_fused_optimizers_run_on_fsdp_parameters(na
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import distribute_tensor
 
-    from gpurig.train.choices import fused_runs_on_dtensor
-    from gpurig.train.optim import build_optimizer
+    from gpurig.train.torch.choices import fused_runs_on_dtensor
+    from gpurig.train.torch.optim import build_optimizer
 
     param = torch.nn.Parameter(distribute_tensor(torch.ones(4), init_device_mesh("cpu", (1,))))
     param.grad = distribute_tensor(torch.ones(4), param.device_mesh)
@@ -254,7 +254,7 @@ def test_the_dtensor_probe_says_which_fused_optimizers_run_on_fsdp_parameters(na
 
 
 def test_fsdp_on_cuda_falls_back_to_foreach_where_the_fused_kernel_cannot_run():
-    from gpurig.train.choices import choose_fused, fused_runs_on_dtensor
+    from gpurig.train.torch.choices import choose_fused, fused_runs_on_dtensor
 
     cuda = torch.device("cuda", 0)
     for name in ("sgd", "adamw"):
@@ -267,7 +267,7 @@ def test_fsdp_on_cuda_falls_back_to_foreach_where_the_fused_kernel_cannot_run():
 
 
 def test_fused_on_with_fsdp_and_no_dtensor_kernel_exits_2_before_anything_starts(run_cli, tmp_path):
-    from gpurig.train.choices import fused_runs_on_dtensor
+    from gpurig.train.torch.choices import fused_runs_on_dtensor
 
     if fused_runs_on_dtensor("sgd"):
         pytest.skip("this torch runs fused SGD on DTensor parameters")
@@ -284,7 +284,7 @@ def test_fused_on_with_fsdp_and_no_dtensor_kernel_exits_2_before_anything_starts
     (["train.strategy=fsdp", "train.compile=on"], True, "asked for"),
 ])
 def test_compile_auto_leaves_fsdp_eager(over, on, why):
-    from gpurig.train.choices import choose_compile
+    from gpurig.train.torch.choices import choose_compile
 
     cfg = load_config(overrides=["model.name=resnet50", "data.dataset=synthetic-image", *over])
     choice = choose_compile(cfg, torch.device("cuda", 0), total_steps=10_000)
@@ -294,7 +294,7 @@ def test_compile_auto_leaves_fsdp_eager(over, on, why):
 def test_fsdp_on_a_model_that_fits_one_gpu_points_to_ddp(monkeypatch):
     from torch import nn
 
-    from gpurig.train.choices import fsdp_fits_note
+    from gpurig.train.torch.choices import fsdp_fits_note
 
     cfg = load_config(overrides=["train.strategy=fsdp", "optim.name=adamw"])
     model = nn.Linear(1024, 1024)  # 4 MiB of fp32 weights: x4 with gradients and AdamW's two states

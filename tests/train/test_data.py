@@ -8,9 +8,9 @@ import torch
 from tests import datafiles
 
 from gpurig.errors import BadInput
-from gpurig.train import data as D
 from gpurig.train import datasets
 from gpurig.train.config import load_config
+from gpurig.train.torch import data as D
 
 
 @pytest.mark.parametrize("n, world", [(100, 2), (101, 2), (1797, 3), (10, 4)])

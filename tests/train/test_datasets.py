@@ -8,10 +8,10 @@ import pytest
 from tests import datafiles
 
 from gpurig.errors import BadInput
-from gpurig.train import data as torch_data
 from gpurig.train import datasets
 from gpurig.train.config import load_config
 from gpurig.train.tf import sources as tf_sources
+from gpurig.train.torch import data as torch_data
 
 
 def _both(overrides: list[str]):

@@ -9,9 +9,9 @@ import pytest
 import torch
 from tests.conftest import cuda_gpu_count
 
-from gpurig.train import checkpoint as ckpt
 from gpurig.train.config import load_config
 from gpurig.train.run import run_training
+from gpurig.train.torch import checkpoint as ckpt
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 two_gpus = pytest.mark.skipif(cuda_gpu_count() < 2, reason="needs 2 GPUs")

@@ -14,7 +14,7 @@ import sys
 import pytest
 from tests.conftest import ROOT, assert_no_process_left, signal_after
 
-from gpurig.train import checkpoint as ckpt
+from gpurig.train.torch import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from tests import datafiles
 
-from gpurig.train import checkpoint as ckpt
 from gpurig.train.config import load_config
 from gpurig.train.run import run_training
+from gpurig.train.torch import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow
 
@@ -211,8 +211,8 @@ def test_batchnorm_statistics_synced_before_evaluation_only_change_nothing_rank_
     evaluation on two ranks scores exactly what the checkpointed model scores in one process."""
     import numpy as np
 
-    from gpurig.train import data as D
-    from gpurig.train.models import build_model
+    from gpurig.train.torch import data as D
+    from gpurig.train.torch.models import build_model
 
     root = tmp_path / "data" / "cifar-10-batches-py"
     root.mkdir(parents=True)
@@ -255,7 +255,7 @@ def test_dynamos_profiler_notice_is_dropped_and_other_warnings_pass(caplog):
     the run's printout must not carry it, and must keep every other warning of that logger."""
     import logging
 
-    from gpurig.train.worker_base import quiet_known_torch_notices
+    from gpurig.train.torch.base import quiet_known_torch_notices
 
     quiet_known_torch_notices()
     quiet_known_torch_notices()  # idempotent: one filter

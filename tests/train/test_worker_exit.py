@@ -7,7 +7,7 @@ import sys
 
 CODE = """
 import atexit, logging, sys
-from gpurig.train.worker import exit_now
+from gpurig.train.torch.worker import exit_now
 atexit.register(lambda: print('finalization ran'))  # skipped: no interpreter finalization
 logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 logging.getLogger('w').info('logged')

@@ -16,6 +16,8 @@ from rich.text import Text
 
 from gpurig import __version__
 from gpurig.errors import BadInput, check_output_file, write_file_atomic
+from gpurig.monitor.watch import VERDICT_WINDOW, samples_every, snapshot, wait_for_gpu
+from gpurig.report.monitor_view import compact_line, sample_table, verdict_lines
 from gpurig.report.output import console_for, emit_json
 
 HELP = """Watch every GPU and say what the numbers mean for a multi-GPU job.
@@ -38,11 +40,6 @@ Without a GPU or NVML it says so in one line: with --once, --json or --count it 
 
 Exit status: 0 done, 2 bad usage or an unreadable recording.
 """
-
-# Samples kept for the live verdicts: enough to smooth NVML's jumpy utilisation, small enough that
-# a view left open for days holds constant memory.
-VERDICT_WINDOW = 10
-
 
 @dataclass
 class MonitorOptions:
@@ -87,120 +84,6 @@ class MonitorOptions:
 
 
 # ------------------------------------------------------------------------------------------
-# rendering
-
-
-def _fmt(value: float | None, spec: str = ".0f", unit: str = "") -> str:
-    return "n/a" if value is None else f"{value:{spec}}{unit}"
-
-
-def _rate_pair(tx: float | None, rx: float | None) -> str:
-    """'121/120 GB/s': sent and received in one unit, picked by the larger of the two."""
-    if tx is None and rx is None:
-        return "n/a"
-    top = max(v for v in (tx, rx) if v is not None)
-    unit, size = next(((u, z) for u, z in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)) if top >= z), ("B/s", 1.0))
-
-    def one(v: float | None) -> str:
-        return "n/a" if v is None else f"{v / size:.0f}" if v / size >= 10 or v == 0 else f"{v / size:.1f}"
-
-    return f"{one(tx)}/{one(rx)} {unit}"
-
-
-def _gpus_named(findings: list[Any]) -> dict[int, str]:
-    """GPU index -> style, for the GPUs a sample verdict singles out."""
-    marks: dict[int, str] = {}
-    for f in findings:
-        ev = f.evidence
-        style = "bold red" if f.severity in ("error", "warn") else "yellow"
-        if f.id == "gpu-idle":
-            for i in ev.get("idle", []):
-                marks[i] = style
-        elif isinstance(ev.get("gpu"), int):
-            marks.setdefault(ev["gpu"], style)
-    return marks
-
-
-_COLUMNS = ("GPU", "util", "memory GiB", "power W", "temp", "SM MHz", "throttle", "PCIe tx/rx", "NVLink tx/rx",
-            "processes")
-_LEFT = {"throttle", "processes"}
-
-
-def sample_table(sample: dict[str, Any], findings: list[Any]) -> Text:
-    """The per-GPU table of one sample, GPUs named by a verdict highlighted.
-
-    Laid out by hand rather than with rich's Table: the live view redraws it every second, and a
-    rich Table costs about ten times as much CPU, which the monitor must not take from the job."""
-    marks = _gpus_named(findings)
-    names = sorted({g.get("name") or "?" for g in sample["gpus"] if not g.get("error")})
-    title = f"{len(sample['gpus'])}x {' / '.join(names) or 'GPU'} at " + time.strftime(
-        "%H:%M:%S", time.localtime(sample["time"]))
-    rows: list[tuple[list[str], str]] = []
-    for g in sample["gpus"]:
-        if g.get("error"):
-            rows.append(([str(g["index"]), f"cannot be read: {g['error']}"], "bold red"))
-            continue
-        mem = "n/a"
-        if g.get("memory_used_bytes") is not None and g.get("memory_total_bytes"):
-            mem = f"{g['memory_used_bytes'] / 2**30:.1f}/{g['memory_total_bytes'] / 2**30:.0f}"
-        clock = _fmt(g.get("sm_clock_mhz"), "d")
-        if g.get("sm_clock_max_mhz"):
-            clock += f"/{g['sm_clock_max_mhz']}"
-        reasons = g.get("throttle_reasons")
-        throttle = "n/a" if reasons is None else (", ".join(r for r in reasons if r != "gpu_idle") or "-")
-        procs = g.get("processes") or []
-        proc_text = ", ".join(f"{p.get('name') or '?'}[{p['pid']}]" for p in procs[:2])
-        if len(procs) > 2:
-            proc_text += f" +{len(procs) - 2}"
-        rows.append(([
-            str(g["index"]), _fmt(g.get("utilization_pct"), ".0f", "%"), mem,
-            f"{_fmt(g.get('power_w'))}/{_fmt(g.get('power_limit_w'))}", _fmt(g.get("temperature_c"), ".0f", " °C"),
-            clock, throttle, _rate_pair(g.get("pcie_tx_bytes_per_s"), g.get("pcie_rx_bytes_per_s")),
-            _rate_pair(g.get("nvlink_tx_bytes_per_s"), g.get("nvlink_rx_bytes_per_s")), proc_text or "-",
-        ], marks.get(g["index"], "")))
-    full = [cells for cells, _ in rows if len(cells) == len(_COLUMNS)]
-    widths = [max([len(h)] + [len(c[i]) for c in full]) for i, h in enumerate(_COLUMNS)]
-
-    def line(cells: list[str]) -> str:
-        if len(cells) < len(_COLUMNS):  # an error row: index, then the message across the columns
-            return cells[0].rjust(widths[0]) + "  " + cells[1]
-        return "  ".join(c.ljust(w) if h in _LEFT else c.rjust(w)
-                         for c, w, h in zip(cells, widths, _COLUMNS, strict=True)).rstrip()
-
-    text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(title + "\n", style="bold")
-    text.append(line(list(_COLUMNS)) + "\n", style="bold underline")
-    for cells, style in rows:
-        text.append(line(cells) + "\n", style=style)
-    return text
-
-
-def verdict_lines(findings: list[Any]) -> Text:
-    text = Text()
-    for f in findings:
-        style = {"error": "bold red", "warn": "bold yellow", "info": "cyan", "ok": "green"}[f.severity]
-        text.append(f"{f.severity:>5}  ", style=style)
-        text.append(f.title + "\n")
-        if f.fix:
-            text.append(f"       fix: {f.fix}\n", style="dim")
-    return text
-
-
-def compact_line(sample: dict[str, Any]) -> str:
-    """One line per sample for logs (stdout is not a terminal)."""
-    parts = [time.strftime("%H:%M:%S", time.localtime(sample["time"]))]
-    for g in sample["gpus"]:
-        if g.get("error"):
-            parts.append(f"GPU{g['index']} error")
-            continue
-        mem = g.get("memory_used_bytes")
-        parts.append(f"GPU{g['index']} {_fmt(g.get('utilization_pct'))}% "
-                     f"{_fmt(mem / 2**30 if mem is not None else None, '.1f')}GiB "
-                     f"{_fmt(g.get('power_w'))}W {_fmt(g.get('temperature_c'))}C {_fmt(g.get('sm_clock_mhz'), 'd')}MHz")
-    return " | ".join(parts)
-
-
-# ------------------------------------------------------------------------------------------
 # the command
 
 
@@ -235,13 +118,6 @@ def plot_recording(opts: MonitorOptions, console: Console) -> None:
         console.print(f"[yellow]note[/yellow]: {note}")
     if findings:
         console.print(verdict_lines(findings))
-
-
-def _snapshot(sampler: Any, interval: float, sleep: Any) -> dict[str, Any]:
-    """One sample with traffic rates: NVLink and PCIe counters need two readings to give a rate."""
-    sampler.sample()
-    sleep(min(interval, 0.5))
-    return sampler.sample().to_dict()
 
 
 def run(opts: MonitorOptions, backend: Any = None, console: Console | None = None,
@@ -295,12 +171,12 @@ def _watch(opts: MonitorOptions, backend: Any, console: Console, recorder: Any, 
         console.print(line, markup=False, highlight=False, soft_wrap=True)
         if single or opts.count:  # a bounded run (a script, a CI step) must end, not wait for hardware
             return 0
-        if not _wait_for_gpu(sampler, opts.interval, sleep):
+        if not wait_for_gpu(sampler, opts.interval, sleep):
             return 0
 
     try:
         if single:
-            sample = _snapshot(sampler, opts.interval, sleep)
+            sample = snapshot(sampler, opts.interval, sleep)
             findings = _verdicts([sample])
             if recorder is not None:
                 recorder.write(sample)
@@ -317,24 +193,8 @@ def _watch(opts: MonitorOptions, backend: Any, console: Console, recorder: Any, 
         sampler.close()
 
 
-def _wait_for_gpu(sampler: Any, interval: float, sleep: Any) -> bool:
-    """Poll until NVML answers with a GPU; False when interrupted (Ctrl-C is a normal way out)."""
-    from gpurig.monitor.sampler import MonitorUnavailable
-
-    try:
-        while True:
-            sleep(max(interval, 2.0))
-            try:
-                sampler.open()
-                return True
-            except MonitorUnavailable:
-                continue
-    except KeyboardInterrupt:
-        return False
-
-
 def _loop(sampler: Any, opts: MonitorOptions, console: Console, recorder: Any, sleep: Any) -> int:
-    """Sample every `interval` seconds (on a fixed cadence, not drifting by the sampling time)."""
+    """The live view (or one line per sample when stdout is not a terminal), until --count or Ctrl-C."""
     window: collections.deque = collections.deque(maxlen=VERDICT_WINDOW)
     live = None
     if console.is_terminal:
@@ -342,12 +202,8 @@ def _loop(sampler: Any, opts: MonitorOptions, console: Console, recorder: Any, s
 
         live = Live(console=console, auto_refresh=False, transient=False)
         live.start()
-    taken = 0
-    next_at = time.monotonic()
     try:
-        while opts.count == 0 or taken < opts.count:
-            sample = sampler.sample().to_dict()
-            taken += 1
+        for sample in samples_every(sampler, opts.interval, opts.count, sleep):
             if recorder is not None:
                 recorder.write(sample)
             window.append(sample)
@@ -362,14 +218,6 @@ def _loop(sampler: Any, opts: MonitorOptions, console: Console, recorder: Any, s
                 # lays out, which grows (up to its cache size) over a long recording.
                 console.file.write(compact_line(sample) + "\n")
                 console.file.flush()
-            if opts.count and taken >= opts.count:
-                break
-            next_at += opts.interval
-            delay = next_at - time.monotonic()
-            if delay < 0:  # fell behind (a slow NVML call): skip ahead rather than burst
-                next_at = time.monotonic()
-                delay = 0
-            sleep(delay)
     except KeyboardInterrupt:
         pass
     finally:

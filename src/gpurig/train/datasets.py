@@ -1,6 +1,6 @@
 """The datasets both frameworks read, in numpy only: one reader per format, one split rule.
 
-The PyTorch trainer (`train/data.py`) and the TensorFlow trainer (`train/tf/sources.py`) both call
+The PyTorch trainer (`train/torch/data.py`) and the TensorFlow trainer (`train/tf/sources.py`) both call
 these readers, so `data.dataset`, `data.path` and `data.test_fraction` mean the same samples under
 either framework:
 

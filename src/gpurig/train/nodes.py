@@ -74,7 +74,7 @@ def plan_node(
     prepare_run_dir(config, run_dir, choice.device, choice.nproc * nnodes,
                     reason=f"{nnodes} nodes x {choice.nproc} processes ({choice.reason})")
     options = LaunchOptions(
-        script="gpurig.train.worker",
+        script="gpurig.train.torch.worker",
         module=True,
         script_args=["--run-dir", str(run_dir), "--resume", "auto", *(extra_args or [])],
         nproc_per_node=choice.nproc,

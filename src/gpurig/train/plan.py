@@ -16,9 +16,9 @@ from typing import Any
 
 from gpurig.errors import BadInput, check_user_file
 from gpurig.launch.plan import check_nodes, default_run_dir, resolve_device
-from gpurig.train import checkpoint as ckpt
 from gpurig.train.config import TrainConfig, check_data_path, validate
-from gpurig.train.dcp import list_sharded
+from gpurig.train.torch import checkpoint as ckpt
+from gpurig.train.torch.dcp import list_sharded
 
 
 @dataclass
@@ -81,7 +81,7 @@ def plan_training(
     check_data_path(config)
     cfg = validate(config, choice.nproc * nnodes)
     if cfg.optim.fused == "on" and cfg.train.strategy == "fsdp":  # needs torch: only then
-        from gpurig.train.choices import check_fused_for_fsdp
+        from gpurig.train.torch.choices import check_fused_for_fsdp
 
         check_fused_for_fsdp(cfg)
     run_dir = Path(out_dir or cfg.out_dir or default_run_dir())

@@ -22,11 +22,11 @@ from typing import Any
 from gpurig.errors import BadInput, ProblemFound
 from gpurig.launch.plan import plan_torchrun
 from gpurig.launch.runner import STOP_SIGNAL_FILE, raise_if_interrupted, run_plan, signal_words
-from gpurig.train import checkpoint as ckpt
 from gpurig.train.config import TrainConfig, from_dict, to_toml
-from gpurig.train.faults import parent_grace, stop_env
 from gpurig.train.plan import plan_training
 from gpurig.train.protocol import CHOICE, PROGRESS
+from gpurig.train.torch import checkpoint as ckpt
+from gpurig.train.torch.faults import parent_grace, stop_env
 
 EventHandler = Callable[[str, dict[str, Any]], None]
 
@@ -162,7 +162,7 @@ def run_training(
         raise BadInput(f"--out {run_dir}: cannot write the run directory ({exc.strerror or exc})") from None
 
     flags = (["--resume-fallback"] if resume_fallback else []) + (["--record-indices"] if record_indices else [])
-    args = ["-m", "gpurig.train.worker", "--run-dir", str(run_dir), *(["--resume", str(resume)] if resume else []),
+    args = ["-m", "gpurig.train.torch.worker", "--run-dir", str(run_dir), *(["--resume", str(resume)] if resume else []),
             *flags]
     env = dict(env or {})
     if device == "cuda":

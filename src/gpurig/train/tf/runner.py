@@ -23,7 +23,7 @@ from gpurig.errors import BadInput, ProblemFound
 from gpurig.launch import tfjob
 from gpurig.launch.plan import LaunchPlan, parse_nproc
 from gpurig.launch.runner import run_plan, sigterm_stops
-from gpurig.train.tf import decisions as dec
+from gpurig.train.tf import choices as dec
 
 TF_FIXES = {
     "input-bound": "tf.data already maps in parallel and prefetches (AUTOTUNE): raise data.batch_size, keep file "

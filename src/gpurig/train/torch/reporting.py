@@ -11,12 +11,12 @@ import torch
 import torch.distributed as dist
 
 from gpurig.launch.runner import signal_words, stop_signal_of
-from gpurig.train import checkpoint as ckpt
-from gpurig.train import faults
-from gpurig.train.choices import Choice
 from gpurig.train.clocks import across_ranks as clocks_across_ranks
 from gpurig.train.protocol import PROGRESS
-from gpurig.train.worker_base import PEAK_FLOPS_16BIT, BackgroundTB, Timers, _memory, _Stop
+from gpurig.train.torch import checkpoint as ckpt
+from gpurig.train.torch import faults
+from gpurig.train.torch.base import PEAK_FLOPS_16BIT, BackgroundTB, Timers, _memory, _Stop
+from gpurig.train.torch.choices import Choice
 
 
 class Reporting:

@@ -3,7 +3,7 @@
 Each `choose_*` returns a `Choice` (the value and the reason), which the worker prints and keeps in
 summary.json; the rest say what a choice depends on (does the model hold only BatchNorm
 statistics, does the fused optimizer run on FSDP's DTensor parameters, will the model fit one
-GPU). The trainer (`train/loop.py`) applies them.
+GPU). The trainer (`train/torch/trainer.py`) applies them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch import nn
 
 from gpurig.errors import BadInput
 from gpurig.train.config import TrainConfig
-from gpurig.train.models import CONV_MODELS
+from gpurig.train.torch.models import CONV_MODELS
 
 # Up to this many bytes on the wire per step (gradients x 2(n-1)/n for a ring all-reduce), running
 # the whole all-reduce after the backward costs less than splitting the compiled graph to overlap it:

@@ -1,7 +1,7 @@
 """What a training worker does when something goes wrong: a restart, a stop signal, a collective
 that never completes, a checkpoint that cannot be written, a checkpoint that does not fit.
 
-The loop (`train/loop.py`) calls in here at a few points; everything decided here is said in
+The loop (`train/torch/trainer.py`) calls in here at a few points; everything decided here is said in
 words a user can act on. Environment variables (all optional):
 
     GPURIG_COLLECTIVE_TIMEOUT  seconds a collective may wait for the other ranks (default 600;
@@ -123,7 +123,7 @@ def resume_after_restart(resume: str | None, fallback: bool, run_dir: str | os.P
     """
     if restart_count() == 0:
         return resume, fallback
-    from gpurig.train import checkpoint as ckpt
+    from gpurig.train.torch import checkpoint as ckpt
 
     if resume and resume not in ("auto", "none") and not ckpt.list_checkpoints(run_dir):
         return resume, fallback
@@ -350,7 +350,7 @@ def _inject_enospc(from_step: int) -> None:
 
     import torch
 
-    from gpurig.train import checkpoint as ckpt
+    from gpurig.train.torch import checkpoint as ckpt
 
     real_save = torch.save
 
@@ -383,8 +383,8 @@ _CHECKPOINT_FAILURES: list[dict[str, Any]] = []
 
 def checkpoint_failed(exc: BaseException, run_dir: str | os.PathLike, step: int, on_error: str) -> str:
     """Rank 0's words for a failed checkpoint write; prints them (warn) and returns them."""
-    from gpurig.train import checkpoint as ckpt
     from gpurig.train.protocol import PROGRESS
+    from gpurig.train.torch import checkpoint as ckpt
 
     d = ckpt.checkpoint_dir(run_dir)
     err = getattr(exc, "errno", None)

@@ -20,8 +20,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from gpurig.train import checkpoint as ckpt
 from gpurig.train.protocol import PROGRESS
+from gpurig.train.torch import checkpoint as ckpt
 
 _NAME = re.compile(r"^step-(\d{9})\.dcp$")
 EXTRA = "extra.pt"

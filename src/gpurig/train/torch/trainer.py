@@ -1,9 +1,9 @@
-"""The PyTorch training loop that runs inside each torchrun worker (DDP or FSDP).
+"""The PyTorch `Trainer` that runs inside each torchrun worker (DDP or FSDP): data, model, the step.
 
 Started by `gpurig train` through `torch.distributed.run`; one process per GPU (or two gloo
 processes on the CPU). Directly, for debugging:
 
-    torchrun --nproc-per-node=2 -m gpurig.train.worker --run-dir runs/x   # runs/x/config.json must exist
+    torchrun --nproc-per-node=2 -m gpurig.train.torch.worker --run-dir runs/x   # runs/x/config.json must exist
 
 Rank 0 alone prints, writes TensorBoard scalars, checkpoints and `summary.json`. Every rank seeds
 its dropout with seed + rank; model initialisation uses the same seed everywhere.
@@ -23,29 +23,24 @@ import torch.distributed as dist
 from torch import nn
 
 from gpurig.errors import BadInput
-from gpurig.train import data as D
-from gpurig.train import faults
-from gpurig.train.choices import (
-    Choice,
-    apply_compile_ddp,
-    choose_channels_last,
-    choose_compile,
-    choose_fused,
-    choose_precision,
-    compiled_autograd_backward,
-    ddp_buffer_sync,
-    default_workers,
-    fsdp_fits_note,
-    only_batchnorm_statistics,
-)
 from gpurig.train.clocks import ClockWatch
 from gpurig.train.config import TrainConfig, global_batch
-from gpurig.train.models import build_model, count_params, flops_per_sample, shard_units
-from gpurig.train.optim import build_optimizer, lr_factor
 from gpurig.train.protocol import CHOICE, PROGRESS
-from gpurig.train.trainer_checkpoints import Checkpointing
-from gpurig.train.trainer_report import Reporting
-from gpurig.train.worker_base import Context, Timers, _Stop, say
+from gpurig.train.torch import data as D
+from gpurig.train.torch import faults
+from gpurig.train.torch.base import Context, Timers, _Stop, say
+from gpurig.train.torch.checkpointing import Checkpointing
+from gpurig.train.torch.choices import (
+    Choice,
+    choose_channels_last,
+    choose_fused,
+    choose_precision,
+    default_workers,
+)
+from gpurig.train.torch.models import build_model, count_params, flops_per_sample
+from gpurig.train.torch.optim import build_optimizer, lr_factor
+from gpurig.train.torch.reporting import Reporting
+from gpurig.train.torch.wrap import wrap_model
 
 ON_DEVICE_FRACTION = 0.10  # tensor datasets up to this share of GPU memory are held on the GPU
 STOP_CHECK_EVERY = 10  # optimizer steps between the ranks' agreement on stopping (a host-only collective)
@@ -189,59 +184,10 @@ class Trainer(Checkpointing, Reporting):
             torch.cuda.manual_seed(cfg.seed + 1000 * ctx.rank + 1)
         self.raw_model = model
 
-        # Wrappers, in this order: FSDP/DDP first (they own the gradients), then compile around them
-        # (compiling the DDP module lets dynamo split graphs at bucket boundaries and keep the
-        # all-reduce overlapped with the backward pass).
-        self.fsdp = cfg.train.strategy == "fsdp"
-        self.buffers_from_rank0_at_eval = False
-        compile_on = self.choose(choose_compile(cfg, dev, self.total_steps)).value
-        ddp_mode = None
-        if compile_on and ctx.world > 1 and not self.fsdp:
-            grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-            ddp_mode = self.choose(apply_compile_ddp(cfg, grad_bytes, ctx.world)).value  # before DDP(): read when built
-        if self.fsdp:
-            from torch.distributed.fsdp import fully_shard
-
-            for unit in shard_units(model):
-                fully_shard(unit)
-            fully_shard(model)
-            self.dist_model = model
-            self.choose(Choice("strategy", "fsdp", f"fully_shard on {len(shard_units(model))} blocks + root: "
-                               "parameters, gradients and optimizer state sharded" + fsdp_fits_note(cfg, model, dev)))
-        elif ctx.world > 1:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            # Every built-in model uses all its parameters each step, so the graph is static; DDP's
-            # static_graph does not support no_sync on the first steps, hence off with accumulation.
-            if cfg.train.static_graph == "on" and accum > 1:
-                raise BadInput("train.static_graph: 'on' cannot be combined with train.grad_accum > 1 "
-                               "(accumulation uses no_sync); use auto")
-            static = cfg.train.static_graph == "on" or (cfg.train.static_graph == "auto" and accum == 1)
-            per_forward = (cfg.train.buffer_sync == "forward"
-                           or (cfg.train.buffer_sync == "auto" and not only_batchnorm_statistics(model)))
-            self.buffers_from_rank0_at_eval = not per_forward
-            self.dist_model = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None,
-                                  gradient_as_bucket_view=True, static_graph=static,
-                                  bucket_cap_mb=cfg.train.ddp_bucket_mb, **ddp_buffer_sync(per_forward))
-            if any(True for _ in model.buffers()):
-                if cfg.train.buffer_sync != "auto":
-                    why = "asked for in the config"
-                elif per_forward:
-                    why = "buffers other than BatchNorm statistics: DDP copies rank 0's before every forward"
-                else:
-                    why = ("BatchNorm running statistics are unused while training: rank 0's are copied to every "
-                           "rank before evaluation, not before every forward (0.35 ms per ResNet-50 step on 2 "
-                           "H200s); checkpoints hold rank 0's, as before")
-                self.choose(Choice("buffer_sync", "forward" if per_forward else "eval", why))
-            self.choose(Choice("strategy", "ddp", "DDP, gradient_as_bucket_view (no gradient copy into buckets)"
-                               + (", static_graph" if static else "")
-                               + f", {cfg.train.ddp_bucket_mb} MiB buckets"
-                               + (", no_sync for accumulation" if accum > 1 else "")))
-        else:
-            self.dist_model = model
-            self.choose(Choice("strategy", "single", "one process: no gradient synchronisation"))
-        self.step_model = torch.compile(self.dist_model) if compile_on else self.dist_model
-        self.backward_ctx = compiled_autograd_backward if ddp_mode == "python_reducer" else contextlib.nullcontext
+        # The distributed wrapper and compilation, in the order wrap.py explains.
+        wrapped = wrap_model(model, cfg, ctx, self.total_steps, self.choose)
+        self.dist_model, self.step_model, self.backward_ctx = wrapped.dist_model, wrapped.step_model, wrapped.backward_ctx
+        self.fsdp, self.buffers_from_rank0_at_eval = wrapped.fsdp, wrapped.buffers_from_rank0_at_eval
 
         fused = self.choose(choose_fused(cfg, dev, self.fsdp)).value
         self.optimizer = build_optimizer(cfg, model.parameters(), fused)

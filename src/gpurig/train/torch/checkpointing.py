@@ -13,10 +13,10 @@ import torch
 import torch.distributed as dist
 
 from gpurig.errors import BadInput
-from gpurig.train import checkpoint as ckpt
-from gpurig.train import dcp, faults
 from gpurig.train.protocol import PROGRESS
-from gpurig.train.worker_base import say
+from gpurig.train.torch import checkpoint as ckpt
+from gpurig.train.torch import dcp, faults
+from gpurig.train.torch.base import say
 
 
 class Checkpointing:

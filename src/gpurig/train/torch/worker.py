@@ -1,4 +1,4 @@
-"""torchrun entry point of a training worker: `python -m torch.distributed.run ... -m gpurig.train.worker`.
+"""torchrun entry point of a training worker: `python -m torch.distributed.run ... -m gpurig.train.torch.worker`.
 
 `main()` reads the job file (`launch.json`, the parent's `TrainPlan`), sets up the process group,
 runs the `loop.Trainer`, judges the run and writes summary.json (rank 0), and leaves the process
@@ -19,10 +19,10 @@ import torch.distributed as dist
 
 from gpurig.diagnose.verdicts import judge_run
 from gpurig.errors import BadInput
-from gpurig.train import faults
 from gpurig.train.config import from_dict
-from gpurig.train.loop import Trainer, setup
-from gpurig.train.worker_base import _on_signal, quiet_known_torch_notices
+from gpurig.train.torch import faults
+from gpurig.train.torch.base import _on_signal, quiet_known_torch_notices
+from gpurig.train.torch.trainer import Trainer, setup
 
 
 def exit_now(code: int) -> None:
@@ -47,7 +47,7 @@ def exit_now(code: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="gpurig.train.worker", description="One gpurig training worker (run by torchrun).")
+    ap = argparse.ArgumentParser(prog="gpurig.train.torch.worker", description="One gpurig training worker (run by torchrun).")
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--resume", default=None, help="auto, none or a checkpoint path")
     ap.add_argument("--resume-fallback", action="store_true")

@@ -14,7 +14,7 @@ from gpurig.errors import BadInput
 from gpurig.launch import tfjob
 from gpurig.probe.facts import FrameworkFacts, GpuFacts, GpuPairFacts, RigFacts, TensorFlowFacts
 from gpurig.train.config import load_config
-from gpurig.train.tf import decisions as dec
+from gpurig.train.tf import choices as dec
 from gpurig.train.tf import plan_tf_job, tf_preflight
 
 pytestmark = pytest.mark.tf
