@@ -19,11 +19,27 @@ def test_the_plan_holds_the_validated_config_and_writes_nothing(tmp_path):
     assert plan.config.train.grad_accum == 4  # 256 = 32 x 2 processes x 4
     assert plan.device == "cpu" and plan.nproc_per_node == 2 and "gloo" in plan.device_reason
     assert not (tmp_path / "run").exists()
-    job = plan.job()  # what the workers read (launch.json)
-    assert job["nproc"] == 2 and job["device"] == "cpu" and job["plan"]["run_dir"] == str(tmp_path / "run")
-    back = load_config(base=job["config"])
-    assert back.to_dict() == plan.config.to_dict()  # the config round-trips through the job file
-    assert json.loads(plan.to_json())["world_size"] == 2
+    written = json.loads(plan.to_json())  # what the workers read (plan.json)
+    assert written["world_size"] == 2 and written["device"] == "cpu" and written["run_dir"] == str(tmp_path / "run")
+    assert written["framework"] == "torch" and written["tf"] is None
+    back = TrainPlan.from_dict(written)
+    assert back == plan  # the plan, config included, round-trips through the file
+    assert load_config(base=written["config"]).to_dict() == plan.config.to_dict()
+
+
+def test_tensorflow_runs_get_the_same_plan_with_their_strategy_decisions(tmp_path):
+    from gpurig.train.tf.runner import plan_tf, worker_job
+
+    cfg = load_config(overrides=["framework=tf", "data.batch_size=16"])
+    plan = plan_tf(cfg, tmp_path / "run", device="cpu", env={}, nproc=2)
+    assert isinstance(plan, TrainPlan) and plan.framework == "tf" and plan.world_size == 2
+    assert plan.device == "cpu" and plan.run_dir == str((tmp_path / "run").resolve())
+    assert plan.tf["global_batch"] == 32 and plan.tf["precision"] == "float32"
+    assert not (tmp_path / "run").exists()
+    back = TrainPlan.from_dict(json.loads(plan.to_json()))
+    assert back == plan
+    job = worker_job(json.loads(plan.to_json()))  # what the TensorFlow worker works from
+    assert job["out_dir"] == plan.run_dir and job["config"] == plan.config.to_dict() and job["replicas"] == 2
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -48,9 +64,9 @@ def test_show_plan_prints_it_and_starts_nothing(run_cli, tmp_path):
     tf = run_cli("train", "--show-plan", "--framework", "tf", "--device", "cpu", "--out", str(tmp_path / "t"),
                  timeout=120)
     assert tf.returncode == 0, tf.stderr
-    job = json.loads(tf.stdout)
-    assert job["framework"] == "tf" and job["replicas"] == 2 and {c["name"] for c in job["choices"]} >= {
-        "precision", "cross_device_ops", "global_batch"}
+    planned = json.loads(tf.stdout)
+    assert planned["framework"] == "tf" and planned["world_size"] == 2 and planned["tf"]["replicas"] == 2
+    assert {c["name"] for c in planned["tf"]["choices"]} >= {"precision", "cross_device_ops", "global_batch"}
     assert not (tmp_path / "t").exists()
 
 

@@ -202,18 +202,18 @@ def _show_plan(cfg: Any, sources: str, out: Path | None, device: str, nproc: str
     from gpurig.launch.plan import default_run_dir
 
     if cfg.framework == "tf":
-        from gpurig.train.tf.runner import plan_tf_job
+        from gpurig.train.tf.runner import plan_tf
 
-        job = plan_tf_job(cfg, out or cfg.out_dir or default_run_dir(), device=device, nnodes=nnodes,
+        planned = plan_tf(cfg, out or cfg.out_dir or default_run_dir(), device=device, nnodes=nnodes,
                           node_rank=node_rank, master_addr=master_addr, master_port=master_port,
-                          resume=bool(resume), nproc=nproc)
-        emit_json({"framework": "tf", "config_sources": sources, **job})
+                          resume=resume or False, nproc=nproc, config_sources=sources)
+        emit_json(planned.to_dict())
         return
     from gpurig.train.plan import plan_training
 
     endpoint = f"{master_addr}:{master_port or TORCH_RDZV_PORT}" if master_addr else None
     planned = plan_training(cfg, device, nproc, out, resume, resume_fallback, nnodes, node_rank, endpoint, sources)
-    emit_json({"framework": "torch", **planned.to_dict()})
+    emit_json(planned.to_dict())
 
 
 def register(app: typer.Typer) -> None:

@@ -16,12 +16,12 @@ newest checkpoint.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from gpurig.launch.plan import LaunchOptions, LaunchPlan, resolve_device
 from gpurig.train.config import TrainConfig, to_toml, validate
+from gpurig.train.plan import TrainPlan, plan_file
 
 
 def fresh_store_per_round() -> dict[str, str]:
@@ -41,14 +41,15 @@ def fresh_store_per_round() -> dict[str, str]:
     return {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
-def prepare_run_dir(config: TrainConfig, run_dir: str | os.PathLike, device: str, world_size: int,
-                    reason: str = "multi-node plan") -> Path:
-    """Write what every worker reads (`launch.json`, `config.toml`), as `run_training` does."""
-    cfg = validate(config, world_size)
+def prepare_run_dir(config: TrainConfig, run_dir: str | os.PathLike, device: str, nproc_per_node: int,
+                    nnodes: int, node_rank: int, endpoint: str, reason: str = "multi-node plan") -> Path:
+    """Write what every worker reads (`plan.json`, `config.toml`), as `run_training` does."""
+    cfg = validate(config, nproc_per_node * nnodes)
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
-    launch = {"config": cfg.to_dict(), "device": device, "nproc": world_size, "reason": reason}
-    (run / "launch.json").write_text(json.dumps(launch, indent=2))
+    plan = TrainPlan(config=cfg, device=device, nproc_per_node=nproc_per_node, device_reason=reason, run_dir=str(run),
+                     nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=endpoint, resume="auto")
+    plan_file(run).write_text(plan.to_json())
     (run / "config.toml").write_text(to_toml(cfg))
     return run
 
@@ -71,7 +72,7 @@ def plan_node(
     from gpurig.launch.plan import plan_launch
 
     choice = resolve_device(device, nproc_per_node, flag="--nproc-per-node")
-    prepare_run_dir(config, run_dir, choice.device, choice.nproc * nnodes,
+    prepare_run_dir(config, run_dir, choice.device, choice.nproc, nnodes, node_rank, endpoint,
                     reason=f"{nnodes} nodes x {choice.nproc} processes ({choice.reason})")
     options = LaunchOptions(
         script="gpurig.train.torch.worker",

@@ -1,10 +1,12 @@
-"""`TrainPlan`: what a PyTorch run will be, decided once in the parent before anything starts.
+"""`TrainPlan`: what a run will be, decided once in the parent before anything starts, for either
+framework.
 
-`plan_training()` validates everything that can be judged without starting a process (the config
-against the world size, the device and the number of processes, the nodes and their rendezvous,
-the data path, the run directory and the checkpoint to resume from) and returns the plan; nothing
-is written. `gpurig train --show-plan` prints `plan.to_dict()` and exits; `run_training()` writes
-`plan.job()` into the run directory as `launch.json`, the one file the workers read.
+`plan_training()` (PyTorch) and `train/tf/runner.py`'s `plan_tf()` (TensorFlow) validate
+everything that can be judged without starting a process (the config against the world size, the
+device and the number of processes, the nodes and their rendezvous, the data path, the run
+directory and the checkpoint to resume from) and return the plan; nothing is written.
+`gpurig train --show-plan` prints `plan.to_dict()` and exits; a run writes `plan.to_json()` into
+the run directory as `plan.json` (`plan_file`), the one file its workers read.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from gpurig.errors import BadInput, check_user_file
 from gpurig.launch.plan import check_nodes, default_run_dir, resolve_device
-from gpurig.train.config import TrainConfig, check_data_path, validate
+from gpurig.train.config import TrainConfig, check_data_path, from_dict, validate
 from gpurig.train.torch import checkpoint as ckpt
 from gpurig.train.torch.dcp import list_sharded
 
@@ -35,6 +37,9 @@ class TrainPlan:
     rdzv_endpoint: str | None = None  # host:port of node 0 (several nodes only)
     resume: str | None = None  # "auto", "none", a checkpoint file, or None for a fresh run
     config_sources: str | None = None  # where the config came from, in words
+    framework: str = "torch"  # "torch" or "tf": which backend's worker reads this plan
+    tf: dict[str, Any] | None = None  # TensorFlow only: the strategy's decisions (replicas, precision
+    #   policy, cross-device ops, cluster and TF_CONFIG, global batch) and the choices with their reasons
 
     @property
     def world_size(self) -> int:
@@ -49,11 +54,17 @@ class TrainPlan:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
-    def job(self) -> dict[str, Any]:
-        """What the workers read (`launch.json`): the config, the device, the world size, and the plan."""
-        return {"config": self.config.to_dict(), "device": self.device, "nproc": self.world_size,
-                "reason": self.device_reason, **({"config_sources": self.config_sources} if self.config_sources else {}),
-                "plan": {k: v for k, v in self.to_dict().items() if k != "config"}}
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainPlan:
+        """The plan a worker reads back from `plan.json`."""
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**{**fields, "config": from_dict(data["config"])})
+
+
+def plan_file(run_dir: str | Path, worker_index: int = 0) -> Path:
+    """Where a run keeps its plan: `plan.json`; TensorFlow workers after the first, which may share
+    the run directory, write `plan.worker<i>.json`."""
+    return Path(run_dir) / ("plan.json" if worker_index == 0 else f"plan.worker{worker_index}.json")
 
 
 def plan_training(

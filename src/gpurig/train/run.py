@@ -23,7 +23,7 @@ from gpurig.errors import BadInput, ProblemFound
 from gpurig.launch.plan import plan_torchrun
 from gpurig.launch.runner import STOP_SIGNAL_FILE, raise_if_interrupted, run_plan, signal_words
 from gpurig.train.config import TrainConfig, from_dict, to_toml
-from gpurig.train.plan import plan_training
+from gpurig.train.plan import plan_file, plan_training
 from gpurig.train.protocol import CHOICE, PROGRESS
 from gpurig.train.torch import checkpoint as ckpt
 from gpurig.train.torch.faults import parent_grace, stop_env
@@ -33,13 +33,13 @@ EventHandler = Callable[[str, dict[str, Any]], None]
 
 def saved_config(run_dir: str | os.PathLike) -> TrainConfig | None:
     """The config a previous run in `run_dir` used (for `--resume auto` without a config):
-    launch.json's (PyTorch), else config.toml's (written by either framework)."""
-    p = Path(run_dir) / "launch.json"
-    if p.is_file():
-        try:
-            return from_dict(json.loads(p.read_text())["config"])
-        except (ValueError, KeyError) as exc:
-            raise BadInput(f"--out {run_dir}: launch.json is unreadable ({exc})") from None
+    plan.json's (launch.json's in a run directory an earlier gpurig wrote), else config.toml's."""
+    for p in (plan_file(run_dir), Path(run_dir) / "launch.json"):
+        if p.is_file():
+            try:
+                return from_dict(json.loads(p.read_text())["config"])
+            except (ValueError, KeyError) as exc:
+                raise BadInput(f"--out {run_dir}: {p.name} is unreadable ({exc})") from None
     p = Path(run_dir) / "config.toml"
     if not p.is_file():
         return None
@@ -129,7 +129,7 @@ def run_training(
     rendezvous; the surviving nodes need `max_restarts` > 0 to wait for it). Only node 0 gets the
     summary; the other nodes get `{"node_rank": R, ...}` with their exit status.
 
-    `config_sources` (from `config.config_sources()`) is printed and kept in launch.json.
+    `config_sources` (from `config.config_sources()`) is printed and kept in plan.json.
 
     Raises BadInput (exit 2) for a bad config, data path or checkpoint, ProblemFound (exit 1) when
     the workers fail; an interrupted run returns its summary with `stopped` true, or, stopped before
@@ -149,14 +149,13 @@ def run_training(
             if on_event:
                 on_event("complete", {"step": done.get("steps"), "run_dir": str(run_dir)})
             return {**done, "run_dir": str(run_dir), "already_complete": True}
-    launch = planned.job()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         # An earlier summary.json stays until this run writes its own (only one written after the
         # start counts): a run that fails before its end loses nothing the earlier one recorded.
         for stale in [*run_dir.glob("error-rank*.json"), run_dir / STOP_SIGNAL_FILE] if node_rank == 0 else []:
             stale.unlink(missing_ok=True)
-        (run_dir / "launch.json").write_text(json.dumps(launch, indent=2))
+        plan_file(run_dir).write_text(planned.to_json())
         (run_dir / "config.toml").write_text(to_toml(cfg))
     except OSError as exc:
         raise BadInput(f"--out {run_dir}: cannot write the run directory ({exc.strerror or exc})") from None

@@ -1,4 +1,4 @@
-"""Parent side of `gpurig train --framework tf`: decide, write the job, run the worker, read the summary.
+"""Parent side of `gpurig train --framework tf`: decide, write the plan, run the worker, read the summary.
 
 The decisions (device, replicas, precision policy, memory growth, cross-device ops, cluster) are
 made here from NVML facts and the config, with no TensorFlow import; the worker process
@@ -23,6 +23,8 @@ from gpurig.errors import BadInput, ProblemFound
 from gpurig.launch import tfjob
 from gpurig.launch.plan import LaunchPlan, parse_nproc
 from gpurig.launch.runner import run_plan, sigterm_stops
+from gpurig.train.config import from_dict
+from gpurig.train.plan import TrainPlan, plan_file
 from gpurig.train.tf import choices as dec
 
 TF_FIXES = {
@@ -130,6 +132,58 @@ def plan_tf_job(
     }
 
 
+def plan_tf(
+    config,
+    out_dir: str | Path,
+    device: str = "auto",
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    worker_hosts: str | list[str] | None = None,
+    resume: bool | str = False,
+    facts=None,
+    env: dict[str, str] | None = None,
+    nproc: str | int = "auto",
+    config_sources: str | None = None,
+) -> TrainPlan:
+    """Every check a TensorFlow run gets before its worker starts, and every decision, as the
+    `TrainPlan` both frameworks share (`framework="tf"`, the strategy's decisions in `plan.tf`).
+    BadInput (exit 2) naming the flag or key; writes nothing."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {out}: exists and is not a directory")
+    resume_path = None
+    if isinstance(resume, str):
+        if resume in ("auto", "none", ""):
+            resume = resume == "auto"
+        else:
+            # A checkpoint is a prefix ("ckpt-440") of an .index and data files.
+            if not Path(resume + ".index").is_file():
+                raise BadInput(f"--resume {resume}: not a TensorFlow checkpoint (no {resume}.index)")
+            resume_path, resume = str(Path(resume).resolve()), True
+    if not resume and (out / "checkpoints" / "checkpoint").is_file():
+        raise BadInput(f"--out {out}: already holds checkpoints of a run; continue it with --resume auto "
+                       "or choose another --out")
+    job = plan_tf_job(config, out_dir, device, nnodes, node_rank, master_addr, master_port, worker_hosts,
+                      resume, facts, env, nproc=nproc)
+    decided = {k: v for k, v in job.items() if k not in ("config", "out_dir")}
+    decided["resume_path"] = resume_path
+    cluster = job["cluster"]
+    return TrainPlan(
+        config=from_dict(job["config"]), device=job["device_label"], nproc_per_node=job["replicas"],
+        device_reason=next(c["reason"] for c in job["choices"] if c["name"] == "device"), run_dir=job["out_dir"],
+        nnodes=cluster["workers"], node_rank=cluster["index"],
+        rdzv_endpoint=f"{master_addr}:{master_port}" if master_addr and master_port else master_addr,
+        resume=resume_path or ("auto" if resume else None), config_sources=config_sources, framework="tf",
+        tf=decided)
+
+
+def worker_job(plan: dict[str, Any]) -> dict[str, Any]:
+    """What the TensorFlow worker works from: the plan's TensorFlow decisions, its config and run directory."""
+    return {**plan["tf"], "config": plan["config"], "out_dir": plan["run_dir"]}
+
+
 def worker_plan(job: dict[str, Any], job_path: Path) -> LaunchPlan:
     """argv + environment of the TensorFlow worker process."""
     env: dict[str, str] = {}
@@ -141,7 +195,7 @@ def worker_plan(job: dict[str, Any], job_path: Path) -> LaunchPlan:
         env["TF_CONFIG"] = json.dumps(job["tf_config"])
     if job["device"] == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run must not map GPU memory in a GPU build of TensorFlow
-    argv = [sys.executable, "-m", "gpurig.train.tf.worker", "--job", str(job_path)]
+    argv = [sys.executable, "-m", "gpurig.train.tf.worker", "--plan", str(job_path)]
     return LaunchPlan(argv=argv, env=env, nproc=1, device=job["device_label"], run_dir=job["out_dir"],
                       notes=[c["name"] + ": " + str(c["value"]) for c in job["choices"]])
 
@@ -197,38 +251,21 @@ def run_tf_training(
 
     # TensorFlow missing, or blind to the GPUs the doctor sees: refuse before writing anything.
     tf_preflight(facts, device="cpu" if device == "cpu" else "auto", findings=findings)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise BadInput(f"--out {out}: exists and is not a directory")
-    resume_path = None
-    if isinstance(resume, str):
-        if resume in ("auto", "none", ""):
-            resume = resume == "auto"
-        else:
-            # A checkpoint is a prefix ("ckpt-440") of an .index and data files.
-            if not Path(resume + ".index").is_file():
-                raise BadInput(f"--resume {resume}: not a TensorFlow checkpoint (no {resume}.index)")
-            resume_path, resume = str(Path(resume).resolve()), True
-    if not resume and (out / "checkpoints" / "checkpoint").is_file():
-        raise BadInput(f"--out {out}: already holds checkpoints of a run; continue it with --resume auto "
-                       "or choose another --out")
-    job = plan_tf_job(config, out_dir, device, nnodes, node_rank, master_addr, master_port, worker_hosts,
-                      resume, facts, nproc=nproc)
-    job["resume_path"] = resume_path
-    out = Path(job["out_dir"])
+    plan = plan_tf(config, out_dir, device, nnodes, node_rank, master_addr, master_port, worker_hosts, resume,
+                   facts, nproc=nproc)
+    job = worker_job(plan.to_dict())
+    out = Path(plan.run_dir)
     out.mkdir(parents=True, exist_ok=True)
-    index = job["cluster"]["index"]
-    if config.tf.loop == "fit":
-        job["loop"] = "fit"
-    job_path = out / f"tf_job.worker{index}.json"
-    job_path.write_text(json.dumps(job, indent=2))
+    index = plan.node_rank
+    job_path = plan_file(out, index)
+    job_path.write_text(plan.to_json())
     if index == 0:
         from gpurig.train.config import to_toml
 
         (out / "config.toml").write_text(to_toml(config))
     result_path = out / ("tf_result.json" if index == 0 else f"worker-{index}.json")
     result_path.unlink(missing_ok=True)
-    plan = worker_plan(job, job_path)
+    launch = worker_plan(job, job_path)
     if echo is not None:
         # Say every decision before the worker starts, so a user on a GPU machine can check each one.
         echo(f"gpurig train --framework tf: worker {index} of {job['cluster']['workers']}, run directory {out}")
@@ -239,7 +276,7 @@ def run_tf_training(
             echo(line)
 
     with sigterm_stops():  # SIGTERM ends the worker as Ctrl-C does: SIGTERM to it, then a grace to checkpoint
-        run = run_plan(plan, timeout=timeout, echo=show, log_name=f"tf-worker{index}.log", grace=SHUTDOWN_GRACE_S)
+        run = run_plan(launch, timeout=timeout, echo=show, log_name=f"tf-worker{index}.log", grace=SHUTDOWN_GRACE_S)
     if run.returncode == 2:
         raise BadInput(_worker_error(run.output_tail) or f"the TensorFlow worker rejected the run (see {run.log_path})")
     if not result_path.is_file() or run.returncode != 0:

@@ -2,10 +2,10 @@
 
 Started by `gpurig train --framework tf` (through `gpurig.train.tf.run_tf_training`), never by hand:
 
-    python -m gpurig.train.tf.worker --job RUN_DIR/tf_job.json
+    python -m gpurig.train.tf.worker --plan RUN_DIR/plan.json
 
-The job file holds the `TrainConfig` and the decisions the parent made (device, replicas,
-precision policy, cross-device ops). With a TF_CONFIG in the environment this process is one
+The plan file is the parent's `TrainPlan`: the `TrainConfig` and the decisions it made (device,
+replicas, precision policy, cross-device ops) in its `tf` block. With a TF_CONFIG in the environment this process is one
 worker of a MultiWorkerMirroredStrategy job. Worker 0 (the chief) alone prints, writes TensorBoard
 logs, checkpoints and `summary.json`; the other workers save checkpoints to a scratch directory
 (every worker must take part in a save) and write `worker-<i>.json`.
@@ -26,6 +26,8 @@ from typing import Any
 
 from gpurig.errors import BadInput
 from gpurig.launch.tfjob import configure_devices
+from gpurig.train.tf.runner import worker_job
+from gpurig.train.tf.stop import Stop
 
 # Quiet TensorFlow's C++ start-up chatter; set before the import that reads it.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -59,12 +61,10 @@ def train(job: dict[str, Any]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpurig.train.tf.worker", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--job", required=True, help="the job file the parent wrote (tf_job.json)")
+    parser.add_argument("--plan", required=True, help="the plan the parent wrote (plan.json)")
     args = parser.parse_args(argv)
-    from gpurig.train.tf.stop import Stop
-
     Stop.install()
-    job = json.loads(Path(args.job).read_text())
+    job = worker_job(json.loads(Path(args.plan).read_text()))
     try:
         return train(job)
     except BadInput as exc:

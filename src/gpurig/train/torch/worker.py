@@ -1,6 +1,6 @@
 """torchrun entry point of a training worker: `python -m torch.distributed.run ... -m gpurig.train.torch.worker`.
 
-`main()` reads the job file (`launch.json`, the parent's `TrainPlan`), sets up the process group,
+`main()` reads the job file (`plan.json`, the parent's `TrainPlan`), sets up the process group,
 runs the `loop.Trainer`, judges the run and writes summary.json (rank 0), and leaves the process
 group in the way that cannot hang (`leave_process_group`)."""
 
@@ -20,6 +20,7 @@ import torch.distributed as dist
 from gpurig.diagnose.verdicts import judge_run
 from gpurig.errors import BadInput
 from gpurig.train.config import from_dict
+from gpurig.train.plan import plan_file
 from gpurig.train.torch import faults
 from gpurig.train.torch.base import _on_signal, quiet_known_torch_notices
 from gpurig.train.torch.trainer import Trainer, setup
@@ -54,12 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record-indices", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     run_dir = Path(args.run_dir)
-    launch = json.loads((run_dir / "launch.json").read_text())
-    cfg = from_dict(launch["config"])
+    plan = json.loads(plan_file(run_dir).read_text())
+    cfg = from_dict(plan["config"])
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _on_signal)
     quiet_known_torch_notices()
-    ctx = setup(launch["device"])
+    ctx = setup(plan["device"])
     faults.install(ctx.rank, ctx.world)  # bounded exit after SIGTERM, the hang ledger, injected faults
     args.resume, args.resume_fallback = faults.resume_after_restart(args.resume, args.resume_fallback, run_dir)
     code = 0
