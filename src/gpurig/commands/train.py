@@ -23,6 +23,7 @@ Defaults: --preset demo (scikit-learn's digits, an MLP; ~97% test accuracy in se
 
 Examples:
   gpurig train --preset demo
+  gpurig train --model mymodels.py:build --data mydata.py:build   # your own model and Dataset
   gpurig train --config run.toml --set optim.lr=0.1 --set data.batch_size=256
   gpurig train --out runs/r1 --resume auto         # continue exactly where runs/r1 stopped
   gpurig train --show-config --preset resnet50     # print the config as TOML and exit
@@ -223,6 +224,14 @@ def register(app: typer.Typer) -> None:
         config: Path | None = typer.Option(None, "--config", metavar="FILE", help="TOML config (applied over --preset)."),
         sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Override one key, e.g. --set optim.lr=0.1 (repeatable)."),
         framework: str | None = typer.Option(None, "--framework", help="torch or tf (same as --set framework=...)."),
+        model: str | None = typer.Option(None, "--model", metavar="FILE.py:FUNCTION",
+                                         help="Your own model: a function returning a torch.nn.Module (model.entry)."),
+        data: str | None = typer.Option(None, "--data", metavar="FILE.py:FUNCTION",
+                                        help="Your own data: a function returning a Dataset of (input, target), or a "
+                                             "(train, test) pair (data.entry)."),
+        loss: str | None = typer.Option(None, "--loss", metavar="FILE.py:FUNCTION",
+                                        help="Your own loss(output, target) (train.loss_entry; default "
+                                             "cross-entropy, or the model's own when its forward takes the targets)."),
         out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Run directory (default: runs/<time>)."),
         resume: str | None = typer.Option(None, "--resume", help="auto (newest checkpoint in --out) or a checkpoint file."),
         resume_fallback: bool = typer.Option(False, "--resume-fallback", help="If the newest checkpoint is corrupt, use the previous one."),
@@ -255,6 +264,8 @@ def register(app: typer.Typer) -> None:
         check_timeout(timeout, "--timeout")
 
         overrides = list(sets) + ([f"framework={framework}"] if framework else [])
+        overrides += [f"{key}={value}" for key, value in (("model.entry", model), ("data.entry", data),
+                                                          ("train.loss_entry", loss)) if value]
         saved = saved_config(out) if (resume and out and not (preset_name or config)) else None
         # A resumed run continues with the config it was started with (plus any --set).
         cfg = load_config(path=config, preset_name=preset_name, overrides=overrides,

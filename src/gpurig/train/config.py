@@ -51,6 +51,8 @@ class ModelConfig:
     name: str = _f("mlp", "The network: mlp (the common tutorial MNIST model: flatten, hidden layers, ReLU), cnn (a small "
                    "conv net), resnet18 / resnet50 (torchvision, random init), gpt (a GPT-style decoder for "
                    "token data).", choices=MODELS)
+    entry: str = _f("", "Your own model instead of `name`: FILE.py:function or package.module:function returning a "
+                    "torch.nn.Module; it may take any key of this table and num_classes by name (`--model`).")
     hidden: int = _f(128, "mlp: width of each hidden layer (the common tutorial MNIST model: 128).", minimum=1)
     depth: int = _f(1, "mlp: number of hidden layers (the common tutorial MNIST model: 1).", minimum=1)
     width: int = _f(32, "cnn: channels of the first conv block (doubled in the second).", minimum=1)
@@ -69,6 +71,8 @@ class DataConfig:
                       "synthetic-token, cifar10 (a local cifar-10-batches-py directory), mnist (a directory of "
                       "idx files, gzipped or not), imagefolder (class sub-directories of JPEG/PNG files).",
                       choices=DATASETS)
+    entry: str = _f("", "Your own data instead of `dataset`: FILE.py:function or package.module:function returning "
+                    "a map-style Dataset of (input, target), or a (train, test) pair of them (`--data`).")
     path: str = _f("", "Directory of the dataset files (cifar10, mnist, imagefolder). imagefolder uses "
                    "path/train and path/val when they exist, otherwise holds out test_fraction.")
     batch_size: int = _f(64, "Samples per device per micro-batch (what one GPU holds at once).", minimum=1)
@@ -159,6 +163,8 @@ class LoopConfig:
                         "sync); 0 = about 20 lines per run.", minimum=0)
     max_seconds: float = _f(0.0, "Stop (with a checkpoint) after this much training time; 0 = no limit.",
                             minimum=0.0)
+    loss_entry: str = _f("", "Your own loss: FILE.py:function called as loss(output, target); default "
+                         "cross-entropy, or the model's own loss when its forward takes the targets (`--loss`).")
 
 
 @dataclass
@@ -456,6 +462,9 @@ CANNOT_HONOUR: dict[str, dict[str, tuple[frozenset | None, str]]] = {
         "data.decode": (None, "tf.data decodes images on the CPU"),
         "checkpoint.sharded": (None, "a FSDP setting"),
         "checkpoint.on_error": (None, "a checkpoint the TensorFlow worker cannot write ends the run"),
+        "model.entry": (None, "your own model and data train with framework=torch; under tf use the built-in ones"),
+        "data.entry": (None, "your own model and data train with framework=torch; under tf use the built-in ones"),
+        "train.loss_entry": (None, "your own loss trains with framework=torch"),
     },
     "torch": {
         "tf.loop": (None, "a TensorFlow setting: use --framework tf"),
@@ -482,9 +491,9 @@ def check_framework(cfg: TrainConfig) -> None:
 def _check_consistency(cfg: TrainConfig) -> None:
     """Checks between fields that need neither the world size nor the disk."""
     check_framework(cfg)
-    token_model = cfg.model.name in TOKEN_MODELS
-    token_data = cfg.data.dataset in TOKEN_DATASETS
-    if token_model != token_data:
+    token_model = cfg.model.name in TOKEN_MODELS and not cfg.model.entry
+    token_data = cfg.data.dataset in TOKEN_DATASETS and not cfg.data.entry
+    if token_model != token_data and not (cfg.model.entry or cfg.data.entry):
         raise BadInput(
             f"model.name: {cfg.model.name!r} does not fit data.dataset {cfg.data.dataset!r} "
             f"(gpt trains on token data: synthetic-token; the other models on images)"

@@ -38,6 +38,7 @@ class TrainPlan:
     resume: str | None = None  # "auto", "none", a checkpoint file, or None for a fresh run
     config_sources: str | None = None  # where the config came from, in words
     framework: str = "torch"  # "torch" or "tf": which backend's worker reads this plan
+    entries: dict[str, Any] | None = None  # your own model/data/loss: what the probe found (samples, shapes, classes)
     tf: dict[str, Any] | None = None  # TensorFlow only: the strategy's decisions (replicas, precision
     #   policy, cross-device ops, cluster and TF_CONFIG, global batch) and the choices with their reasons
 
@@ -95,6 +96,14 @@ def plan_training(
         from gpurig.train.torch.choices import check_fused_for_fsdp
 
         check_fused_for_fsdp(cfg)
+    found = None
+    if cfg.model.entry or cfg.data.entry or cfg.train.loss_entry:
+        from gpurig.train.torch.entries import absolute_entries, probe_entries
+
+        cfg = absolute_entries(cfg)  # the workers, and a resumed run, find the same files from anywhere
+        may_compile = choice.device == "cuda" and cfg.train.compile == "auto" and bool(cfg.model.entry)
+        # In a child with no GPU: every entry checked, one sample through the model.
+        found = probe_entries(cfg, may_compile)
     run_dir = Path(out_dir or cfg.out_dir or default_run_dir())
     if run_dir.exists() and not run_dir.is_dir():
         raise BadInput(f"--out {run_dir}: exists and is not a directory")
@@ -106,7 +115,7 @@ def plan_training(
     _check_resume_archive(run_dir, resume, resume_fallback)
     return TrainPlan(config=cfg, device=choice.device, nproc_per_node=choice.nproc, device_reason=choice.reason,
                      run_dir=str(run_dir), nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                     resume=resume, config_sources=config_sources)
+                     resume=resume, config_sources=config_sources, entries=found)
 
 
 def _check_resume_archive(run_dir: Path, resume: str | None, fallback: bool) -> None:

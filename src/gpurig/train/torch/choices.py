@@ -62,12 +62,14 @@ def choose_precision(cfg: TrainConfig, device: torch.device) -> Choice:
     return Choice("precision", want, "asked for in the config")
 
 
-def choose_channels_last(cfg: TrainConfig, device: torch.device) -> Choice:
-    conv = cfg.model.name in CONV_MODELS
+def choose_channels_last(cfg: TrainConfig, device: torch.device, user_conv: bool | None = None) -> Choice:
+    """`user_conv`: for your own model (model.entry), whether it holds a Conv2d."""
+    conv = cfg.model.name in CONV_MODELS if user_conv is None else user_conv
     if cfg.train.channels_last == "auto":
         on = conv and device.type == "cuda"
         why = ("conv net on CUDA: NHWC lets cuDNN use tensor-core kernels without transposes" if on else
-               "not a conv net" if not conv else "CPU: NCHW is as fast")
+               ("no Conv2d in the model" if user_conv is not None else "not a conv net") if not conv
+               else "CPU: NCHW is as fast")
     else:
         on, why = cfg.train.channels_last == "on", "asked for in the config"
     if on and cfg.train.strategy == "fsdp":
@@ -138,18 +140,28 @@ def compiled_autograd_backward():
     return maybe_enable_compiled_autograd(True, fullgraph=True, dynamic=False)
 
 
-def choose_compile(cfg: TrainConfig, device: torch.device, total_steps: int) -> Choice:
+def choose_compile(cfg: TrainConfig, device: torch.device, total_steps: int,
+                   breaks: dict | None = None) -> Choice:
+    """`breaks`: for your own model (model.entry), what dynamo found tracing its forward on one
+    sample (`graph_breaks`, `break_reason`), from the parent's probe."""
     if cfg.train.compile != "auto":
         return Choice("compile", cfg.train.compile == "on", "asked for in the config")
     if device.type != "cuda":
         return Choice("compile", False, "CPU: compiling costs more than a short run saves")
-    if cfg.model.name == "mlp":
+    if cfg.model.entry and breaks and breaks.get("graph_breaks"):
+        return Choice("compile", False, f"the model's forward has Python control flow that depends on the data "
+                      f"({breaks.get('break_reason') or 'a graph break'}): compiled, it would run as "
+                      f"{breaks['graph_breaks'] + 1} graphs with the interpreter in between; train.compile=on "
+                      "compiles anyway")
+    builtin = not cfg.model.entry  # the rules on model.name are about the built-in models
+    if builtin and cfg.model.name == "mlp":
         return Choice("compile", False, "an MLP this small gains nothing from compilation")
     if cfg.train.strategy == "fsdp":
         return Choice("compile", False, "FSDP: fully_shard's hooks cut the compiled graph at every block, and the "
                       "many small graphs leave the step bound by the host (ResNet-50 on an H200: 77-87 ms a step "
                       "compiled, 58-59 ms eager); train.compile=on compiles anyway")
-    if cfg.model.name in CONV_MODELS and 0 < (cfg.data.image_size or 224) < 64 and cfg.data.dataset != "imagefolder":
+    if (builtin and cfg.model.name in CONV_MODELS and 0 < (cfg.data.image_size or 224) < 64
+            and cfg.data.dataset != "imagefolder"):
         return Choice("compile", False, "small images: the step is bound by kernel launches, not by fusable work "
                       "(ResNet-50 at 32x32 measured slower compiled)")
     if total_steps < COMPILE_MIN_STEPS:

@@ -15,7 +15,7 @@ exactly once (DistributedSampler instead repeats samples to pad).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,9 +70,10 @@ def eval_shard(n: int, rank: int, world: int) -> tuple[torch.Tensor, torch.Tenso
 
 @dataclass
 class ArrayData:
-    """A dataset held in memory: images (N, C, H, W) uint8 or float32, or tokens (N, T+1) int64."""
+    """A dataset held in memory: images (N, C, H, W) uint8 or float32, tokens (N, T+1) int64, or your
+    own Dataset's samples stacked as it gives them."""
 
-    kind: str  # "image" | "token"
+    kind: str  # "image" | "token" | "tensor" (a user Dataset: passed to the model as it is)
     x_train: torch.Tensor
     y_train: torch.Tensor | None
     x_test: torch.Tensor | None = None
@@ -177,6 +178,15 @@ class Normalizer:
         return x
 
 
+def as_given(channels_last: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A user Dataset's inputs as it gives them (only the memory format of image batches changes)."""
+
+    def same(x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if channels_last and x.dim() == 4 else x
+
+    return same
+
+
 # ---------------------------------------------------------------------------------------------
 # Loaders. Each has batches_per_epoch and epoch(epoch, start_batch) -> iterator of (x, y).
 
@@ -209,7 +219,8 @@ class ArrayLoader:
                 f"training samples; {data.name} has {self.per_rank * world}"
             )
         size = cfg.data.image_size or None
-        self.norm = Normalizer(data.mean, data.std, device, size, channels_last) if data.kind == "image" else None
+        self.norm = (Normalizer(data.mean, data.std, device, size, channels_last) if data.kind == "image"
+                     else as_given(channels_last))
         self.gen = torch.Generator(device=hold_device)
 
     def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -244,7 +255,8 @@ def eval_batches(data: ArrayData, cfg: TrainConfig, rank: int, world: int, devic
     """(x, y, mask) batches of this rank's evaluation shard; the masks count each sample once."""
     assert data.x_test is not None and data.y_test is not None
     idx, mask = eval_shard(len(data.x_test), rank, world)
-    norm = Normalizer(data.mean, data.std, device, cfg.data.image_size or None, channels_last)
+    norm = (Normalizer(data.mean, data.std, device, cfg.data.image_size or None, channels_last)
+            if data.kind == "image" else as_given(channels_last))
     b = cfg.data.batch_size * 2
     for lo in range(0, len(idx), b):
         sel = idx[lo:lo + b]

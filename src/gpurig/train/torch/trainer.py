@@ -27,7 +27,7 @@ from gpurig.train.clocks import ClockWatch
 from gpurig.train.config import TrainConfig, global_batch
 from gpurig.train.protocol import CHOICE, PROGRESS
 from gpurig.train.torch import data as D
-from gpurig.train.torch import faults
+from gpurig.train.torch import entries, faults
 from gpurig.train.torch.base import Context, Timers, _Stop, say
 from gpurig.train.torch.checkpointing import Checkpointing
 from gpurig.train.torch.choices import (
@@ -73,8 +73,9 @@ def setup(device_kind: str) -> Context:
 
 class Trainer(Checkpointing, Reporting):
     def __init__(self, cfg: TrainConfig, ctx: Context, run_dir: Path, resume: str | None,
-                 resume_fallback: bool, record_indices: bool) -> None:
+                 resume_fallback: bool, record_indices: bool, entries: dict[str, Any] | None = None) -> None:
         self.cfg, self.ctx, self.run_dir = cfg, ctx, run_dir
+        self.entries = entries or {}  # what the parent's probe found of your own model and data (plan.json)
         self.resume, self.resume_fallback = resume, resume_fallback
         self.record = record_indices
         self.choices: list[Choice] = []
@@ -98,7 +99,11 @@ class Trainer(Checkpointing, Reporting):
             torch.backends.cudnn.benchmark = True  # fixed input shapes: autotune convolutions once
             torch.set_float32_matmul_precision("high")  # TF32 for any fp32 matmul left
             self.choose(Choice("tf32", True, "TF32 tensor cores for fp32 matmuls and convolutions"))
-        self.channels_last = self.choose(choose_channels_last(cfg, dev)).value
+        user_model = self._user_model() if cfg.model.entry else None
+        conv = None if user_model is None else any(isinstance(m, nn.Conv2d) for m in user_model.modules())
+        self.channels_last = self.choose(choose_channels_last(cfg, dev, conv)).value
+        if cfg.model.entry or cfg.data.entry or cfg.train.loss_entry:
+            self._user_loss()
         self.precision = self.choose(choose_precision(cfg, dev)).value
 
         # Data.
@@ -140,7 +145,7 @@ class Trainer(Checkpointing, Reporting):
             size = cfg.data.image_size or 224
             self.in_shape = (3, size, size)
         else:
-            arrays = D.load_arrays(cfg)
+            arrays = self._user_data() if cfg.data.entry else D.load_arrays(cfg)
             on = cfg.data.on_device
             hold = torch.device("cpu")
             if dev.type == "cuda":
@@ -160,7 +165,7 @@ class Trainer(Checkpointing, Reporting):
             self.eval_data = arrays if (arrays.x_test is not None and cfg.eval.enabled) else None
             self.kind, self.num_classes = "image", arrays.num_classes
             self.in_shape = tuple(arrays.x_train.shape[1:])
-            if cfg.data.image_size:
+            if cfg.data.image_size and arrays.kind == "image":
                 self.in_shape = (self.in_shape[0], cfg.data.image_size, cfg.data.image_size)
         if self.record:
             self.loader_record: dict[int, list[int]] = {}
@@ -174,18 +179,22 @@ class Trainer(Checkpointing, Reporting):
 
         # Model. The same seed on every rank gives identical initial weights (DDP also broadcasts).
         torch.manual_seed(cfg.seed)
-        model = build_model(cfg, self.in_shape, self.num_classes).to(dev)
+        model = (user_model if user_model is not None else build_model(cfg, self.in_shape, self.num_classes)).to(dev)
         if self.channels_last and cfg.train.strategy != "fsdp":  # FSDP: the inputs alone (choose_channels_last)
             model = model.to(memory_format=torch.channels_last)
         self.n_params = count_params(model)
-        self.flops_per_sample = flops_per_sample(model, cfg, self.in_shape)
+        if user_model is not None:
+            x, y = next(self.loader.epoch(0))
+            self.flops_per_sample = entries.flops_of(model, x, y, self.own_loss)
+        else:
+            self.flops_per_sample = flops_per_sample(model, cfg, self.in_shape)
         torch.manual_seed(cfg.seed + 1000 * ctx.rank + 1)  # dropout masks differ between ranks
         if dev.type == "cuda":
             torch.cuda.manual_seed(cfg.seed + 1000 * ctx.rank + 1)
         self.raw_model = model
 
         # The distributed wrapper and compilation, in the order wrap.py explains.
-        wrapped = wrap_model(model, cfg, ctx, self.total_steps, self.choose)
+        wrapped = wrap_model(model, cfg, ctx, self.total_steps, self.choose, self.entries.get("compile"))
         self.dist_model, self.step_model, self.backward_ctx = wrapped.dist_model, wrapped.step_model, wrapped.backward_ctx
         self.fsdp, self.buffers_from_rank0_at_eval = wrapped.fsdp, wrapped.buffers_from_rank0_at_eval
 
@@ -204,10 +213,39 @@ class Trainer(Checkpointing, Reporting):
         self.choose(Choice("loss_read_every", every, "the loss is read from the device every this many steps: "
                            "no host synchronisation in between"))
 
+    # -- your own model, data and loss (model.entry, data.entry, train.loss_entry) -------------------
+    own_loss = False
+    loss_fn = None
+
+    def _user_model(self) -> nn.Module:
+        torch.manual_seed(self.cfg.seed)  # the same initial weights on every rank
+        model = entries.build_user_model(self.cfg, self.entries.get("num_classes"))
+        self.own_loss = bool(self.entries.get("returns_loss"))
+        self.choose(Choice("model", self.cfg.model.entry, f"your own model: {count_params(model):,} parameters"))
+        return model
+
+    def _user_loss(self) -> None:
+        self.loss_fn = entries.user_loss(self.cfg)
+        self.choose(Choice("loss", "model" if self.own_loss else (self.cfg.train.loss_entry or "cross_entropy"),
+                           "the model's forward takes the targets and returns its loss" if self.own_loss else
+                           "your own loss function" if self.loss_fn is not None else
+                           "class scores against integer targets"))
+
+    def _user_data(self) -> D.ArrayData:
+        arrays = entries.user_arrays(self.cfg, self.entries)
+        held = f", {len(arrays.x_test):,} held out for evaluation" if arrays.x_test is not None else ""
+        self.choose(Choice("data", self.cfg.data.entry, f"your own Dataset: {len(arrays.x_train):,} samples{held}, "
+                           f"read once into memory ({arrays.nbytes / 2**20:,.0f} MiB)"))
+        return arrays
+
     # -- the step -----------------------------------------------------------------------------
     def loss_of(self, x: torch.Tensor, y: torch.Tensor, model: nn.Module | None = None) -> torch.Tensor:
         with self.autocast():
+            if self.own_loss:  # your model's forward takes the targets and gives its loss
+                return entries.loss_from_output((model or self.step_model)(x, y)).float()
             out = (model or self.step_model)(x)
+            if self.loss_fn is not None:
+                return self.loss_fn(out, y).float()
             if self.kind == "token":
                 return nn.functional.cross_entropy(out.view(-1, out.size(-1)).float(), y.reshape(-1))
             return nn.functional.cross_entropy(out.float(), y)

@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     trainer = None
     try:
-        trainer = Trainer(cfg, ctx, run_dir, args.resume, args.resume_fallback, args.record_indices)
+        trainer = Trainer(cfg, ctx, run_dir, args.resume, args.resume_fallback, args.record_indices,
+                          plan.get("entries"))
         trainer.build()
         summary = trainer.run()
         if ctx.main and summary is not None:

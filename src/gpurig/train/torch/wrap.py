@@ -51,15 +51,16 @@ class Wrapped:
 
 
 def wrap_model(model: nn.Module, cfg: TrainConfig, ctx: Context, total_steps: int,
-               choose: Callable[[Choice], Choice]) -> Wrapped:
-    """Wrap `model` (already on its device) for this run and say each decision through `choose`."""
+               choose: Callable[[Choice], Choice], breaks: dict | None = None) -> Wrapped:
+    """Wrap `model` (already on its device) for this run and say each decision through `choose`.
+    `breaks`: what the parent's probe found tracing your own model (see `choose_compile`)."""
     dev = ctx.device
     accum = cfg.train.grad_accum
     fsdp = cfg.train.strategy == "fsdp"
     buffers_from_rank0_at_eval = False
 
     # 1. How compile will treat DDP: decided before DDP() reads it.
-    compile_on = choose(choose_compile(cfg, dev, total_steps)).value
+    compile_on = choose(choose_compile(cfg, dev, total_steps, breaks)).value
     ddp_mode = None
     if compile_on and ctx.world > 1 and not fsdp:
         grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)

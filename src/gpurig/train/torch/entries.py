@@ -1,0 +1,404 @@
+"""Your own model, data and loss in `gpurig train`: entries named `FILE.py:function` or
+`package.module:function`.
+
+    gpurig train --model mypkg/models.py:build_model --data mypkg/data.py:build_datasets
+
+- A **model entry** returns a `torch.nn.Module`. It may take, by name, any key of the config's
+  `[model]` table (`width`, `hidden`, `depth`, `dropout`, ...) and `num_classes` (the number of
+  classes gpurig found in the training targets).
+- A **data entry** returns a map-style `Dataset` (`__len__` and `__getitem__` giving `(input,
+  target)`), or a `(train, test)` pair of them (test may be None). It may take `seed`.
+- A **loss entry** (`train.loss_entry`) is called as `loss(output, target)` and returns a scalar
+  tensor. Without one the loss is cross-entropy, unless the model's `forward` takes the targets
+  too (`forward(self, x, y)` or a `labels` argument, as Hugging Face models do): then the model is
+  called with both and its own loss is used (a scalar tensor, or an output with `.loss` or
+  `["loss"]`).
+
+`probe_entries` checks all of it before any worker starts, in a child process that never touches
+a GPU: the files and functions exist, they return what they must, and one sample goes through the
+model. Whatever is wrong exits 2 naming the flag, with the user's traceback trimmed to their code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpurig.errors import BadInput
+
+FLAGS = {"model.entry": "--model", "data.entry": "--data", "train.loss_entry": "--loss"}
+MATERIALISE_LIMIT = 4 << 30  # a user dataset up to this size is read once into memory (and onto the GPU if it fits)
+PROBE_TIMEOUT_S = 300.0
+
+
+def _where(key: str) -> str:
+    return f"{FLAGS[key]} ({key})"
+
+
+def _user_traceback(exc: BaseException, roots: list[Path]) -> str:
+    """The traceback of an exception raised in the user's code, only the frames in their files."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if any(Path(f.filename).resolve().is_relative_to(r) for r in roots)]
+    lines = [f'  File "{f.filename}", line {f.lineno}, in {f.name}\n    {f.line}' for f in (mine or frames[-3:])]
+    return "\n".join(lines + [f"{type(exc).__name__}: {exc}"])
+
+
+def load_entry(text: str, key: str) -> tuple[Callable[..., Any], Path]:
+    """The function an entry names, and the folder of its code (for trimming tracebacks)."""
+    source, sep, name = text.rpartition(":")
+    if not sep or not source or not name.isidentifier():
+        raise BadInput(f"{_where(key)}: {text!r} must be FILE.py:function or package.module:function")
+    if source.endswith(".py") or os.sep in source or "/" in source:
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise BadInput(f"{_where(key)}: {source}: no such file")
+        root = path.resolve().parent
+        module_name = f"_gpurig_user_{path.stem}_{abs(hash(str(path.resolve()))) % 10**8}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise BadInput(f"{_where(key)}: {source}: not a Python file")
+        module = importlib.util.module_from_spec(spec)
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))  # the file's own imports of its neighbours work
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as exc:  # noqa: BLE001 - anything the user's module raises is reported, not re-raised
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise BadInput(f"{_where(key)}: importing {source} raised:\n{_user_traceback(exc, [root])}") from None
+    else:
+        try:
+            module = importlib.import_module(source)
+        except ModuleNotFoundError as exc:
+            if exc.name and source.startswith(exc.name):
+                raise BadInput(f"{_where(key)}: no module named {source!r} (give FILE.py:function for a file)") from None
+            raise BadInput(f"{_where(key)}: importing {source} raised:\n{_user_traceback(exc, [Path.cwd()])}") from None
+        except Exception as exc:
+            raise BadInput(f"{_where(key)}: importing {source} raised:\n{_user_traceback(exc, [Path.cwd()])}") from None
+        root = Path(getattr(module, "__file__", None) or ".").resolve().parent
+    fn = getattr(module, name, None)
+    if fn is None:
+        defined = sorted(k for k, v in vars(module).items()
+                         if callable(v) and not k.startswith("_") and getattr(v, "__module__", None) == module.__name__)
+        listed = ", ".join(defined[:12]) or "no public functions"
+        raise BadInput(f"{_where(key)}: {source} has no {name!r} (it defines: {listed})")
+    if not callable(fn):
+        raise BadInput(f"{_where(key)}: {source}:{name} is a {type(fn).__name__}, not a function")
+    return fn, root
+
+
+def call_entry(fn: Callable[..., Any], key: str, root: Path, available: dict[str, Any]) -> Any:
+    """Call an entry with the arguments it asks for by name, out of `available`."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {k: v for k, v in available.items() if takes_any or k in params}
+    missing = [p.name for p in params.values() if p.default is inspect.Parameter.empty
+               and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+               and p.name not in kwargs]
+    if missing:
+        raise BadInput(f"{_where(key)}: {fn.__name__}() needs {', '.join(missing)}, which gpurig cannot give "
+                       f"(it gives by name: {', '.join(sorted(available))})")
+    try:
+        return fn(**kwargs)
+    except Exception as exc:
+        raise BadInput(f"{_where(key)}: {fn.__name__}() raised:\n{_user_traceback(exc, [root])}") from None
+
+
+def model_arguments(cfg: Any, num_classes: int | None) -> dict[str, Any]:
+    """What a model entry may ask for by name: the `[model]` table's keys and num_classes."""
+    import dataclasses
+
+    args = {f.name: getattr(cfg.model, f.name) for f in dataclasses.fields(cfg.model) if f.name not in ("name", "entry")}
+    if num_classes is not None:
+        args["num_classes"] = num_classes
+    return args
+
+
+def build_user_model(cfg: Any, num_classes: int | None) -> Any:
+    from torch import nn
+
+    fn, root = load_entry(cfg.model.entry, "model.entry")
+    model = call_entry(fn, "model.entry", root, model_arguments(cfg, num_classes))
+    if not isinstance(model, nn.Module):
+        raise BadInput(f"{_where('model.entry')}: {fn.__name__}() returned a {type(model).__name__}, "
+                       "not a torch.nn.Module")
+    return model
+
+
+def _is_dataset(obj: Any) -> bool:
+    return hasattr(obj, "__len__") and hasattr(obj, "__getitem__")
+
+
+def build_user_data(cfg: Any) -> tuple[Any, Any]:
+    """(train, test or None) from the data entry."""
+    fn, root = load_entry(cfg.data.entry, "data.entry")
+    out = call_entry(fn, "data.entry", root, {"seed": cfg.seed})
+    if (isinstance(out, tuple) and len(out) == 2 and _is_dataset(out[0]) and not isinstance(out[0], tuple)
+            and (out[1] is None or _is_dataset(out[1])) and not _looks_like_sample(out)):
+        train, test = out
+    else:
+        train, test = out, None
+    if not _is_dataset(train):
+        raise BadInput(f"{_where('data.entry')}: {fn.__name__}() returned a {type(train).__name__}, not a map-style "
+                       "Dataset (__len__ and __getitem__) or a (train, test) pair of them")
+    if len(train) == 0:
+        raise BadInput(f"{_where('data.entry')}: the training Dataset is empty")
+    return train, test
+
+
+def _looks_like_sample(pair: Any) -> bool:
+    """A (tensor, tensor) pair is a sample, not (train, test): tensors have __len__ and __getitem__ too."""
+    import torch
+
+    return all(isinstance(p, torch.Tensor) for p in pair)
+
+
+def sample_of(ds: Any, key: str = "data.entry") -> tuple[Any, Any]:
+    import torch
+
+    try:
+        item = ds[0]
+    except Exception as exc:
+        raise BadInput(f"{_where(key)}: reading sample 0 raised:\n{_user_traceback(exc, [Path.cwd()])}") from None
+    if not (isinstance(item, tuple | list) and len(item) == 2):
+        raise BadInput(f"{_where(key)}: a sample must be an (input, target) pair; sample 0 is a {type(item).__name__}")
+    x, y = (torch.as_tensor(v) for v in item)
+    return x, y
+
+
+def takes_targets(model: Any) -> bool:
+    """The model's forward takes the targets too (and returns its own loss)."""
+    try:
+        params = [p for p in inspect.signature(model.forward).parameters.values()
+                  if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return False
+    names = {p.name for p in params}
+    return len(params) >= 2 or bool(names & {"labels", "targets", "target"})
+
+
+def loss_from_output(out: Any) -> Any:
+    """A model's own loss: a scalar tensor, `.loss`, or `["loss"]`."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out
+    loss = getattr(out, "loss", None)
+    if loss is None and isinstance(out, dict):
+        loss = out.get("loss")
+    return loss
+
+
+def materialise(ds: Any, limit: int = MATERIALISE_LIMIT) -> tuple[Any, Any] | None:
+    """The whole Dataset as two stacked tensors, when it is no larger than `limit` bytes: batches are
+    then indexed in memory (on the GPU when it fits), with no loader workers. None when larger."""
+    import torch
+
+    x0, y0 = sample_of(ds)
+    per = x0.numel() * x0.element_size() + y0.numel() * y0.element_size()
+    if per * len(ds) > limit:
+        return None
+    xs = torch.empty((len(ds), *x0.shape), dtype=x0.dtype)
+    ys = torch.empty((len(ds), *y0.shape), dtype=y0.dtype)
+    for i in range(len(ds)):
+        x, y = ds[i]
+        xs[i] = torch.as_tensor(x)
+        ys[i] = torch.as_tensor(y)
+    return xs, ys
+
+
+def probe(cfg: Any) -> dict[str, Any]:
+    """In this process (a child without GPUs): build the user's data and model and run one sample."""
+    import torch
+    from torch import nn
+
+    info: dict[str, Any] = {}
+    num_classes = None
+    if cfg.data.entry:
+        train, test = build_user_data(cfg)
+        x, y = sample_of(train)
+        info.update(samples=len(train), test_samples=len(test) if test is not None else None,
+                    sample_shape=list(x.shape), sample_dtype=str(x.dtype).replace("torch.", ""),
+                    target_shape=list(y.shape), target_dtype=str(y.dtype).replace("torch.", ""))
+        if y.dim() == 0 and not y.is_floating_point():
+            num_classes = int(max(int(train[i][1]) for i in range(min(len(train), 4096)))) + 1
+            info["num_classes"] = num_classes
+    if cfg.model.entry:
+        model = build_user_model(cfg, num_classes)
+        info["params"] = sum(p.numel() for p in model.parameters())
+        info["has_conv2d"] = any(isinstance(m, nn.Conv2d) for m in model.modules())
+        own_loss = takes_targets(model) and not cfg.train.loss_entry
+        info["returns_loss"] = own_loss
+        if cfg.data.entry:
+            model.eval()
+            try:
+                with torch.no_grad():
+                    out = model(x[None], y[None]) if own_loss else model(x[None])
+            except Exception as exc:
+                raise BadInput(f"{_where('model.entry')}: the model cannot take a sample of {_where('data.entry')} "
+                               f"(input {tuple(x.shape)} {x.dtype}, batch of 1):\n"
+                               f"{_user_traceback(exc, [Path.cwd()])}") from None
+            if own_loss:
+                loss = loss_from_output(out)
+                if not (isinstance(loss, torch.Tensor) and loss.numel() == 1):
+                    raise BadInput(f"{_where('model.entry')}: forward() takes the targets, so its own loss is "
+                                   f"used, but it returned a {type(out).__name__} without a scalar loss "
+                                   "(return the loss, or an output with .loss; or give --loss)")
+            elif isinstance(out, torch.Tensor):
+                info["output_shape"] = list(out.shape[1:])
+            if os.environ.get("GPURIG_PROBE_COMPILE") == "1":
+                info["compile"] = graph_breaks(model, x[None], y[None] if own_loss else None)
+                if not cfg.train.loss_entry and not (out.dim() == 2 and y.dim() == 0):
+                    raise BadInput(f"{_where('model.entry')}: the default loss is cross-entropy over class scores "
+                                   f"(batch, classes) with integer targets; the model gives {tuple(out.shape)} for "
+                                   f"a target of shape {tuple(y.shape)}: give --loss FILE.py:function")
+                if num_classes is not None and out.dim() == 2 and out.shape[1] < num_classes:
+                    raise BadInput(f"{_where('model.entry')}: the model scores {out.shape[1]} classes, but the "
+                                   f"targets go up to {num_classes - 1}")
+    if cfg.train.loss_entry:
+        load_entry(cfg.train.loss_entry, "train.loss_entry")
+    return info
+
+
+def graph_breaks(model: Any, x: Any, y: Any) -> dict[str, Any] | None:
+    """What dynamo makes of the model's forward on one sample (traced on the CPU, nothing compiled):
+    how many graph breaks, and the first one's reason. None when it cannot say."""
+    try:
+        import torch._dynamo as dynamo
+
+        explained = dynamo.explain(model)(x) if y is None else dynamo.explain(model)(x, y)
+    except Exception:  # a model dynamo cannot trace at all: compile would fail the same way; leave it to auto
+        return None
+    reasons = [str(getattr(b, "reason", b)).splitlines()[0][:160] for b in explained.break_reasons]
+    where = ""
+    if explained.break_reasons:
+        stack = getattr(explained.break_reasons[0], "user_stack", None) or []
+        if stack:
+            frame = stack[-1]
+            where = f" at {Path(frame.filename).name}:{frame.lineno}"
+    return {"graph_breaks": int(explained.graph_break_count),
+            "break_reason": (reasons[0] + where) if reasons else None}
+
+
+def probe_entries(cfg: Any, compile_check: bool = False) -> dict[str, Any]:
+    """`probe` in a child process with no GPU visible (the parent never initialises CUDA); BadInput
+    (exit 2) with the child's message when an entry is wrong. `compile_check` also traces the model
+    with dynamo (a few seconds on the CPU) to find graph breaks, for runs that may compile."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1",
+           "GPURIG_PROBE_COMPILE": "1" if compile_check else "0"}
+    src = str(Path(__file__).resolve().parents[3])
+    env["PYTHONPATH"] = os.pathsep.join([src, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    try:
+        proc = subprocess.run([sys.executable, "-m", "gpurig.train.torch.entries"], input=json.dumps(cfg.to_dict()),
+                              capture_output=True, text=True, env=env, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise BadInput(f"--model/--data: checking the entries took longer than {PROBE_TIMEOUT_S:.0f} s "
+                       "(building the dataset or the model on the CPU)") from None
+    if proc.returncode == 2:
+        raise BadInput(proc.stderr.strip().removeprefix("gpurig: error: "))
+    if proc.returncode != 0:
+        raise BadInput(f"--model/--data: checking the entries failed (exit {proc.returncode}):\n"
+                       + "\n".join(proc.stderr.strip().splitlines()[-12:]))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    from gpurig.train.config import from_dict
+
+    cfg = from_dict(json.loads(sys.stdin.read()))
+    try:
+        info = probe(cfg)
+    except BadInput as exc:
+        print(f"gpurig: error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write("\n" + json.dumps(info) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# In the worker
+
+
+def user_arrays(cfg: Any, info: dict[str, Any]) -> Any:
+    """The user's Dataset(s) read once into memory as the trainer's `ArrayData` (kind "tensor":
+    batches are passed to the model as the Dataset gives them, without normalising)."""
+    from gpurig.train.torch.data import ArrayData
+
+    train, test = build_user_data(cfg)
+    whole = materialise(train)
+    if whole is None:
+        raise BadInput(f"{_where('data.entry')}: the training Dataset is larger than "
+                       f"{MATERIALISE_LIMIT >> 30} GiB in memory; gpurig reads a user Dataset whole (give a smaller "
+                       "one, or read it in your own script with `gpurig launch`)")
+    held = materialise(test) if test is not None and classifies(info) else None
+    x, y = whole
+    xt, yt = held if held is not None else (None, None)
+    return ArrayData("tensor", x, y, xt, yt, num_classes=int(info.get("num_classes") or 0), name=cfg.data.entry)
+
+
+def classifies(info: dict[str, Any]) -> bool:
+    """Class scores (batch, classes) against integer targets: accuracy and cross-entropy apply."""
+    out = info.get("output_shape")
+    return (not info.get("returns_loss") and info.get("target_shape") == [] and (out is None or len(out) == 1)
+            and not str(info.get("target_dtype", "")).startswith(("float", "bfloat", "complex")))
+
+
+def user_loss(cfg: Any) -> Callable[[Any, Any], Any] | None:
+    if not cfg.train.loss_entry:
+        return None
+    fn, _ = load_entry(cfg.train.loss_entry, "train.loss_entry")
+    return fn
+
+
+def flops_of(model: Any, x: Any, y: Any, own_loss: bool) -> float | None:
+    """Training FLOPs per sample of a user model (3x one forward, counted on one sample); None when
+    the counter cannot follow the model."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            model(x[:1], y[:1]) if own_loss else model(x[:1])
+        return float(fc.get_total_flops()) * 3 or None
+    except Exception:  # a counter that cannot trace the model only loses the MFU figure
+        return None
+    finally:
+        model.train(was_training)
+
+
+def absolute_entries(cfg: Any) -> Any:
+    """The config with every FILE.py entry's file made absolute (module entries stay as given)."""
+    import dataclasses
+
+    def absolute(text: str) -> str:
+        source, sep, name = text.rpartition(":")
+        if sep and (source.endswith(".py") or "/" in source or os.sep in source):
+            return f"{Path(source).expanduser().resolve()}:{name}"
+        return text
+
+    return dataclasses.replace(
+        cfg,
+        model=dataclasses.replace(cfg.model, entry=absolute(cfg.model.entry)) if cfg.model.entry else cfg.model,
+        data=dataclasses.replace(cfg.data, entry=absolute(cfg.data.entry)) if cfg.data.entry else cfg.data,
+        train=dataclasses.replace(cfg.train, loss_entry=absolute(cfg.train.loss_entry))
+        if cfg.train.loss_entry else cfg.train,
+    )
