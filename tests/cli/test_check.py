@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpurig.check import runner as check_mod
+from gpurig.suite import runner as check_mod
 
 
 @pytest.mark.slow

@@ -82,7 +82,7 @@ def test_the_terminal_says_there_is_no_link_and_shows_what_was_measured():
 
 
 def test_the_check_step_passes_with_the_single_gpu_figures(monkeypatch, tmp_path):
-    from gpurig.check import runner as check
+    from gpurig.suite import runner as check
 
     data = _data(_judge_memory(dict(MEASURED), one_h200(), []))
     monkeypatch.setattr("gpurig.comm.bench.run_bench_comm", lambda **kw: data)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import typer
 
-from gpurig.check.runner import CheckContext, StepResult, run_check
 from gpurig.errors import BadInput
 from gpurig.report.output import console_for, emit_json
+from gpurig.suite.runner import CheckContext, StepResult, run_check
 
 HELP = """Run everything once and write a report: doctor -> verify -> bench comm (short) -> bench train (short).
 

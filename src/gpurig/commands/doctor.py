@@ -6,10 +6,10 @@ from pathlib import Path
 
 import typer
 
-from gpurig.check.doctor import doctor_data, doctor_document, gather
 from gpurig.diagnose.findings import has_error
 from gpurig.errors import BadInput, check_output_file
 from gpurig.report.output import console_for, emit_json
+from gpurig.suite.doctor import doctor_data, doctor_document, gather
 
 HELP = """Check that this machine (or container) is ready for multi-GPU training, and say how to fix what is not.
 

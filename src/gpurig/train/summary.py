@@ -61,8 +61,8 @@ class RunSummary:
     device_name: str | None = _f("The GPU's name (or cpu).", required=True)
     strategy: str = _f("ddp, fsdp or single (PyTorch); mirrored or multi_worker_mirrored (TensorFlow).",
                        required=True)
-    model: str = _f("model.name.", required=True)
-    dataset: str = _f("data.dataset.", required=True)
+    model: str = _f("model.name, or model.entry for your own model.", required=True)
+    dataset: str = _f("data.dataset, or data.entry for your own data.", required=True)
     params: int | None = _f("Trainable parameters.", required=True)
     unit: str = _f("What a sample is counted in: samples, or tokens for token data.", required=True)
     samples_per_s: float | None = _f("Training throughput over all devices, samples per second.", required=True)
@@ -149,3 +149,30 @@ def field_docs() -> list[tuple[str, str]]:
     for prefix, cls in (("step_time.", StepTime), ("per_rank[].", RankTiming)):
         out += [(prefix + f.name, f.metadata["doc"]) for f in dataclasses.fields(cls)]
     return out
+
+
+class Summary(dict):
+    """A run's summary as `gpurig.fit()` returns it: the `RunSummary` dict, shown as a table in Jupyter."""
+
+    ROWS = (("model", "model"), ("dataset", "data"), ("device_name", "device"), ("world_size", "processes"),
+            ("strategy", "strategy"), ("samples_per_s", "samples/s"), ("samples_per_s_per_device", "per device"),
+            ("mfu", "model FLOPs utilisation"), ("accuracy", "test accuracy"), ("final_loss", "final loss"),
+            ("steps", "steps"), ("seconds", "seconds"), ("run_dir", "run directory"))
+
+    def _repr_html_(self) -> str:
+        import html
+
+        def cell(key: str) -> str:
+            v = self.get(key)
+            if isinstance(v, float):
+                v = f"{v:.1%}" if key in ("mfu", "accuracy") else f"{v:,.4g}" if key == "final_loss" else f"{v:,.1f}"
+            return html.escape(str(v))
+
+        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(label)}</th><td>{cell(key)}</td></tr>"
+                       for key, label in self.ROWS if self.get(key) is not None)
+        verdicts = "".join(f"<li><b>{html.escape(str(v.get('severity', '')))}</b> {html.escape(str(v.get('title', '')))}"
+                           f"</li>" for v in self.get("verdicts") or [])
+        choices = "".join(f"<tr><td>{html.escape(str(c.get('name')))}</td><td>{html.escape(str(c.get('value')))}</td>"
+                          f"<td>{html.escape(str(c.get('reason', '')))}</td></tr>" for c in self.get("choices") or [])
+        return (f"<table>{rows}</table>" + (f"<ul>{verdicts}</ul>" if verdicts else "")
+                + (f"<details><summary>choices</summary><table>{choices}</table></details>" if choices else ""))

@@ -42,8 +42,8 @@ class CheckContext:
 
 
 def _step_doctor(ctx: CheckContext) -> StepResult:
-    from gpurig.check.doctor import doctor_data, doctor_document, gather
     from gpurig.diagnose.findings import has_error
+    from gpurig.suite.doctor import doctor_data, doctor_document, gather
 
     facts, findings = doctor_data(gather(None, frameworks=True, use_cache=True, refresh=True))
     ctx.facts = facts
