@@ -237,3 +237,34 @@ def test_a_user_loss_and_a_train_only_dataset(user_code):
                      device="cpu", nproc=2, out_dir=user_code / "r", timeout=240)
     assert s["steps"] == 10 and s["accuracy"] is None
     assert {c["name"]: c["value"] for c in s["choices"]}["loss"].endswith("/myloss.py:smooth")
+
+
+def test_the_example_of_docs_train_md_runs_as_documented(run_cli, tmp_path):
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "train.md").read_text()
+    section = doc.split("## Train your own model", 1)[1].split("\n## ", 1)[0]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    command = re.findall(r"```\n(gpurig train --model .*?)\n```", section, re.S)[0].split()
+    (tmp_path / "myproject.py").write_text(code)
+    proc = run_cli(*command[1:], "--set", "train.epochs=1", "--device", "cpu", "--out", str(tmp_path / "r"),
+                   "--json", timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads(proc.stdout)
+    assert s["accuracy"] >= 0.95 and s["eval_samples"] == 1024 and s["model"].endswith("myproject.py:build_model")
+
+
+def test_a_run_of_your_own_model_resumes_exactly(user_code):
+    import shutil
+
+    base = [*BASE, "data.batch_size=16", "checkpoint.every_steps=10", "checkpoint.keep=5"]
+    run_training(_cfg(*base), device="cpu", nproc=2, out_dir=user_code / "straight", timeout=240)
+    (user_code / "resumed" / "checkpoints").mkdir(parents=True)
+    shutil.copy(ckpt.checkpoint_path(user_code / "straight", 10), user_code / "resumed" / "checkpoints")
+    s = run_training(_cfg(*base), device="cpu", nproc=2, out_dir=user_code / "resumed", resume="auto", timeout=240)
+    assert s["resumed_from"].endswith("step-000000010.pt") and s["steps"] == 20
+    a = torch.load(ckpt.checkpoint_path(user_code / "straight", 20), weights_only=True)["model"]
+    b = torch.load(ckpt.checkpoint_path(user_code / "resumed", 20), weights_only=True)["model"]
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6)
