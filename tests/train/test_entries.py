@@ -173,9 +173,10 @@ def test_the_probe_runs_in_a_child_that_sees_no_gpu(user_code):
         probe_entries(_cfg("model.entry=mymodels.py:boom"))
 
 
-def test_entries_cannot_be_set_for_tensorflow_yet():
-    with pytest.raises(BadInput, match="model.entry"):
-        load_config(overrides=["framework=tf", "model.entry=m.py:build"])
+def test_a_loss_function_is_pytorch_only():
+    with pytest.raises(BadInput, match="train.loss_entry"):
+        load_config(overrides=["framework=tf", "train.loss_entry=m.py:loss"])
+    assert load_config(overrides=["framework=tf", "model.entry=m.py:build"]).model.entry == "m.py:build"
 
 
 def test_a_bad_entry_exits_2_from_the_cli_before_any_worker(run_cli, user_code):

@@ -462,9 +462,8 @@ CANNOT_HONOUR: dict[str, dict[str, tuple[frozenset | None, str]]] = {
         "data.decode": (None, "tf.data decodes images on the CPU"),
         "checkpoint.sharded": (None, "a FSDP setting"),
         "checkpoint.on_error": (None, "a checkpoint the TensorFlow worker cannot write ends the run"),
-        "model.entry": (None, "your own model and data train with framework=torch; under tf use the built-in ones"),
-        "data.entry": (None, "your own model and data train with framework=torch; under tf use the built-in ones"),
-        "train.loss_entry": (None, "your own loss trains with framework=torch"),
+        "train.loss_entry": (None, "a PyTorch loss function; under tf the loss is sparse categorical "
+                             "cross-entropy on your model's class scores"),
     },
     "torch": {
         "tf.loop": (None, "a TensorFlow setting: use --framework tf"),

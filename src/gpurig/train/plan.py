@@ -98,7 +98,8 @@ def plan_training(
         check_fused_for_fsdp(cfg)
     found = None
     if cfg.model.entry or cfg.data.entry or cfg.train.loss_entry:
-        from gpurig.train.torch.entries import absolute_entries, probe_entries
+        from gpurig.train.entries import absolute_entries
+        from gpurig.train.torch.entries import probe_entries
 
         cfg = absolute_entries(cfg)  # the workers, and a resumed run, find the same files from anywhere
         may_compile = choice.device == "cuda" and cfg.train.compile == "auto" and bool(cfg.model.entry)

@@ -67,6 +67,8 @@ class Pipeline:
         images, files, labels, augment = self._images, self._files, self._labels, self.src.augment
 
         def load_batch(idx):
+            if self.src.as_given:  # your own samples, as your tf.data.Dataset gave them
+                return tf.gather(images, idx), tf.gather(labels, idx)
             if files is not None:
                 imgs = tf.map_fn(lambda i: self._load(None, files, i, epoch, augment), idx,
                                  fn_output_signature=tf.float32)
@@ -93,6 +95,8 @@ class Pipeline:
         test = self.src.test
         if test is None or len(test) == 0:
             return None
+        if self.src.as_given:
+            return tf.data.Dataset.from_tensor_slices((test.images, test.labels)).batch(batch).prefetch(tf.data.AUTOTUNE)
         h, w, c = self.src.image_shape
         if test.files is not None:
             files = tf.constant(test.files)

@@ -165,6 +165,13 @@ def plan_tf(
     if not resume and (out / "checkpoints" / "checkpoint").is_file():
         raise BadInput(f"--out {out}: already holds checkpoints of a run; continue it with --resume auto "
                        "or choose another --out")
+    found = None
+    if config.model.entry or config.data.entry:
+        from gpurig.train.entries import absolute_entries
+        from gpurig.train.tf.entries import probe_entries
+
+        config = absolute_entries(config)  # the worker finds the same files from anywhere
+        found = probe_entries(config)  # in a child with no GPU: the Keras model takes one sample of the data
     job = plan_tf_job(config, out_dir, device, nnodes, node_rank, master_addr, master_port, worker_hosts,
                       resume, facts, env, nproc=nproc)
     decided = {k: v for k, v in job.items() if k not in ("config", "out_dir")}
@@ -176,7 +183,7 @@ def plan_tf(
         nnodes=cluster["workers"], node_rank=cluster["index"],
         rdzv_endpoint=f"{master_addr}:{master_port}" if master_addr and master_port else master_addr,
         resume=resume_path or ("auto" if resume else None), config_sources=config_sources, framework="tf",
-        tf=decided)
+        entries=found, tf=decided)
 
 
 def worker_job(plan: dict[str, Any]) -> dict[str, Any]:

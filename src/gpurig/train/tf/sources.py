@@ -33,9 +33,10 @@ class DataSource:
     name: str
     train: Split
     test: Split | None
-    image_shape: tuple[int, int, int]  # what the model sees (H, W, C)
+    image_shape: tuple[int, ...]  # what the model sees (H, W, C); any sample shape when as_given
     num_classes: int
     augment: bool
+    as_given: bool = False  # your own tf.data samples: batched as they are (no scaling, no resizing)
 
 
 def _from_images(images: datasets.Images, augment: bool) -> DataSource:

@@ -37,6 +37,8 @@ class NonFiniteLoss(Exception):
 
 
 class Trainer:
+    from_logits = True  # the model gives logits (the built-in ones always; yours unless it ends in a softmax)
+
     def __init__(self, job: dict[str, Any]) -> None:
         self.job = job
         cfg = self.cfg = from_dict(job["config"])
@@ -56,7 +58,12 @@ class Trainer:
             raise BadInput(f"the strategy holds {self.replicas} replicas, the plan expected "
                            f"{job['global_batch'] // self.per_replica}")
 
-        self.src = tfdata.load_source(cfg, samples_default=64 * self.global_batch)
+        if cfg.data.entry:
+            from gpurig.train.tf.entries import user_source
+
+            self.src = user_source(cfg)
+        else:
+            self.src = tfdata.load_source(cfg, samples_default=64 * self.global_batch)
         if len(self.src.train) < self.global_batch:
             raise BadInput(
                 f"data.batch_size: the global batch {self.global_batch} ({self.per_replica} x {self.replicas} "
@@ -71,7 +78,13 @@ class Trainer:
 
         with strategy.scope():
             keras.utils.set_random_seed(cfg.seed)  # the same initial weights on every worker and every run
-            self.model = build_model(cfg, self.src.image_shape, self.src.num_classes)
+            if cfg.model.entry:
+                from gpurig.train.tf.entries import build_user_model, gives_probabilities
+
+                self.model = build_user_model(cfg, self.src.image_shape, self.src.num_classes)
+                self.from_logits = not gives_probabilities(self.model)
+            else:
+                self.model = build_model(cfg, self.src.image_shape, self.src.num_classes)
             self.optimizer = make_optimizer(keras, cfg, self.total_steps, self.scaling)
             self.optimizer.build(self.model.trainable_variables)  # create slots now, so a restore fills them
             self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
@@ -124,7 +137,7 @@ class Trainer:
 
     def _step_functions(self) -> None:
         strategy, model, optimizer = self.strategy, self.model, self.optimizer
-        loss_obj = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        loss_obj = keras.losses.SparseCategoricalCrossentropy(from_logits=self.from_logits, reduction="none")
         global_batch, scaling = self.global_batch, self.scaling
 
         def replica_step(x, y):
@@ -288,7 +301,7 @@ class Trainer:
     def run_fit(self) -> None:
         """Keras model.fit, one call per epoch on the same per-replica datasets as the custom loop."""
         self.model.compile(optimizer=self.optimizer,
-                           loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                           loss=keras.losses.SparseCategoricalCrossentropy(from_logits=self.from_logits))
         trainer = self
         failure: list[NonFiniteLoss] = []
 
