@@ -269,3 +269,15 @@ def test_a_run_of_your_own_model_resumes_exactly(user_code):
     b = torch.load(ckpt.checkpoint_path(user_code / "resumed", 20), weights_only=True)["model"]
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6)
+
+
+def test_a_model_inside_a_package_keeps_its_relative_imports(user_code):
+    pkg = user_code / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "layers.py").write_text("from torch import nn\n\ndef head(n):\n    return nn.Linear(64, n)\n")
+    (pkg / "models.py").write_text("from torch import nn\n\nfrom .layers import head\n\n\n"
+                                   "def build(num_classes):\n    return nn.Sequential(nn.Flatten(), head(num_classes))\n")
+    for entry in ("mypkg/models.py:build", "mypkg.models:build"):
+        info = probe(_cfg(f"model.entry={entry}", "data.entry=mydata.py:build"))
+        assert info["output_shape"] == [4] and not info["has_conv2d"]

@@ -36,6 +36,47 @@ def _user_traceback(exc: BaseException, roots: list[Path]) -> str:
     return "\n".join(lines + [f"{type(exc).__name__}: {exc}"])
 
 
+def _package_of(path: Path) -> tuple[Path, str]:
+    """For a file inside a package (folders with __init__.py): the folder above the top package and
+    the file's dotted module name; else (its folder, "")."""
+    parts = [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return folder, ".".join(parts) if len(parts) > 1 else ""
+
+
+def _import_file(path: Path, source: str, key: str) -> Any:
+    root = path.parent
+    module_name = f"_gpurig_user_{path.stem}_{abs(hash(str(path))) % 10**8}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise BadInput(f"{_where(key)}: {source}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))  # the file's own imports of its neighbours work
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001 - anything the user's module raises is reported, not re-raised
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise BadInput(f"{_where(key)}: importing {source} raised:\n{_user_traceback(exc, [root])}") from None
+    return module
+
+
+def _import_named(dotted: str, source: str, key: str, roots: list[Path]) -> Any:
+    try:
+        return importlib.import_module(dotted)
+    except ModuleNotFoundError as exc:
+        if exc.name and dotted.startswith(exc.name):
+            raise BadInput(f"{_where(key)}: no module named {dotted!r} (give FILE.py:function for a file)") from None
+        raise BadInput(f"{_where(key)}: importing {source} raised:\n{_user_traceback(exc, roots)}") from None
+    except Exception as exc:
+        raise BadInput(f"{_where(key)}: importing {source} raised:\n{_user_traceback(exc, roots)}") from None
+
+
 def load_entry(text: str, key: str) -> tuple[Callable[..., Any], Path]:
     """The function an entry names, and the folder of its code (for trimming tracebacks)."""
     source, sep, name = text.rpartition(":")
@@ -45,30 +86,19 @@ def load_entry(text: str, key: str) -> tuple[Callable[..., Any], Path]:
         path = Path(source).expanduser()
         if not path.is_file():
             raise BadInput(f"{_where(key)}: {source}: no such file")
-        root = path.resolve().parent
-        module_name = f"_gpurig_user_{path.stem}_{abs(hash(str(path.resolve()))) % 10**8}"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            raise BadInput(f"{_where(key)}: {source}: not a Python file")
-        module = importlib.util.module_from_spec(spec)
-        if str(root) not in sys.path:
-            sys.path.insert(0, str(root))  # the file's own imports of its neighbours work
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException as exc:  # noqa: BLE001 - anything the user's module raises is reported, not re-raised
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            raise BadInput(f"{_where(key)}: importing {source} raised:\n{_user_traceback(exc, [root])}") from None
+        path = path.resolve()
+        root = path.parent
+        package_root, dotted = _package_of(path)
+        if dotted:  # a module of a package: imported by its name, so its relative imports work
+            if str(package_root) not in sys.path:
+                sys.path.insert(0, str(package_root))
+            module = _import_named(dotted, source, key, [package_root])
+        else:
+            module = _import_file(path, source, key)
     else:
-        try:
-            module = importlib.import_module(source)
-        except ModuleNotFoundError as exc:
-            if exc.name and source.startswith(exc.name):
-                raise BadInput(f"{_where(key)}: no module named {source!r} (give FILE.py:function for a file)") from None
-            raise BadInput(f"{_where(key)}: importing {source} raised:\n{_user_traceback(exc, [Path.cwd()])}") from None
-        except Exception as exc:
-            raise BadInput(f"{_where(key)}: importing {source} raised:\n{_user_traceback(exc, [Path.cwd()])}") from None
+        if str(Path.cwd()) not in sys.path:
+            sys.path.insert(0, str(Path.cwd()))  # package.module:function, from where the command runs
+        module = _import_named(source, source, key, [Path.cwd()])
         root = Path(getattr(module, "__file__", None) or ".").resolve().parent
     fn = getattr(module, name, None)
     if fn is None:
