@@ -23,7 +23,7 @@ On a machine without a GPU every command still runs, on the CPU with two gloo pr
 """
 
 # The order a user meets the commands in: the main job first, then each step of it, then the rest.
-ORDER = ("check", "doctor", "verify", "bench", "train", "launch", "explain", "lint", "monitor", "env")
+ORDER = ("check", "doctor", "verify", "burn", "bench", "train", "launch", "explain", "lint", "monitor", "env")
 
 
 def _flags_take_no_value() -> None:
@@ -206,6 +206,7 @@ def _register_all() -> None:
     from gpurig.commands import (
         bench_comm,
         bench_train,
+        burn,
         check,
         doctor,
         env,
@@ -217,7 +218,7 @@ def _register_all() -> None:
         verify,
     )
 
-    for module in (check, doctor, verify, train, launch, explain, lint, monitor, env):
+    for module in (check, doctor, verify, burn, train, launch, explain, lint, monitor, env):
         module.register(app)
     for module in (bench_comm, bench_train):
         module.register(bench_app)

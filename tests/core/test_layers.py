@@ -18,7 +18,7 @@ LAYERS = [  # the order of the shared design (DESIGN.md), bottom to top
     {"recipes"},
     {"launch"},
     {"diagnose"},
-    {"train", "comm"},
+    {"train", "comm", "burn"},
     {"suite"},
     {"report"},
     {"commands", "api"},

@@ -1,0 +1,175 @@
+"""Parent side of `gpurig burn`: one worker per GPU through torchrun, NVML watched from here.
+
+`run_burn()` plans the run (the GPUs, the length), starts `gpurig.burn.worker` on every GPU at
+once, samples every GPU's clock, power, temperature and throttle reasons through NVML the whole
+time (the parent never touches CUDA), reads the health counters (ECC, retired pages, remapped
+rows) before and after, and hands everything to `diagnose/burn.py` for a verdict per GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpurig.burn.faults import FAULT_ENV, parse_faults
+from gpurig.diagnose.burn import judge_burn
+from gpurig.errors import BadInput
+from gpurig.launch.plan import default_run_dir, plan_torchrun, resolve_device
+from gpurig.launch.runner import raise_if_interrupted, run_plan
+
+LEVELS = {"quick": 30.0, "default": 180.0, "long": 900.0}
+STARTUP_S = 90.0  # torch import, process group, first kernels
+HEALTH_FIELDS = ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected", "retired_pages", "retired_pages_pending",
+                 "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failed")
+
+
+def parse_duration(text: str | float | None, flag: str = "--duration") -> float:
+    """'90', '90s', '3m', '1h' -> seconds."""
+    if text is None:
+        return LEVELS["default"]
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        raw = text.strip().lower()
+        scale = {"s": 1, "m": 60, "h": 3600}.get(raw[-1:], None)
+        try:
+            seconds = float(raw[:-1]) * scale if scale else float(raw)
+        except ValueError:
+            raise BadInput(f"{flag}: {text!r} is not a duration (e.g. 90s, 3m, 1h)") from None
+    if not 5 <= seconds <= 24 * 3600:
+        raise BadInput(f"{flag}: {text!r} must be between 5 seconds and 24 hours")
+    return seconds
+
+
+def parse_gpus(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        gpus = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"--gpus: {text!r} must be GPU indices such as 0,1") from None
+    if not gpus or len(set(gpus)) != len(gpus) or min(gpus) < 0:
+        raise BadInput(f"--gpus: {text!r} must list distinct GPU indices such as 0,1")
+    return gpus
+
+
+class Watcher:
+    """NVML samples of every GPU, once a second, in a thread (nothing when there is no NVML)."""
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        self.samples: list[dict[str, Any]] = []
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        try:
+            from gpurig.monitor.sampler import MonitorUnavailable, Sampler
+
+            self.sampler = Sampler()
+            self.sampler.open()
+        except (ImportError, MonitorUnavailable) as exc:
+            self.error = str(exc)
+            return
+        self._thread = threading.Thread(target=self._loop, name="gpurig-burn-nvml", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append(self.sampler.sample().to_dict())
+            except Exception as exc:  # a reading that fails is recorded, the run goes on
+                self.error = str(exc)
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self.sampler.close()
+
+
+def health() -> dict[int, dict[str, Any]]:
+    """Each GPU's identity and health counters now (NVML); empty without NVML."""
+    try:
+        from gpurig.probe.nvml import read_nvml
+
+        result = read_nvml()
+    except Exception:
+        return {}
+    return {g.index: {"name": g.name, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
+                      "serial": getattr(g, "serial", None),
+                      **{f: getattr(g, f, None) for f in HEALTH_FIELDS}} for g in result.gpus}
+
+
+def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float = LEVELS["default"],
+             out_dir: str | os.PathLike | None = None, echo: Callable[[dict[str, Any]], None] | None = None,
+             size: int | None = None) -> dict[str, Any]:
+    """Screen every visible GPU (or `gpus`) for `seconds`; returns the `gpurig burn --json` document."""
+    env: dict[str, str] = {}
+    try:
+        parse_faults(os.environ.get(FAULT_ENV))  # a typo in an injected fault is bad input, not a failed GPU
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if gpus is not None:
+        if device == "cpu":
+            raise BadInput("--gpus chooses GPUs; it does not combine with --device cpu")
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible:
+            names = [v.strip() for v in visible.split(",")]
+            missing = [g for g in gpus if g >= len(names)]
+            if missing:
+                raise BadInput(f"--gpus: GPU {missing[0]} is not among the {len(names)} visible ones")
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(names[g] for g in gpus)
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+    choice = resolve_device(device, len(gpus) if gpus else "auto")
+    if gpus is not None and choice.device != "cuda":
+        raise BadInput("--gpus: no GPU is visible here")
+    run_dir = Path(out_dir) if out_dir is not None else Path(default_run_dir("burn-"))
+    if run_dir.exists() and any(run_dir.glob("result-rank*.json")):
+        raise BadInput(f"--out {run_dir}: holds an earlier burn's results; choose another --out")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    side = size or (8192 if choice.device == "cuda" else 256)
+    entry = ["-m", "gpurig.burn.worker", "--run-dir", str(run_dir), "--device", choice.device,
+             "--seconds", f"{seconds:g}", "--size", str(side)]
+    plan = plan_torchrun(entry, choice.nproc, choice.device, run_dir=str(run_dir), env=env)
+
+    def on_line(line: str) -> None:
+        if echo and line.startswith("gpurig-burn: "):
+            echo(json.loads(line[len("gpurig-burn: "):]))
+
+    before = health() if choice.device == "cuda" else {}
+    watcher = Watcher()
+    if choice.device == "cuda":
+        watcher.start()
+    t0 = time.monotonic()
+    try:
+        run = run_plan(plan, timeout=STARTUP_S + seconds * 1.5, echo=on_line)
+    finally:
+        watcher.stop()
+    after = health() if choice.device == "cuda" else {}
+    ranks = {}
+    for r in range(choice.nproc):
+        p = run_dir / f"result-rank{r}.json"
+        if p.is_file():
+            ranks[r] = json.loads(p.read_text())
+    doc = {
+        "device": choice.device, "nproc": choice.nproc, "reason": choice.reason, "seconds_asked": seconds,
+        "seconds": time.monotonic() - t0, "run_dir": str(run_dir), "gpus": gpus,
+        "ranks": [ranks.get(r) for r in range(choice.nproc)], "health_before": before, "health_after": after,
+        "nvml_samples": watcher.samples, "nvml_error": watcher.error,
+        "launcher": {"returncode": run.returncode, "timed_out": run.timed_out, "log": run.log_path,
+                     "tail": run.output_tail[-8:]},
+    }
+    doc["interrupted"] = bool(run.interrupted)
+    doc.update(judge_burn(doc))
+    (run_dir / "burn.json").write_text(json.dumps(doc, indent=1, default=str))  # kept, even when interrupted
+    raise_if_interrupted(run)
+    return doc

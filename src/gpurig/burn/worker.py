@@ -1,0 +1,291 @@
+"""The worker behind `gpurig burn`: one process per GPU (torchrun), each screening its own GPU.
+
+    python -m torch.distributed.run --nproc-per-node=2 -m gpurig.burn.worker --run-dir RUN --device cpu --seconds 10
+
+Three parts, each written to `result-rank<R>.json` as soon as it is done (a crash keeps the rest):
+
+- **compute**: sustained matrix products per dtype (bf16, fp16, tf32, fp32 on a GPU; fp32 and bf16
+  on the CPU) on inputs from a fixed seed, the same on every rank. Every product's bits are summed
+  on the device (an exact integer checksum: one flipped bit changes it) and compared with the first
+  product's; afterwards the ranks compare their first checksums (the same GPU model must give the
+  same bits). The rate is set beside a plain `torch.matmul` loop on the same inputs, measured first.
+- **memory**: most of the free device memory written with patterns (zeros, ones, walking ones,
+  address-in-address, seeded random) and read back by kernels on the device, in slices; a word
+  that reads back wrong is reported with its offset and pattern. Its rate is set beside a plain
+  device-to-device copy.
+- **transfers**: host-to-device and back, pinned and pageable (GPU only).
+
+Faults for tests (`GPURIG_BURN_FAULT`, comma-separated): `flip:rank=1:dtype=fp32:iter=3` flips one
+bit of one product; `mem:rank=0` corrupts one word after it was written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from gpurig.burn.faults import FAULT_ENV, parse_faults
+
+DTYPES_GPU = ("bf16", "fp16", "tf32", "fp32")
+DTYPES_CPU = ("fp32", "bf16")
+TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}
+PATTERNS = ("zeros", "ones", "walking-ones", "address", "random")
+
+
+class Burner:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        self.cuda = args.device == "cuda"
+        if self.cuda:
+            torch.cuda.set_device(local)
+            self.dev = torch.device("cuda", local)
+        else:
+            self.dev = torch.device("cpu")
+        dist.init_process_group("gloo")  # small host-side agreement only; the work never leaves the device
+        self.run_dir = Path(args.run_dir)
+        self.args = args
+        self.faults = [f for f in parse_faults(os.environ.get(FAULT_ENV)) if f["rank"] == self.rank]
+        props = torch.cuda.get_device_properties(self.dev) if self.cuda else None
+        self.result: dict[str, Any] = {
+            "rank": self.rank, "local_rank": local, "device": args.device,
+            "device_name": props.name if props else "cpu",
+            "uuid": str(getattr(props, "uuid", "")) or None if props else None,
+            "compute": {}, "memory": None, "transfers": None, "errors": [],
+        }
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+    def save(self) -> None:
+        path = self.run_dir / f"result-rank{self.rank}.json"
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(self.result, indent=1))
+        os.replace(tmp, path)
+
+    def say(self, part: str, **data: Any) -> None:
+        print("gpurig-burn: " + json.dumps({"rank": self.rank, "part": part, **data}), flush=True)
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.dev)
+
+    def fault(self, kind: str, **match: Any) -> bool:
+        return any(f["kind"] == kind and all(f.get(k) == v for k, v in match.items()) for f in self.faults)
+
+    # -- compute --------------------------------------------------------------------------------
+    @staticmethod
+    def checksum(c: torch.Tensor) -> torch.Tensor:
+        """An exact integer sum of the product's bits, on the device (one flipped bit changes it)."""
+        words = c.view(torch.int32) if c.element_size() == 4 else c.view(torch.int16).view(torch.int32)
+        return words.sum(dtype=torch.int64)
+
+    def compute(self, name: str, seconds: float) -> dict[str, Any]:
+        n = self.args.size
+        dt = TORCH_DTYPE[name]
+        if self.cuda:
+            torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+            torch.backends.cudnn.allow_tf32 = name == "tf32"
+        g = torch.Generator(device=self.dev).manual_seed(20261202)  # the same inputs on every rank
+        a = torch.randn((n, n), generator=g, device=self.dev).to(dt)
+        b = torch.randn((n, n), generator=g, device=self.dev).to(dt)
+        c = torch.empty((n, n), device=self.dev, dtype=dt)
+        flops = 2.0 * n ** 3
+
+        def timed_loop(check: bool, budget: float, sums: list[torch.Tensor] | None = None) -> tuple[int, float]:
+            iters, batch = 0, 4
+            self.sync()
+            t0 = time.perf_counter()
+            while True:
+                for _ in range(batch):
+                    torch.matmul(a, b, out=c)
+                    iters += 1
+                    if check:
+                        if self.fault("flip", dtype=name, iter=iters):
+                            c.view(torch.int16)[0, 0] ^= 1  # one bit of one product, as a bad ALU would
+                        sums.append(self.checksum(c))
+                self.sync()
+                elapsed = time.perf_counter() - t0
+                if elapsed >= budget:
+                    return iters, elapsed
+                batch = min(batch * 2, 64)
+
+        timed_loop(False, min(0.5, seconds * 0.1))  # warm up: kernels chosen, clocks up
+        plain_iters, plain_s = timed_loop(False, max(0.5, seconds * 0.2))
+        torch.matmul(a, b, out=c)
+        reference = int(self.checksum(c))
+        sums: list[torch.Tensor] = []
+        iters, elapsed = timed_loop(True, seconds * 0.8, sums)
+        values = torch.stack(sums).cpu().tolist()
+        bad = [i + 1 for i, v in enumerate(values) if v != reference]
+        out = {
+            "size": n, "iterations": iters, "seconds": elapsed,
+            "tflops": flops * iters / elapsed / 1e12, "plain_tflops": flops * plain_iters / plain_s / 1e12,
+            "reference_checksum": reference, "mismatched_iterations": bad[:20], "mismatches": len(bad),
+        }
+        if bad:
+            first = values[bad[0] - 1]
+            out["difference"] = first - reference
+        out["vs_plain"] = out["tflops"] / out["plain_tflops"] if out["plain_tflops"] else None
+        return out  # a, b, c are freed here, before the next dtype's
+
+    # -- memory ---------------------------------------------------------------------------------
+    def memory(self, seconds: float) -> dict[str, Any]:
+        if self.cuda:
+            free, total = torch.cuda.mem_get_info(self.dev)
+            target = int(free * self.args.mem_fraction)
+            chunk_bytes = 1 << 30
+        else:
+            free = total = None
+            target = self.args.cpu_mem_mb << 20
+            chunk_bytes = 4 << 20
+        chunk_words = chunk_bytes // 4
+        slice_words = min(chunk_words, 1 << 26)
+        chunks: list[torch.Tensor] = []
+        while (len(chunks) + 1) * chunk_bytes <= target:
+            try:
+                chunks.append(torch.empty(chunk_words, dtype=torch.int32, device=self.dev))
+            except torch.OutOfMemoryError:
+                break
+        tested = len(chunks) * chunk_bytes
+        # The plain rate to compare with: a device-to-device copy of one chunk (read + write).
+        copy_gbps = None
+        if len(chunks) >= 2:
+            self.sync()
+            t0 = time.perf_counter()
+            reps = 5
+            for _ in range(reps):
+                chunks[1].copy_(chunks[0])
+            self.sync()
+            copy_gbps = 2 * chunk_bytes * reps / (time.perf_counter() - t0) / 1e9
+
+        def expected(pattern: str, k: int, chunk: int, lo: int, hi: int) -> torch.Tensor | int:
+            if pattern == "zeros":
+                return 0
+            if pattern == "ones":
+                return -1
+            if pattern == "walking-ones":
+                bit = (k + chunk) % 32
+                return -(1 << 31) if bit == 31 else 1 << bit
+            if pattern == "address":
+                base = ((chunk & 0x7) << 28) + lo
+                return torch.arange(base, base + (hi - lo), dtype=torch.int64, device=self.dev).to(torch.int32)
+            g = torch.Generator(device=self.dev).manual_seed(1_000_003 * (k + 1) + 7919 * chunk + lo)
+            return torch.randint(-(1 << 31), (1 << 31) - 1, (hi - lo,), generator=g, device=self.dev,
+                                 dtype=torch.int32)
+
+        errors: list[dict[str, Any]] = []
+        moved = 0
+        passes = 0
+        t0 = time.perf_counter()
+        while passes == 0 or time.perf_counter() - t0 < seconds:
+            for pattern in PATTERNS:
+                for ci, ch in enumerate(chunks):
+                    for lo in range(0, chunk_words, slice_words):
+                        hi = min(chunk_words, lo + slice_words)
+                        value = expected(pattern, passes, ci, lo, hi)
+                        if isinstance(value, int):
+                            ch[lo:hi].fill_(value)
+                        else:
+                            ch[lo:hi].copy_(value)
+                if pattern == "address" and self.fault("mem") and chunks:
+                    chunks[0][12345] ^= 0x10  # one word goes bad after it was written
+                for ci, ch in enumerate(chunks):
+                    for lo in range(0, chunk_words, slice_words):
+                        hi = min(chunk_words, lo + slice_words)
+                        value = expected(pattern, passes, ci, lo, hi)
+                        wrong = ch[lo:hi] != value
+                        if bool(wrong.any()):
+                            where = int(wrong.nonzero()[0, 0])
+                            got = int(ch[lo + where])
+                            want = value if isinstance(value, int) else int(value[where])
+                            errors.append({"pattern": pattern, "pass": passes + 1,
+                                           "offset_bytes": (ci * chunk_words + lo + where) * 4,
+                                           "read": got & 0xFFFFFFFF, "expected": want & 0xFFFFFFFF,
+                                           "words_wrong": int(wrong.sum())})
+                moved += 2 * tested
+            passes += 1
+            self.sync()
+        elapsed = time.perf_counter() - t0
+        rate = moved / elapsed / 1e9 if elapsed else None
+        # Reading back costs a compare against a regenerated expectation, so count what is touched.
+        del chunks
+        return {"bytes_tested": tested, "free_bytes": free, "total_bytes": total, "passes": passes,
+                "patterns": list(PATTERNS), "seconds": elapsed, "gbps": rate, "copy_gbps": copy_gbps,
+                "vs_copy": rate / copy_gbps if (rate and copy_gbps) else None, "errors": errors[:20]}
+
+    # -- transfers ------------------------------------------------------------------------------
+    def transfers(self) -> dict[str, Any] | None:
+        if not self.cuda:
+            return None
+        nbytes = 256 << 20
+        dev_buf = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
+        out: dict[str, Any] = {"bytes": nbytes}
+        for pinned in (True, False):
+            host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+            for direction in ("h2d", "d2h"):
+                self.sync()
+                t0 = time.perf_counter()
+                for _ in range(5):
+                    if direction == "h2d":
+                        dev_buf.copy_(host, non_blocking=pinned)
+                    else:
+                        host.copy_(dev_buf, non_blocking=pinned)
+                self.sync()
+                out[f"{direction}_{'pinned' if pinned else 'pageable'}_gbps"] = 5 * nbytes / (time.perf_counter() - t0) / 1e9
+        return out
+
+    # -- the run --------------------------------------------------------------------------------
+    def run(self) -> None:
+        a = self.args
+        dtypes = [d for d in a.dtypes.split(",") if d] or list(DTYPES_GPU if self.cuda else DTYPES_CPU)
+        per = a.seconds * 0.6 / len(dtypes)
+        for name in dtypes:
+            self.result["compute"][name] = self.compute(name, per)
+            c = self.result["compute"][name]
+            self.say("compute", dtype=name, tflops=c["tflops"], vs_plain=c["vs_plain"], mismatches=c["mismatches"])
+            self.save()
+        # Every rank ran the same product on the same inputs: the same GPU model gives the same bits.
+        mine = {n: self.result["compute"][n]["reference_checksum"] for n in dtypes}
+        everyone: list[Any] = [None] * self.world
+        dist.all_gather_object(everyone, {"name": self.result["device_name"], "sums": mine})
+        self.result["peers"] = everyone
+        self.save()
+        self.result["memory"] = self.memory(a.seconds * 0.3)
+        m = self.result["memory"]
+        self.say("memory", gbps=m["gbps"], vs_copy=m["vs_copy"], bytes=m["bytes_tested"], errors=len(m["errors"]))
+        self.save()
+        self.result["transfers"] = self.transfers()
+        self.say("transfers", **(self.result["transfers"] or {}))
+        self.result["done"] = True
+        self.save()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="gpurig.burn.worker", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--seconds", type=float, default=180.0, help="the whole screen's length on this GPU")
+    ap.add_argument("--size", type=int, default=8192, help="matrix side for the products")
+    ap.add_argument("--dtypes", default="", help="comma-separated; default every dtype the device has")
+    ap.add_argument("--mem-fraction", type=float, default=0.9, help="share of the free GPU memory to test")
+    ap.add_argument("--cpu-mem-mb", type=int, default=64, help="memory to test on the CPU")
+    args = ap.parse_args(argv)
+    burner = Burner(args)
+    try:
+        burner.run()
+    finally:
+        burner.save()
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The verdict of `gpurig burn`: pass, watch or fail for every GPU, each with its evidence and the
+next step. Pure: it reads the burn document (`burn/run.py`) and judges nothing else.
+
+- **fail**: a product whose bits differ from the first one's (silent data corruption), a GPU that
+  computes other bits than the other GPUs of its model on the same inputs, a memory word that read
+  back wrong, a new uncorrectable ECC error, a page or row retirement pending or failed, a worker
+  that died.
+- **watch**: a straggler (sustained rate more than 5% below the median of its siblings), a clock
+  held under 90% of the part's maximum while at its power limit, thermal throttling.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from typing import Any
+
+from gpurig.probe.nvml import POWER_REASONS, THERMAL_REASONS
+
+STRAGGLER = 0.95  # a GPU's rate under this share of the median of its siblings
+LOW_CLOCK = 0.90  # a clock under this share of the part's maximum, at the power limit
+SDC_NEXT = ("take it out of service; run `gpurig burn --gpus {i} --long` again, then `dcgmi diag -r 3`; if it "
+            "fails again, return the card")
+
+
+def _nvml_index(doc: dict[str, Any], rank: int) -> int:
+    """The NVML index of the GPU a rank ran on (--gpus, or CUDA_VISIBLE_DEVICES, or the rank)."""
+    if doc.get("gpus"):
+        return doc["gpus"][rank]
+    visible = [v.strip() for v in (os.environ.get("CUDA_VISIBLE_DEVICES") or "").split(",") if v.strip()]
+    if rank < len(visible) and visible[rank].isdigit():
+        return int(visible[rank])
+    return rank
+
+
+def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
+    """{"gpus": [{index, rank, name, verdict, findings: [...], rates}], "passed": bool}."""
+    ranks = doc.get("ranks") or []
+    out = []
+    before, after = doc.get("health_before") or {}, doc.get("health_after") or {}
+    samples = doc.get("nvml_samples") or []
+    rates: dict[str, dict[int, float]] = {}
+    for r, res in enumerate(ranks):
+        for dtype, c in ((res or {}).get("compute") or {}).items():
+            rates.setdefault(dtype, {})[r] = c.get("tflops") or 0.0
+    for r, res in enumerate(ranks):
+        i = _nvml_index(doc, r)
+        ident = after.get(i) or before.get(i) or after.get(str(i)) or before.get(str(i)) or {}
+        who = f"GPU {i}" + (f" ({ident.get('name')}, bus {ident.get('pci_bus_id')}, UUID {ident.get('uuid')})"
+                            if ident.get("uuid") else "")
+        findings: list[dict[str, Any]] = []
+
+        def add(severity: str, fid: str, title: str, detail: str, fix: str, *, _to: list = findings,
+                _gpu: int = i, _rank: int = r, **evidence: Any) -> None:
+            _to.append({"id": fid, "severity": severity, "title": title, "detail": detail, "fix": fix,
+                        "evidence": {"gpu": _gpu, "rank": _rank, **evidence}})
+
+        if res is None or not res.get("done"):
+            tail = " | ".join((doc.get("launcher") or {}).get("tail") or [])
+            add("fail", "burn-worker-died", f"{who}: the screen did not finish",
+                f"the worker stopped before the end (launcher exit {(doc.get('launcher') or {}).get('returncode')})"
+                + (f": {tail}" if tail else ""), f"read {(doc.get('launcher') or {}).get('log')}; then "
+                "`gpurig doctor` and `dmesg | grep -i xid`")
+        for dtype, c in ((res or {}).get("compute") or {}).items():
+            if c.get("mismatches"):
+                it = c["mismatched_iterations"][0]
+                add("fail", "burn-silent-data-corruption",
+                    f"{who}: a {dtype} matrix product came out wrong ({c['mismatches']} of {c['iterations']} products)",
+                    f"the same {c['size']}x{c['size']} product on the same inputs gave other bits in iteration {it} "
+                    f"than in the first (checksum off by {c.get('difference')}): silent data corruption",
+                    SDC_NEXT.format(i=i), dtype=dtype, iterations=c["mismatched_iterations"])
+        mem = (res or {}).get("memory") or {}
+        for e in mem.get("errors") or []:
+            add("fail", "burn-memory-error",
+                f"{who}: memory read back wrong at offset {e['offset_bytes']:#x} ({e['pattern']} pattern)",
+                f"read {e['read']:#010x}, wrote {e['expected']:#010x}; {e['words_wrong']} word(s) wrong in that "
+                f"slice, pass {e['pass']}", f"reset the GPU (`sudo nvidia-smi -r -i {i}`) and burn again; if it "
+                "comes back, run `dcgmi diag -r 3` and return the card", **e)
+            break  # one line per GPU; the rest are in the document
+        b, a = before.get(i) or {}, after.get(i) or {}
+        for field in ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected", "retired_pages",
+                      "remapped_rows_uncorrectable"):
+            if a.get(field) is not None and (a.get(field) or 0) > (b.get(field) or 0):
+                add("fail", "burn-new-memory-errors", f"{who}: {field.replace('_', ' ')} rose during the screen",
+                    f"{b.get(field)} before, {a.get(field)} after", SDC_NEXT.format(i=i), field=field)
+        for field in ("retired_pages_pending", "remapped_rows_pending", "remapped_rows_failed"):
+            if a.get(field):
+                add("fail", "burn-memory-repair-pending", f"{who}: {field.replace('_', ' ')}",
+                    "the memory has failing cells that only a reset (or a replacement) takes out of use",
+                    f"`sudo nvidia-smi -r -i {i}`; if failed, return the card", field=field)
+        # Stragglers: against the median of the GPUs of the same model.
+        name = (res or {}).get("device_name")
+        for dtype, by_rank in rates.items():
+            peers = [v for rr, v in by_rank.items() if (ranks[rr] or {}).get("device_name") == name and v]
+            mine = by_rank.get(r)
+            if len(peers) >= 2 and mine and doc.get("device") == "cuda":  # CPU processes share the cores
+                med = statistics.median(peers)
+                if mine < STRAGGLER * med:
+                    add("watch", "burn-straggler", f"{who}: {dtype} at {mine:,.1f} TFLOP/s, "
+                        f"{1 - mine / med:.0%} below the median of its siblings ({med:,.1f})",
+                        "in synchronous training every step waits for the slowest GPU", "look at its clock, power "
+                        "and temperature beside the others' (`gpurig monitor`); reseat it, check its cooling",
+                        dtype=dtype, tflops=mine, median=med)
+        # Cross-GPU: the same model on the same inputs must give the same bits.
+        for dtype in ((res or {}).get("compute") or {}):
+            same = [(rr, (x or {}).get("compute", {}).get(dtype, {}).get("reference_checksum"))
+                    for rr, x in enumerate(ranks) if (x or {}).get("device_name") == name]
+            sums = [s for _, s in same if s is not None]
+            if len(sums) >= 2:
+                common = statistics.mode(sums)
+                mine = ((res or {}).get("compute") or {}).get(dtype, {}).get("reference_checksum")
+                if mine != common and sums.count(common) > sums.count(mine):
+                    add("fail", "burn-differs-from-siblings",
+                        f"{who}: its {dtype} product differs from the other {name} GPUs' on the same inputs",
+                        f"checksum {mine}, the others {common}", SDC_NEXT.format(i=i), dtype=dtype)
+        # NVML: clocks, power, temperature during the run.
+        mine_s = [g for s in samples for g in s.get("gpus", []) if g.get("index") == i and not g.get("error")]
+        if mine_s:
+            busy = [g for g in mine_s if (g.get("utilization_pct") or 0) >= 50] or mine_s
+            capped = [g for g in busy if set(g.get("throttle_reasons") or []) & POWER_REASONS]
+            top = max((g.get("sm_clock_max_mhz") or 0) for g in busy)
+            clocks = [g.get("sm_clock_mhz") or 0 for g in capped]
+            if capped and top and statistics.mean(clocks) < LOW_CLOCK * top:
+                add("watch", "burn-low-clock-at-power-limit",
+                    f"{who}: held {statistics.mean(clocks):,.0f} MHz of {top:,} at its power limit",
+                    f"{len(capped)} of {len(busy)} busy samples at the power limit", "check the power cap "
+                    "(`nvidia-smi -q -d POWER`) and cooling; compare with its siblings", clock=statistics.mean(clocks))
+            hot = [g for g in busy if set(g.get("throttle_reasons") or []) & THERMAL_REASONS]
+            if hot:
+                add("watch", "burn-thermal-throttle", f"{who}: throttled for temperature in {len(hot)} samples",
+                    f"up to {max((g.get('temperature_c') or 0) for g in hot):.0f} °C", "check airflow and the fans; "
+                    "reseat the card", samples=len(hot))
+        verdict = ("fail" if any(f["severity"] == "fail" for f in findings)
+                   else "watch" if findings else "pass")
+        summary = {d: {"tflops": c.get("tflops"), "vs_plain": c.get("vs_plain")}
+                   for d, c in ((res or {}).get("compute") or {}).items()}
+        out.append({"index": i, "rank": r, "name": name, "uuid": ident.get("uuid"), "verdict": verdict,
+                    "findings": findings, "compute": summary,
+                    "memory": {k: mem.get(k) for k in ("bytes_tested", "gbps", "copy_gbps", "vs_copy", "passes")},
+                    "transfers": (res or {}).get("transfers")})
+    return {"gpus_judged": out, "passed": bool(out) and all(g["verdict"] != "fail" for g in out)}
