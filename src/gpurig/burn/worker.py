@@ -84,8 +84,9 @@ class Burner:
     @staticmethod
     def checksum(c: torch.Tensor) -> torch.Tensor:
         """An exact integer sum of the product's bits, on the device (one flipped bit changes it)."""
-        words = c.view(torch.int32) if c.element_size() == 4 else c.view(torch.int16).view(torch.int32)
-        return words.sum(dtype=torch.int64)
+        # The bits as 64-bit words, summed with wrap-around: a flipped bit changes the sum by 2^k
+        # (mod 2^64), so it always shows; no conversion pass, half the elements of an int32 sum.
+        return c.view(torch.int16).view(torch.int64).sum()
 
     def compute(self, name: str, seconds: float) -> dict[str, Any]:
         n = self.args.size
@@ -118,11 +119,14 @@ class Burner:
                 batch = min(batch * 2, 64)
 
         timed_loop(False, min(0.5, seconds * 0.1))  # warm up: kernels chosen, clocks up
-        plain_iters, plain_s = timed_loop(False, max(0.5, seconds * 0.2))
         torch.matmul(a, b, out=c)
         reference = int(self.checksum(c))
+        # The plain loop before and after the checked one, so both see the same clocks and heat.
+        before_iters, before_s = timed_loop(False, max(0.25, seconds * 0.1))
         sums: list[torch.Tensor] = []
-        iters, elapsed = timed_loop(True, seconds * 0.8, sums)
+        iters, elapsed = timed_loop(True, seconds * 0.7, sums)
+        after_iters, after_s = timed_loop(False, max(0.25, seconds * 0.1))
+        plain_iters, plain_s = before_iters + after_iters, before_s + after_s
         values = torch.stack(sums).cpu().tolist()
         bad = [i + 1 for i, v in enumerate(values) if v != reference]
         out = {
@@ -278,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mem-fraction", type=float, default=0.9, help="share of the free GPU memory to test")
     ap.add_argument("--cpu-mem-mb", type=int, default=64, help="memory to test on the CPU")
     args = ap.parse_args(argv)
+    if args.size % 4:
+        ap.error("--size must be a multiple of 4 (the checksum reads the product as 64-bit words)")
     burner = Burner(args)
     try:
         burner.run()

@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
                 console.print(line, highlight=False)
 
         if not json_out:
-            console.print(f"gpurig burn: {seconds:g} s on every {'chosen ' if chosen else ''}GPU "
+            console.print(f"gpurig burn: {seconds:g} s on every {'chosen ' if chosen else ''}GPU at once, or two CPU workers "
                           "(compute checked bit for bit, memory patterns, transfers; NVML watched)")
         doc = run_burn(device=device, gpus=chosen, seconds=seconds, out_dir=out, echo=echo)
         if json_out:
