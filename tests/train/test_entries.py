@@ -281,3 +281,21 @@ def test_a_model_inside_a_package_keeps_its_relative_imports(user_code):
     for entry in ("mypkg/models.py:build", "mypkg.models:build"):
         info = probe(_cfg(f"model.entry={entry}", "data.entry=mydata.py:build"))
         assert info["output_shape"] == [4] and not info["has_conv2d"]
+
+
+def test_the_model_is_sized_by_every_target_not_the_first_ones(user_code):
+    (user_code / "late.py").write_text(textwrap.dedent('''
+        import torch
+        from torch.utils.data import TensorDataset
+
+
+        def build():
+            y = torch.zeros(5000, dtype=torch.long)
+            y[-8:] = 9  # a class that only appears after the probe's first 4096 samples
+            return TensorDataset(torch.randn(5000, 1, 8, 8), y)
+        '''))
+    s = run_training(_cfg("model.entry=mymodels.py:build", "data.entry=late.py:build", "train.steps=3",
+                          "data.batch_size=32"), device="cpu", nproc=1, out_dir=user_code / "r", timeout=240)
+    assert s["steps"] == 3
+    state = torch.load(ckpt.checkpoint_path(user_code / "r", 3), weights_only=True)["model"]
+    assert state["4.weight"].shape[0] == 10  # the last Linear scores 10 classes

@@ -151,7 +151,11 @@ def probe(cfg: Any) -> dict[str, Any]:
                     sample_shape=list(x.shape), sample_dtype=str(x.dtype).replace("torch.", ""),
                     target_shape=list(y.shape), target_dtype=str(y.dtype).replace("torch.", ""))
         if y.dim() == 0 and not y.is_floating_point():
-            num_classes = int(max(int(train[i][1]) for i in range(min(len(train), 4096)))) + 1
+            targets = getattr(train, "targets", None)  # torchvision's datasets keep them all
+            if targets is not None and len(targets) == len(train):
+                num_classes = int(max(int(t) for t in targets)) + 1
+            else:  # the first 4096 here; the worker counts every target before it builds the model
+                num_classes = int(max(int(train[i][1]) for i in range(min(len(train), 4096)))) + 1
             info["num_classes"] = num_classes
     if cfg.model.entry:
         model = build_user_model(cfg, num_classes)
@@ -235,7 +239,9 @@ def user_arrays(cfg: Any, info: dict[str, Any]) -> Any:
     held = materialise(test) if test is not None and classifies(info) else None
     x, y = whole
     xt, yt = held if held is not None else (None, None)
-    return ArrayData("tensor", x, y, xt, yt, num_classes=int(info.get("num_classes") or 0), name=cfg.data.entry)
+    classes = int(y.max()) + 1 if (y.dim() == 1 and not y.is_floating_point() and len(y)) else 0  # every target
+    return ArrayData("tensor", x, y, xt, yt, num_classes=classes or int(info.get("num_classes") or 0),
+                     name=cfg.data.entry)
 
 
 def classifies(info: dict[str, Any]) -> bool:

@@ -99,7 +99,11 @@ class Trainer(Checkpointing, Reporting):
             torch.backends.cudnn.benchmark = True  # fixed input shapes: autotune convolutions once
             torch.set_float32_matmul_precision("high")  # TF32 for any fp32 matmul left
             self.choose(Choice("tf32", True, "TF32 tensor cores for fp32 matmuls and convolutions"))
-        user_model = self._user_model() if cfg.model.entry else None
+        # Your own data first (its classes, counted over every target, size your model), then your model
+        # (whether it has convolutions decides channels_last, which the loaders need).
+        user_arrays = self._user_data() if cfg.data.entry else None
+        user_model = self._user_model(user_arrays.num_classes if user_arrays is not None else None) \
+            if cfg.model.entry else None
         conv = None if user_model is None else any(isinstance(m, nn.Conv2d) for m in user_model.modules())
         self.channels_last = self.choose(choose_channels_last(cfg, dev, conv)).value
         if cfg.model.entry or cfg.data.entry or cfg.train.loss_entry:
@@ -145,7 +149,7 @@ class Trainer(Checkpointing, Reporting):
             size = cfg.data.image_size or 224
             self.in_shape = (3, size, size)
         else:
-            arrays = self._user_data() if cfg.data.entry else D.load_arrays(cfg)
+            arrays = user_arrays if user_arrays is not None else D.load_arrays(cfg)
             on = cfg.data.on_device
             hold = torch.device("cpu")
             if dev.type == "cuda":
@@ -184,8 +188,7 @@ class Trainer(Checkpointing, Reporting):
             model = model.to(memory_format=torch.channels_last)
         self.n_params = count_params(model)
         if user_model is not None:
-            x, y = next(self.loader.epoch(0))
-            self.flops_per_sample = entries.flops_of(model, x, y, self.own_loss)
+            self.flops_per_sample = entries.flops_of(model, *self._one_sample())
         else:
             self.flops_per_sample = flops_per_sample(model, cfg, self.in_shape)
         torch.manual_seed(cfg.seed + 1000 * ctx.rank + 1)  # dropout masks differ between ranks
@@ -217,9 +220,9 @@ class Trainer(Checkpointing, Reporting):
     own_loss = False
     loss_fn = None
 
-    def _user_model(self) -> nn.Module:
+    def _user_model(self, num_classes: int | None) -> nn.Module:
         torch.manual_seed(self.cfg.seed)  # the same initial weights on every rank
-        model = entries.build_user_model(self.cfg, self.entries.get("num_classes"))
+        model = entries.build_user_model(self.cfg, num_classes or self.entries.get("num_classes"))
         self.own_loss = bool(self.entries.get("returns_loss"))
         self.choose(Choice("model", self.cfg.model.entry, f"your own model: {count_params(model):,} parameters"))
         return model
@@ -230,6 +233,15 @@ class Trainer(Checkpointing, Reporting):
                            "the model's forward takes the targets and returns its loss" if self.own_loss else
                            "your own loss function" if self.loss_fn is not None else
                            "class scores against integer targets"))
+
+    def _one_sample(self) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """One training sample as the model takes it (for counting its FLOPs), without starting a loader."""
+        dev = self.ctx.device
+        if getattr(self.loader, "x", None) is not None and getattr(self.loader, "y", None) is not None:
+            x, y = self.loader.x[:1].to(dev), self.loader.y[:1].to(dev)
+            return self.loader.norm(x), y, self.own_loss
+        return (torch.zeros((1, *self.in_shape), device=dev), torch.zeros(1, dtype=torch.long, device=dev),
+                self.own_loss)
 
     def _user_data(self) -> D.ArrayData:
         arrays = entries.user_arrays(self.cfg, self.entries)
