@@ -299,3 +299,18 @@ def test_the_model_is_sized_by_every_target_not_the_first_ones(user_code):
     assert s["steps"] == 3
     state = torch.load(ckpt.checkpoint_path(user_code / "r", 3), weights_only=True)["model"]
     assert state["4.weight"].shape[0] == 10  # the last Linear scores 10 classes
+
+
+def test_a_dataset_too_big_to_hold_is_streamed_and_trains_the_same(user_code, monkeypatch):
+    held = run_training(_cfg(*BASE, "data.batch_size=16", "eval.enabled=true"), device="cpu", nproc=2,
+                        out_dir=user_code / "held", timeout=240)
+    monkeypatch.setenv("GPURIG_HOLD_LIMIT_BYTES", "20000")  # the 256 training samples (67 KB) no longer fit
+    streamed = run_training(_cfg(*BASE, "data.batch_size=16", "eval.enabled=true", "data.workers=1"), device="cpu",
+                            nproc=2, out_dir=user_code / "streamed", timeout=240)
+    choices = {c["name"]: c for c in streamed["choices"]}
+    assert choices["data_placement"]["value"] == "loader" and "DataLoader" in choices["data_placement"]["reason"]
+    assert streamed["eval_samples"] == 64 == held["eval_samples"]  # the test set still fits: evaluated
+    a = torch.load(ckpt.checkpoint_path(user_code / "held", 20), weights_only=True)["model"]
+    b = torch.load(ckpt.checkpoint_path(user_code / "streamed", 20), weights_only=True)["model"]
+    for k in a:  # the same shards, the same order: the same weights
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6)

@@ -25,6 +25,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from gpurig.train.entries import (  # noqa: F401  (re-exported: the shared half 
     probe_in_child,
 )
 
-MATERIALISE_LIMIT = 4 << 30  # a user dataset up to this size is read once into memory (and onto the GPU if it fits)
+MATERIALISE_LIMIT = int(os.environ.get("GPURIG_HOLD_LIMIT_BYTES", 4 << 30))  # a user Dataset up to this size is held in memory
 
 
 def build_user_model(cfg: Any, num_classes: int | None) -> Any:
@@ -231,17 +232,32 @@ def user_arrays(cfg: Any, info: dict[str, Any]) -> Any:
     from gpurig.train.torch.data import ArrayData
 
     train, test = build_user_data(cfg)
-    whole = materialise(train)
-    if whole is None:
-        raise BadInput(f"{_where('data.entry')}: the training Dataset is larger than "
-                       f"{MATERIALISE_LIMIT >> 30} GiB in memory; gpurig reads a user Dataset whole (give a smaller "
-                       "one, or read it in your own script with `gpurig launch`)")
     held = materialise(test) if test is not None and classifies(info) else None
+    whole = materialise(train)
+    if whole is None:  # too big to hold: streamed by DataLoader workers
+        targets = getattr(train, "targets", None)
+        classes = (int(max(int(t) for t in targets)) + 1 if targets is not None and len(targets) == len(train)
+                   else int(info.get("num_classes") or 0))
+        test_arrays = None
+        if held is not None:
+            xt, yt = held
+            test_arrays = ArrayData("tensor", xt[:0], yt[:0], xt, yt, num_classes=classes, name=cfg.data.entry)
+        return Streamed(train, test_arrays, classes, list(info.get("sample_shape") or sample_of(train)[0].shape))
     x, y = whole
     xt, yt = held if held is not None else (None, None)
     classes = int(y.max()) + 1 if (y.dim() == 1 and not y.is_floating_point() and len(y)) else 0  # every target
     return ArrayData("tensor", x, y, xt, yt, num_classes=classes or int(info.get("num_classes") or 0),
                      name=cfg.data.entry)
+
+
+@dataclass
+class Streamed:
+    """A user Dataset too big to hold in memory: read by DataLoader workers as training goes."""
+
+    train: Any  # the map-style Dataset
+    test: Any  # ArrayData holding the test set when it fits (and the targets are classes), else None
+    num_classes: int
+    sample_shape: list[int]
 
 
 def classifies(info: dict[str, Any]) -> bool:

@@ -40,6 +40,7 @@ from gpurig.train.torch.choices import (
 from gpurig.train.torch.models import build_model, count_params, flops_per_sample
 from gpurig.train.torch.optim import build_optimizer, lr_factor
 from gpurig.train.torch.reporting import Reporting
+from gpurig.train.torch.user import UserEntries
 from gpurig.train.torch.wrap import wrap_model
 
 ON_DEVICE_FRACTION = 0.10  # tensor datasets up to this share of GPU memory are held on the GPU
@@ -71,7 +72,7 @@ def setup(device_kind: str) -> Context:
     return Context(rank, world, local, device, control)
 
 
-class Trainer(Checkpointing, Reporting):
+class Trainer(Checkpointing, Reporting, UserEntries):
     def __init__(self, cfg: TrainConfig, ctx: Context, run_dir: Path, resume: str | None,
                  resume_fallback: bool, record_indices: bool, entries: dict[str, Any] | None = None) -> None:
         self.cfg, self.ctx, self.run_dir = cfg, ctx, run_dir
@@ -114,7 +115,9 @@ class Trainer(Checkpointing, Reporting):
         self.eval_data = None
         self.eval_items = None
         ds = cfg.data.dataset
-        if ds.startswith("synthetic"):
+        if isinstance(user_arrays, entries.Streamed):  # your Dataset, too big to hold: a DataLoader
+            self._streamed_input(user_arrays)
+        elif ds.startswith("synthetic") and not cfg.data.entry:
             arrays = D.synthetic_pool(cfg, ctx.world, dev)
             self.choose(Choice("data_placement", "device", "synthetic data is generated on the device: no input cost"))
             self.loader = D.ArrayLoader(arrays, cfg, ctx.rank, ctx.world, dev, dev, False, self.channels_last)
@@ -122,7 +125,7 @@ class Trainer(Checkpointing, Reporting):
             self.in_shape = tuple(arrays.x_train.shape[1:])
             if arrays.kind == "token":
                 self.in_shape = (cfg.data.seq_len,)
-        elif ds == "imagefolder":
+        elif ds == "imagefolder" and not cfg.data.entry:
             classes, train_items, val_items = D.imagefolder_split(cfg)
             decode = cfg.data.decode
             if decode == "auto":
@@ -215,40 +218,6 @@ class Trainer(Checkpointing, Reporting):
         self.log_every = every
         self.choose(Choice("loss_read_every", every, "the loss is read from the device every this many steps: "
                            "no host synchronisation in between"))
-
-    # -- your own model, data and loss (model.entry, data.entry, train.loss_entry) -------------------
-    own_loss = False
-    loss_fn = None
-
-    def _user_model(self, num_classes: int | None) -> nn.Module:
-        torch.manual_seed(self.cfg.seed)  # the same initial weights on every rank
-        model = entries.build_user_model(self.cfg, num_classes or self.entries.get("num_classes"))
-        self.own_loss = bool(self.entries.get("returns_loss"))
-        self.choose(Choice("model", self.cfg.model.entry, f"your own model: {count_params(model):,} parameters"))
-        return model
-
-    def _user_loss(self) -> None:
-        self.loss_fn = entries.user_loss(self.cfg)
-        self.choose(Choice("loss", "model" if self.own_loss else (self.cfg.train.loss_entry or "cross_entropy"),
-                           "the model's forward takes the targets and returns its loss" if self.own_loss else
-                           "your own loss function" if self.loss_fn is not None else
-                           "class scores against integer targets"))
-
-    def _one_sample(self) -> tuple[torch.Tensor, torch.Tensor, bool]:
-        """One training sample as the model takes it (for counting its FLOPs), without starting a loader."""
-        dev = self.ctx.device
-        if getattr(self.loader, "x", None) is not None and getattr(self.loader, "y", None) is not None:
-            x, y = self.loader.x[:1].to(dev), self.loader.y[:1].to(dev)
-            return self.loader.norm(x), y, self.own_loss
-        return (torch.zeros((1, *self.in_shape), device=dev), torch.zeros(1, dtype=torch.long, device=dev),
-                self.own_loss)
-
-    def _user_data(self) -> D.ArrayData:
-        arrays = entries.user_arrays(self.cfg, self.entries)
-        held = f", {len(arrays.x_test):,} held out for evaluation" if arrays.x_test is not None else ""
-        self.choose(Choice("data", self.cfg.data.entry, f"your own Dataset: {len(arrays.x_train):,} samples{held}, "
-                           f"read once into memory ({arrays.nbytes / 2**20:,.0f} MiB)"))
-        return arrays
 
     # -- the step -----------------------------------------------------------------------------
     def loss_of(self, x: torch.Tensor, y: torch.Tensor, model: nn.Module | None = None) -> torch.Tensor:
