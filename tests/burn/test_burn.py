@@ -90,3 +90,52 @@ def test_nvml_clocks_at_the_power_limit_and_new_ecc_errors(monkeypatch):
     out = judge_burn(_doc([790], before={0: {"ecc_volatile_uncorrected": 0}}, after={0: {"ecc_volatile_uncorrected": 2}}))
     assert out["gpus_judged"][0]["verdict"] == "fail"
     assert out["gpus_judged"][0]["findings"][0]["id"] == "burn-new-memory-errors"
+
+
+def test_an_xid_logged_for_the_gpu_during_the_run_fails_it(monkeypatch):
+    from gpurig.probe.xid import bus_of, parse_xids
+
+    log = ("[  12.3] NVRM: loading NVIDIA UNIX x86_64 Kernel Module\n"
+           "[1234.5] NVRM: Xid (PCI:0000:06:00): 79, pid=4242, name=python, GPU has fallen off the bus.\n"
+           "[1235.0] NVRM: Xid (PCI:0000:07:00): 13, Graphics Exception\n")
+    xids = parse_xids(log)
+    assert [(x["bus"], x["xid"]) for x in xids] == [("06:00", 79), ("07:00", 13)]
+    assert bus_of("00000000:06:00.0") == "06:00" and bus_of(None) is None
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    doc = _doc([790, 790], after={0: {"pci_bus_id": "00000000:06:00.0", "uuid": "GPU-a", "name": "H200"},
+                                  1: {"pci_bus_id": "00000000:08:00.0", "uuid": "GPU-b", "name": "H200"}})
+    doc["xids"] = xids
+    out = judge_burn(doc)
+    assert [g["verdict"] for g in out["gpus_judged"]] == ["fail", "pass"]  # GPU 1 is on another bus
+    f = out["gpus_judged"][0]["findings"][0]
+    assert f["id"] == "burn-xid" and "Xid 79" in f["title"] and "fallen off the bus" in f["title"]
+
+
+def test_check_with_burn_runs_it_after_the_doctor_and_the_report_shows_it(monkeypatch, tmp_path):
+    from gpurig.report.html import render_report
+    from gpurig.suite import runner
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    order = []
+
+    def fake(name):
+        def step(ctx):
+            order.append(name)
+            return runner.StepResult(name, "passed", reason="fine",
+                                     data={"facts": {}, "findings": []} if name == "doctor" else {})
+        return step
+
+    burn_doc = {"device": "cuda", "nproc": 2, "seconds": 31.0, **judge_burn(_doc([790, 700]))}
+
+    def fake_burn(ctx):
+        order.append("burn")
+        return runner.StepResult("burn", "passed", reason="1 pass, 1 watch of 2", data=burn_doc)
+
+    monkeypatch.setattr(runner, "STEPS", [(n, fake(n)) for n in ("doctor", "verify", "bench comm", "bench train")])
+    monkeypatch.setattr(runner, "_step_burn", fake_burn)
+    ctx = runner.CheckContext(device="cpu", nproc="2", out_dir=tmp_path, quick=True, echo=print, burn=True)
+    doc = runner.run_check(ctx)
+    assert order == ["doctor", "burn", "verify", "bench comm", "bench train"] and doc["burn"] is burn_doc
+    page = render_report(doc)
+    assert 'id="burn-table"' in page and "below the median" in page and "no GPU failed" in page
+    assert 'id="burn"' not in render_report({**doc, "burn": None})  # no burn, no section

@@ -21,6 +21,7 @@ from gpurig.diagnose.burn import judge_burn
 from gpurig.errors import BadInput
 from gpurig.launch.plan import default_run_dir, plan_torchrun, resolve_device
 from gpurig.launch.runner import raise_if_interrupted, run_plan
+from gpurig.probe.xid import read_xids
 
 LEVELS = {"quick": 30.0, "default": 180.0, "long": 900.0}
 STARTUP_S = 90.0  # torch import, process group, first kernels
@@ -146,6 +147,7 @@ def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float
             echo(json.loads(line[len("gpurig-burn: "):]))
 
     before = health() if choice.device == "cuda" else {}
+    xids_before = read_xids() if choice.device == "cuda" else None
     watcher = Watcher()
     if choice.device == "cuda":
         watcher.start()
@@ -155,6 +157,11 @@ def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float
     finally:
         watcher.stop()
     after = health() if choice.device == "cuda" else {}
+    xids_after = read_xids() if choice.device == "cuda" else None
+    new_xids = None
+    if xids_before is not None and xids_after is not None:
+        seen = {x["text"] for x in xids_before}
+        new_xids = [x for x in xids_after if x["text"] not in seen]
     ranks = {}
     for r in range(choice.nproc):
         p = run_dir / f"result-rank{r}.json"
@@ -164,7 +171,7 @@ def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float
         "device": choice.device, "nproc": choice.nproc, "reason": choice.reason, "seconds_asked": seconds,
         "seconds": time.monotonic() - t0, "run_dir": str(run_dir), "gpus": gpus,
         "ranks": [ranks.get(r) for r in range(choice.nproc)], "health_before": before, "health_after": after,
-        "nvml_samples": watcher.samples, "nvml_error": watcher.error,
+        "nvml_samples": watcher.samples, "nvml_error": watcher.error, "xids": new_xids,
         "launcher": {"returncode": run.returncode, "timed_out": run.timed_out, "log": run.log_path,
                      "tail": run.output_tail[-8:]},
     }

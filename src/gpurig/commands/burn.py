@@ -87,15 +87,39 @@ def register(app: typer.Typer) -> None:
         chosen = parse_gpus(gpus)
         console = console_for(json_out)
 
+        import threading
+        import time
+
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        # A bar with the time left on a terminal (the workers' start-up counts as part of the run);
+        # one line per finished part either way.
+        progress = Progress(TextColumn("{task.description}"), BarColumn(bar_width=30), TimeRemainingColumn(),
+                            console=console, transient=True, disable=json_out or not console.is_terminal)
+        task = progress.add_task("burning", total=seconds)
+        done = threading.Event()
+
+        def tick() -> None:
+            start = time.monotonic()
+            while not done.wait(0.5):
+                progress.update(task, completed=min(seconds, time.monotonic() - start))
+
         def echo(event: dict[str, Any]) -> None:
             line = _progress_line(event)
             if line and not json_out:
-                console.print(line, highlight=False)
+                progress.console.print(line, highlight=False)
 
         if not json_out:
             console.print(f"gpurig burn: {seconds:g} s on every {'chosen ' if chosen else ''}GPU at once, or two CPU workers "
                           "(compute checked bit for bit, memory patterns, transfers; NVML watched)")
-        doc = run_burn(device=device, gpus=chosen, seconds=seconds, out_dir=out, echo=echo)
+        ticker = threading.Thread(target=tick, daemon=True)
+        with progress:
+            ticker.start()
+            try:
+                doc = run_burn(device=device, gpus=chosen, seconds=seconds, out_dir=out, echo=echo)
+            finally:
+                done.set()
+                ticker.join(timeout=2)
         if json_out:
             emit_json({k: v for k, v in doc.items() if k != "nvml_samples"})
         else:

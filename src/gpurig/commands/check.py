@@ -18,6 +18,8 @@ from gpurig.suite.runner import CheckContext, StepResult, run_check
 
 HELP = """Run everything once and write a report: doctor -> verify -> bench comm (short) -> bench train (short).
 
+With --burn, a quick burn-in of every GPU (`gpurig burn --quick`) runs after the doctor.
+
 On a machine with GPUs the workers use every visible GPU with NCCL; without a GPU they run as two gloo
 processes on the CPU, so the whole tool can be seen working anywhere. Stops early, with the reason,
 when the doctor finds an error. Finishes in a few minutes at most.
@@ -51,6 +53,8 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Replace an earlier check's results in --out and an "
                                    "existing --report file."),
         json_out: bool = typer.Option(False, "--json", help="Print the whole result as one JSON document on stdout."),
+        burn: bool = typer.Option(False, "--burn", help="Also screen every GPU (`gpurig burn --quick`, about 30 s) "
+                                                        "after the doctor; its verdicts go in the report."),
     ) -> None:
         from gpurig.errors import check_output_file
         from gpurig.launch.plan import resolve_device
@@ -76,7 +80,7 @@ def register(app: typer.Typer) -> None:
         console.print(f"run directory: {out_dir}")
         ctx = CheckContext(
             device=choice.device, nproc=str(choice.nproc), out_dir=out_dir, quick=True, echo=console.print,
-            device_choice=choice,
+            device_choice=choice, burn=burn,
         )
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 

@@ -3,7 +3,8 @@ next step. Pure: it reads the burn document (`burn/run.py`) and judges nothing e
 
 - **fail**: a product whose bits differ from the first one's (silent data corruption), a GPU that
   computes other bits than the other GPUs of its model on the same inputs, a memory word that read
-  back wrong, a new uncorrectable ECC error, a page or row retirement pending or failed, a worker
+  back wrong, a new uncorrectable ECC error, a page or row retirement pending or failed, an Xid the
+  driver logged for the GPU during the run (`knowledge/xid.toml` says what it means), a worker
   that died.
 - **watch**: a straggler (sustained rate more than 5% below the median of its siblings), a clock
   held under 90% of the part's maximum while at its power limit, thermal throttling.
@@ -16,6 +17,17 @@ import statistics
 from typing import Any
 
 from gpurig.probe.nvml import POWER_REASONS, THERMAL_REASONS
+from gpurig.probe.xid import bus_of
+
+
+def _xid_table() -> dict[str, dict[str, Any]]:
+    import tomllib
+    from importlib.resources import files
+
+    return tomllib.loads(files("gpurig.knowledge").joinpath("xid.toml").read_text(encoding="utf-8"))["xid"]
+
+
+XIDS = _xid_table()
 
 STRAGGLER = 0.95  # a GPU's rate under this share of the median of its siblings
 LOW_CLOCK = 0.90  # a clock under this share of the part's maximum, at the power limit
@@ -113,6 +125,15 @@ def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
                     add("fail", "burn-differs-from-siblings",
                         f"{who}: its {dtype} product differs from the other {name} GPUs' on the same inputs",
                         f"checksum {mine}, the others {common}", SDC_NEXT.format(i=i), dtype=dtype)
+        # Xid events the driver logged for this GPU during the run (when the kernel log is readable).
+        bus = bus_of(ident.get("pci_bus_id"))
+        for x in [x for x in doc.get("xids") or [] if bus and x["bus"] == bus][:3]:
+            known = XIDS.get(str(x["xid"])) or {}
+            add("fail", "burn-xid", f"{who}: Xid {x['xid']} during the screen"
+                + (f" ({known['meaning']})" if known else ""), x["text"],
+                ("a hardware fault by NVIDIA's table: " if known.get("hardware") else "")
+                + f"`sudo dmesg | grep -i xid` for the whole record; reset the GPU (`sudo nvidia-smi -r -i {i}`), burn "
+                "again, then `dcgmi diag -r 3`; return the card if it repeats", xid=x["xid"])
         # NVML: clocks, power, temperature during the run.
         mine_s = [g for s in samples for g in s.get("gpus", []) if g.get("index") == i and not g.get("error")]
         if mine_s:

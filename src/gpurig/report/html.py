@@ -203,6 +203,23 @@ def _step_breakdown(train: dict[str, Any]) -> list[dict[str, Any]]:
     return parts
 
 
+def _burn_view(burn: dict[str, Any] | None) -> dict[str, Any]:
+    """`gpurig check --burn`: the verdict and rates per GPU, and clocks/power over the run."""
+    if not burn:
+        return {"burn": None}
+    from gpurig.report.plots import monitor_png
+
+    gpus = [g for g in burn.get("gpus_judged") or [] if isinstance(g, dict)]
+    dtypes = sorted({d for g in gpus for d in (g.get("compute") or {})})
+    samples = burn.get("nvml_samples") or []
+    plot = _img(monitor_png(samples, title="GPU activity during the burn-in"), "utilisation, memory and power "
+                "during the burn-in") if samples else None
+    return {"burn": burn, "burn_gpus": gpus, "burn_dtypes": dtypes, "burn_plot": plot,
+            "burn_findings": _findings([{**f, "severity": {"fail": "error", "watch": "warn"}.get(f.get("severity"),
+                                                                                                 f.get("severity"))}
+                                        for g in gpus for f in g.get("findings") or []])}
+
+
 def render_report(data: dict[str, Any]) -> str:
     """The report as one HTML string. `data` is the `gpurig check --json` document (module docstring).
 
@@ -278,5 +295,6 @@ def render_report(data: dict[str, Any]) -> str:
         "train_breakdown": _step_breakdown(train) if train else [],
         "verdicts": verdicts,
         "missing": {k: why_missing(k) for k in _SECTION_STEP},
+        **_burn_view(data.get("burn") if isinstance(data.get("burn"), dict) else None),
     }
     return _environment().get_template("report.html.j2").render(**view)

@@ -38,6 +38,7 @@ class CheckContext:
     echo: Callable[[str], None]
     facts: Any = None
     device_choice: Any = None
+    burn: bool = False  # gpurig check --burn: the quick burn-in of every GPU after the doctor
     results: dict[str, Any] = field(default_factory=dict)
 
 
@@ -130,6 +131,19 @@ def _step_bench_train(ctx: CheckContext) -> StepResult:
     return StepResult("bench train", "passed", reason=reason, data=data)
 
 
+def _step_burn(ctx: CheckContext) -> StepResult:
+    from gpurig.burn.run import LEVELS, run_burn
+
+    doc = run_burn(device=ctx.device, seconds=LEVELS["quick"], out_dir=ctx.out_dir / "burn")
+    counts = {v: sum(1 for g in doc["gpus_judged"] if g["verdict"] == v) for v in ("pass", "watch", "fail")}
+    rates = [(g["compute"].get("bf16") or g["compute"].get("fp32") or {}).get("tflops") for g in doc["gpus_judged"]]
+    rates = [r for r in rates if r]
+    reason = (", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" of {len(doc['gpus_judged'])}"
+              + (f"; {min(rates):,.3g}-{max(rates):,.3g} TFLOP/s checked" if rates else ""))
+    data = {k: v for k, v in doc.items() if k != "ranks"}
+    return StepResult("burn", "passed" if doc["passed"] else "failed", reason=reason, data=data)
+
+
 STEPS: list[tuple[str, Callable[[CheckContext], StepResult]]] = [
     ("doctor", _step_doctor),
     ("verify", _step_verify),
@@ -168,7 +182,10 @@ def run_check(ctx: CheckContext, on_step: Callable[[str, StepResult | None], Non
     steps: list[StepResult] = []
     stop_reason = ""
     interrupted: tuple[str, str] | None = None  # (step, signal)
-    for name, fn in STEPS:
+    steps_to_run = list(STEPS)
+    if ctx.burn:
+        steps_to_run.insert(1, ("burn", _step_burn))  # after the doctor: the hardware before the jobs
+    for name, fn in steps_to_run:
         if on_step:
             on_step(name, None)
         if stop_reason:
@@ -212,6 +229,7 @@ def run_check(ctx: CheckContext, on_step: Callable[[str, StepResult | None], Non
         "verify": verify,
         "bench_comm": bench_comm,
         "bench_train": bench_train,
+        **({"burn": by_name["burn"].data} if "burn" in by_name else {}),
         "train": train_summary,
         "verdicts": verdicts,
     }
