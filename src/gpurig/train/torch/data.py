@@ -408,7 +408,29 @@ def gpu_decode_failure(items: list[tuple[str, int]], device: torch.device) -> st
     return None
 
 
-class FileLoader:
+class SampledLoader:
+    """A DataLoader over `self.sampler` (an `_EpochBatchSampler`): each epoch's batches, prepared by
+    `self._prepare` on the device, a few batches ahead on a side CUDA stream when there is one."""
+
+    sampler: _EpochBatchSampler
+    loader: Any
+    device: torch.device
+    stream: Any
+
+    def _prepare(self, xs: Any, ys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self.sampler.set_epoch(epoch, start_batch)
+        it = iter(self.loader)
+        if self.stream is None:
+            for xs, ys in it:
+                yield self._prepare(xs, ys)
+            return
+        yield from _ThreadPrefetch(it, self._prepare, self.device, self.stream)
+
+
+class FileLoader(SampledLoader):
     """ImageFolder through a DataLoader: tuned workers, pinned memory, persistent workers, prefetch.
 
     With decode "gpu" the workers only read bytes and the GPU decodes (nvJPEG) and crops a whole
@@ -443,14 +465,6 @@ class FileLoader:
             x = xs.to(self.device, non_blocking=True)
         return self.norm(x), ys.to(self.device, non_blocking=True)
 
-    def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        self.sampler.set_epoch(epoch, start_batch)
-        it = iter(self.loader)
-        if self.stream is None:
-            for xs, ys in it:
-                yield self._prepare(xs, ys)
-            return
-        yield from _ThreadPrefetch(it, self._prepare, self.device, self.stream)
 
 
 class _ThreadPrefetch:

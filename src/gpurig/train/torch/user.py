@@ -65,7 +65,7 @@ class UserEntries:
         self.in_shape = tuple(streamed.sample_shape)
 
 
-class DatasetLoader:
+class DatasetLoader(D.SampledLoader):
     """Your map-style Dataset through a DataLoader: this rank's shard of a new permutation each epoch
     (the same rule as gpurig's own datasets), tuned workers, pinned memory, persistent workers,
     prefetching, and on a GPU the copy and layout done a few batches ahead on a side stream."""
@@ -89,12 +89,3 @@ class DatasetLoader:
 
     def _prepare(self, xs: torch.Tensor, ys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.norm(xs.to(self.device, non_blocking=True)), ys.to(self.device, non_blocking=True)
-
-    def epoch(self, epoch: int, start_batch: int = 0):
-        self.sampler.set_epoch(epoch, start_batch)
-        it = iter(self.loader)
-        if self.stream is None:
-            for xs, ys in it:
-                yield self._prepare(xs, ys)
-            return
-        yield from D._ThreadPrefetch(it, self._prepare, self.device, self.stream)
