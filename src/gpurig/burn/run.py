@@ -109,6 +109,15 @@ def health() -> dict[int, dict[str, Any]]:
                       **{f: getattr(g, f, None) for f in HEALTH_FIELDS}} for g in result.gpus}
 
 
+def nvml_indices(gpus: list[int] | None, nproc: int) -> list[int]:
+    """The NVML index of the GPU each rank runs on: --gpus, else CUDA_VISIBLE_DEVICES when it lists
+    indices, else the rank (read here, in the parent, so the verdict reads no environment)."""
+    if gpus:
+        return list(gpus)
+    visible = [v.strip() for v in (os.environ.get("CUDA_VISIBLE_DEVICES") or "").split(",") if v.strip()]
+    return [int(visible[r]) if r < len(visible) and visible[r].isdigit() else r for r in range(nproc)]
+
+
 def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float = LEVELS["default"],
              out_dir: str | os.PathLike | None = None, echo: Callable[[dict[str, Any]], None] | None = None,
              size: int | None = None) -> dict[str, Any]:
@@ -170,6 +179,7 @@ def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float
     doc = {
         "device": choice.device, "nproc": choice.nproc, "reason": choice.reason, "seconds_asked": seconds,
         "seconds": time.monotonic() - t0, "run_dir": str(run_dir), "gpus": gpus,
+        "nvml_indices": nvml_indices(gpus, choice.nproc),
         "ranks": [ranks.get(r) for r in range(choice.nproc)], "health_before": before, "health_after": after,
         "nvml_samples": watcher.samples, "nvml_error": watcher.error, "xids": new_xids,
         "launcher": {"returncode": run.returncode, "timed_out": run.timed_out, "log": run.log_path,

@@ -12,7 +12,6 @@ next step. Pure: it reads the burn document (`burn/run.py`) and judges nothing e
 
 from __future__ import annotations
 
-import os
 import statistics
 from typing import Any
 
@@ -36,13 +35,9 @@ SDC_NEXT = ("take it out of service; run `gpurig burn --gpus {i} --long` again, 
 
 
 def _nvml_index(doc: dict[str, Any], rank: int) -> int:
-    """The NVML index of the GPU a rank ran on (--gpus, or CUDA_VISIBLE_DEVICES, or the rank)."""
-    if doc.get("gpus"):
-        return doc["gpus"][rank]
-    visible = [v.strip() for v in (os.environ.get("CUDA_VISIBLE_DEVICES") or "").split(",") if v.strip()]
-    if rank < len(visible) and visible[rank].isdigit():
-        return int(visible[rank])
-    return rank
+    """The NVML index of the GPU a rank ran on, as the parent recorded it (`nvml_indices`)."""
+    indices = doc.get("nvml_indices") or []
+    return indices[rank] if rank < len(indices) else rank
 
 
 def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
