@@ -13,7 +13,6 @@ them initialises CUDA in the calling process: the work runs in child processes, 
 from __future__ import annotations
 
 import html
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +60,13 @@ def check(device: str = "auto", nproc: str | int = "auto", out: str | Path | Non
     """doctor, verify, a short bench comm and a short bench train, as `gpurig check --json`; the
     report is written to <out>/report.html as the command writes it."""
     from gpurig.errors import BadInput, write_file_atomic
-    from gpurig.launch.plan import resolve_device
+    from gpurig.launch.plan import default_run_dir, resolve_device
     from gpurig.report.html import render_report
     from gpurig.report.output import to_json
     from gpurig.suite.runner import CheckContext, run_check
 
     choice = resolve_device(device, nproc)
-    out_dir = Path(out) if out else Path("runs") / f"check-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    out_dir = Path(out) if out else Path(default_run_dir("check-"))
     if (out_dir / "check.json").exists():
         raise BadInput(f"check(out={str(out_dir)!r}): holds an earlier check's results; choose another out")
     out_dir.mkdir(parents=True, exist_ok=True)

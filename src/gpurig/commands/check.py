@@ -7,7 +7,6 @@ document.
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
 import typer
@@ -57,11 +56,11 @@ def register(app: typer.Typer) -> None:
                                                         "after the doctor; its verdicts go in the report."),
     ) -> None:
         from gpurig.errors import check_output_file
-        from gpurig.launch.plan import resolve_device
+        from gpurig.launch.plan import default_run_dir, resolve_device
         from gpurig.launch.runner import signal_words, sigterm_stops
 
         choice = resolve_device(device, nproc)
-        out_dir = out or Path("runs") / f"check-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        out_dir = out or Path(default_run_dir("check-"))
         if out_dir.exists() and not out_dir.is_dir():
             raise BadInput(f"--out {out_dir}: exists and is not a directory")
         if (out_dir / "check.json").exists() and not force:
