@@ -101,10 +101,10 @@ def plan_training(
         from gpurig.train.entries import absolute_entries
         from gpurig.train.torch.entries import probe_entries
 
-        cfg = absolute_entries(cfg)  # the workers, and a resumed run, find the same files from anywhere
         may_compile = choice.device == "cuda" and cfg.train.compile == "auto" and bool(cfg.model.entry)
         # In a child with no GPU: every entry checked, one sample through the model.
-        found = probe_entries(cfg, may_compile)
+        found = probe_entries(cfg, may_compile)  # the paths as typed, so its messages say them as typed
+        cfg = absolute_entries(cfg)  # the workers, and a resumed run, find the same files from anywhere
     run_dir = Path(out_dir or cfg.out_dir or default_run_dir())
     if run_dir.exists() and not run_dir.is_dir():
         raise BadInput(f"--out {run_dir}: exists and is not a directory")

@@ -170,8 +170,8 @@ def plan_tf(
         from gpurig.train.entries import absolute_entries
         from gpurig.train.tf.entries import probe_entries
 
-        config = absolute_entries(config)  # the worker finds the same files from anywhere
         found = probe_entries(config)  # in a child with no GPU: the Keras model takes one sample of the data
+        config = absolute_entries(config)  # the worker finds the same files from anywhere
     job = plan_tf_job(config, out_dir, device, nnodes, node_rank, master_addr, master_port, worker_hosts,
                       resume, facts, env, nproc=nproc)
     decided = {k: v for k, v in job.items() if k not in ("config", "out_dir")}
