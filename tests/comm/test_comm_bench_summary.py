@@ -10,7 +10,7 @@ import pytest
 from comm_facts import NCCL_FIXTURES
 
 from gpurig.comm.bench import ring_capability, summarise
-from gpurig.comm.links import link_capability
+from gpurig.diagnose.links import link_capability
 from gpurig.launch.plan import DeviceChoice
 from gpurig.launch.runner import RunResult
 from gpurig.probe.facts import RigFacts

@@ -8,8 +8,8 @@ import io
 import pytest
 from comm_facts import two_gpu_facts
 
-from gpurig.comm.bench import _judge_memory
 from gpurig.commands.bench_comm import render
+from gpurig.diagnose.links import judge_host_and_memory
 
 # As measured on one H200 (PCIe Gen5 x16): the figures' shape, not a claim about any machine.
 MEASURED = {"host_bytes": 256 << 20, "device_bytes": 1 << 30, "copies": 4, "repeats": 5,
@@ -25,8 +25,7 @@ def one_h200(gen_current: int = 5, width_current: int = 16):
 
 
 def test_host_link_and_memory_are_held_against_pcie_and_the_datasheet():
-    findings = []
-    mem = _judge_memory(dict(MEASURED), one_h200(), findings)
+    mem, findings = judge_host_and_memory(dict(MEASURED), one_h200())
     assert mem["host_link"]["how"] == "PCIe Gen5 x16"
     assert mem["host_link"]["gbps"] == pytest.approx(63.0, abs=0.1)
     assert mem["h2d_efficiency"] == pytest.approx(53.1 / 63.008, rel=1e-3)
@@ -37,17 +36,15 @@ def test_host_link_and_memory_are_held_against_pcie_and_the_datasheet():
 
 
 def test_a_slow_host_link_is_a_finding_that_names_a_downtrained_link():
-    findings = []
     slow = dict(MEASURED, h2d_gbps=14.0, d2h_gbps=13.5)
-    _judge_memory(slow, one_h200(gen_current=3, width_current=8), findings)
+    _, findings = judge_host_and_memory(slow, one_h200(gen_current=3, width_current=8))
     (f,) = findings
     assert f.id == "host-link-slow" and f.severity == "warn"
     assert "Gen3 x8" in f.detail and "Gen5 x16" in f.detail
 
 
 def test_a_memory_copy_far_below_the_datasheet_is_a_finding():
-    findings = []
-    _judge_memory(dict(MEASURED, d2d_gbps=1500.0), one_h200(), findings)
+    _, findings = judge_host_and_memory(dict(MEASURED, d2d_gbps=1500.0), one_h200())
     assert [f.id for f in findings] == ["memory-bandwidth-low"]
     assert "4800" in findings[0].title
 
@@ -55,8 +52,7 @@ def test_a_memory_copy_far_below_the_datasheet_is_a_finding():
 def test_an_unknown_part_is_measured_but_not_judged():
     facts = one_h200()
     facts.gpus[0].name = "NVIDIA Imaginary X1"
-    findings = []
-    mem = _judge_memory(dict(MEASURED, d2d_gbps=10.0), facts, findings)
+    mem, findings = judge_host_and_memory(dict(MEASURED, d2d_gbps=10.0), facts)
     assert mem["d2d_efficiency"] is None and mem["device_memory"]["gbps"] is None
     assert "no datasheet figure" in mem["device_memory"]["how"]
     assert findings == []
@@ -73,7 +69,7 @@ def test_the_terminal_says_there_is_no_link_and_shows_what_was_measured():
     from rich.console import Console
 
     console = Console(file=io.StringIO(), width=160)
-    render(console, _data(_judge_memory(dict(MEASURED), one_h200(), [])))
+    render(console, _data(judge_host_and_memory(dict(MEASURED), one_h200())[0]))
     text = console.file.getvalue()
     assert "no link between GPUs to measure" in text
     assert "host → device" in text and "53.1" in text and "84%" in text
@@ -84,7 +80,7 @@ def test_the_terminal_says_there_is_no_link_and_shows_what_was_measured():
 def test_the_check_step_passes_with_the_single_gpu_figures(monkeypatch, tmp_path):
     from gpurig.suite import runner as check
 
-    data = _data(_judge_memory(dict(MEASURED), one_h200(), []))
+    data = _data(judge_host_and_memory(dict(MEASURED), one_h200())[0])
     monkeypatch.setattr("gpurig.comm.bench.run_bench_comm", lambda **kw: data)
     ctx = check.CheckContext.__new__(check.CheckContext)
     ctx.device, ctx.nproc, ctx.out_dir, ctx.facts = "cuda", "auto", tmp_path, None
@@ -96,7 +92,7 @@ def test_the_check_step_passes_with_the_single_gpu_figures(monkeypatch, tmp_path
 def test_the_report_shows_the_memory_table_and_no_empty_bandwidth_plot():
     from gpurig.report.html import render_report
 
-    data = _data(_judge_memory(dict(MEASURED), one_h200(), []))
+    data = _data(judge_host_and_memory(dict(MEASURED), one_h200())[0])
     page = render_report({"steps": [{"name": "bench comm", "status": "passed"}], "bench_comm": data,
                           "verify": {"passed": True, "checks": [], "transport": {"nccl_version": "2.28.9"}}})
     assert 'id="memory-table"' in page and "4010" in page.replace(",", "")

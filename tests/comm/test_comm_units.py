@@ -8,7 +8,6 @@ import pytest
 from comm_facts import two_gpu_facts
 
 from gpurig.comm.inject import InjectError, find, parse_faults
-from gpurig.comm.links import link_capability
 from gpurig.comm.metrics import (
     algbw_gbps,
     bus_factor,
@@ -21,6 +20,7 @@ from gpurig.comm.metrics import (
 )
 from gpurig.comm.progress import diagnose_hang
 from gpurig.comm.verify import merge_check
+from gpurig.diagnose.links import link_capability
 
 
 def test_bus_factors_are_the_nccl_tests_ones():

@@ -189,6 +189,17 @@ class FakeNvml:
             raise FakeNVMLError(NOT_SUPPORTED)
         return kind
 
+    def nvmlDeviceGetNvLinkErrorCounter(self, h, link, counter):
+        if not self.links[(h, link)][0]:
+            raise FakeNVMLError(NOT_SUPPORTED)
+        return self.gpus[h].get("nvlink_errors", {}).get((link, counter), 0)
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
+        return self._g(h, "default_limit_mw")
+
+    def nvmlDeviceGetPcieReplayCounter(self, h):
+        return self._g(h, "pcie_replay")
+
     def nvmlDeviceGetFieldValues(self, h, ids):
         common = self.gpus[h].get("nvlink_mbps")  # old drivers: NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON (90)
         per_link = self.gpus[h].get("nvlink_get_speed", {})  # current drivers: (164, link)
@@ -220,6 +231,7 @@ def h100(i: int, bus: str, **over):
         ecc_errors=(0, 3), remapped=(0, 1, 0, 0), persistence=1, compute_mode=0, mig=0,
         clocks={1: 1980, 2: 2619}, max_clocks={1: 1980}, reasons=0x21, power_mw=69830, limit_mw=700000,
         temp=31, util=0, cpu_mask=[0x0000FFFF0000FFFF], node_mask=0b1, nvlink_mbps=26562, mem_reserved=615 * 2**20,
+        pcie_replay=0, default_limit_mw=700000,
     )
     gpu.update(over)
     return gpu
@@ -234,7 +246,8 @@ def two_gpus_bridged(links_per_gpu=4, inactive=2):
             links[(g, link)] = (True, peer, 0)
         for link in range(links_per_gpu, links_per_gpu + inactive):
             links[(g, link)] = (False, "", 0)
-    gpus = [h100(0, buses[0], procs=[(4242, 70112 * 2**20)]), h100(1, buses[1], node_mask=0b10)]
+    gpus = [h100(0, buses[0], procs=[(4242, 70112 * 2**20)]),
+            h100(1, buses[1], node_mask=0b10, pcie_replay=12, nvlink_errors={(1, 0): 3, (2, 3): 1})]
     return FakeNvml(gpus, links=links, topology={(0, 1): 50}, p2p={(0, 1): 0, (1, 0): 0})
 
 

@@ -32,10 +32,15 @@ def test_gpu_fields_come_out_in_the_units_the_facts_promise():
     assert g.persistence_mode is True and g.compute_mode == "Default" and g.mig_enabled is False
     assert (g.sm_clock_mhz, g.sm_clock_max_mhz, g.memory_clock_mhz) == (1980, 1980, 2619)
     assert g.throttle_reasons == ["gpu_idle", "sw_thermal"]
-    assert g.power_draw_w == pytest.approx(69.83) and g.power_limit_w == 700.0
+    assert g.power_draw_w == pytest.approx(69.83) and g.power_limit_w == 700.0 and g.power_default_limit_w == 700.0
     assert g.temperature_c == 31.0 and g.utilization_pct == 0.0
     assert g.cpu_affinity == "0-15,32-47" and g.numa_node == 0
     assert res.gpus[1].numa_node == 1
+    # Link health: PCIe replays and NVLink error counters (nvidia-smi -q -d PCIE, nvidia-smi nvlink -e).
+    assert g.pcie_replay_count == 0 and res.gpus[1].pcie_replay_count == 12
+    links1 = {nl.link: nl for nl in res.gpus[1].nvlinks}
+    assert links1[1].replay_errors == 3 and links1[2].crc_data_errors == 1 and links1[0].recovery_errors == 0
+    assert links1[4].replay_errors is None  # an inactive link has no counters
     assert [(p.pid, p.name, p.used_memory_mib) for p in g.processes] == [(4242, "python", 70112.0)]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from gpurig.burn.faults import FAULT_ENV, parse_faults
 from gpurig.diagnose.burn import judge_burn
+from gpurig.diagnose.links import judge_host_and_memory, judge_p2p
 from gpurig.errors import BadInput
 from gpurig.launch.plan import default_run_dir, plan_torchrun, resolve_device
 from gpurig.launch.runner import raise_if_interrupted, run_plan
@@ -25,7 +26,7 @@ from gpurig.probe.xid import read_xids
 
 LEVELS = {"quick": 30.0, "default": 180.0, "long": 900.0}
 STARTUP_S = 90.0  # torch import, process group, first kernels
-HEALTH_FIELDS = ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected", "retired_pages", "retired_pages_pending",
+HEALTH_FIELDS = ("power_limit_w", "power_default_limit_w", "ecc_volatile_uncorrected", "ecc_aggregate_uncorrected", "retired_pages", "retired_pages_pending",
                  "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failed")
 
 
@@ -96,16 +97,29 @@ class Watcher:
             self.sampler.close()
 
 
-def health() -> dict[int, dict[str, Any]]:
-    """Each GPU's identity and health counters now (NVML); empty without NVML."""
+def read_facts() -> Any:
+    """The NVML facts of every GPU now, or None without NVML."""
     try:
         from gpurig.probe.nvml import read_nvml
 
-        result = read_nvml()
+        return read_nvml()
     except Exception:
+        return None
+
+
+def health(result: Any) -> dict[int, dict[str, Any]]:
+    """Each GPU's identity and health counters in `result` (NVML facts); empty without them."""
+    if result is None:
         return {}
+    from gpurig.probe.nvml import NVLINK_ERROR_COUNTERS
+
+    def link_sum(g: Any, name: str) -> int | None:
+        values = [getattr(nl, name) for nl in g.nvlinks if getattr(nl, name, None) is not None]
+        return sum(values) if values else None
+
     return {g.index: {"name": g.name, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
-                      "serial": getattr(g, "serial", None),
+                      "serial": g.serial, "pcie_replay_count": g.pcie_replay_count,
+                      **{f"nvlink_{name}": link_sum(g, name) for name, _ in NVLINK_ERROR_COUNTERS},
                       **{f: getattr(g, f, None) for f in HEALTH_FIELDS}} for g in result.gpus}
 
 
@@ -118,10 +132,56 @@ def nvml_indices(gpus: list[int] | None, nproc: int) -> list[int]:
     return [int(visible[r]) if r < len(visible) and visible[r].isdigit() else r for r in range(nproc)]
 
 
+def judge_links(doc: dict[str, Any], facts: Any) -> None:
+    """Each rank's copies beside what its PCIe link and memory allow, and the peer copies beside the
+    links between the GPUs (the facts' NVML indices), in place: `transfers` gains the capabilities
+    and `findings`, the document gains `p2p`."""
+    indices = doc["nvml_indices"]
+    for r, res in enumerate(doc["ranks"]):
+        if res and res.get("transfers"):
+            judged, findings = judge_host_and_memory(res["transfers"], facts, indices[r] if r < len(indices) else r)
+            res["transfers"] = {**(judged or {}), "findings": [f.to_dict() for f in findings]}
+    p2p = next((res.get("p2p") for res in doc["ranks"] if res and res.get("p2p")), None)
+    if p2p:
+        rows, findings = judge_p2p(p2p, facts, lambda i: indices[i] if i < len(indices) else i)
+        doc["p2p"] = {"bytes": p2p["bytes"], "pairs": rows, "findings": [f.to_dict() for f in findings]}
+
+
+DCGM_LEVEL = 2
+DCGM_TIMEOUT_S = 1200.0
+
+
+def run_dcgm(run_dir: Path, indices: list[int], level: int = DCGM_LEVEL, timeout: float = DCGM_TIMEOUT_S) -> dict[str, Any]:
+    """`dcgmi diag -r <level> -j` on the run's GPUs, after the screen (both load the GPUs fully);
+    its output is kept in the run directory and read by `diagnose/dcgm.py`."""
+    import shutil
+    import subprocess
+
+    from gpurig.diagnose.dcgm import parse_dcgm_diag
+
+    cmd = [shutil.which("dcgmi") or "dcgmi", "diag", "-r", str(level), "-j", "-i", ",".join(map(str, indices))]
+    out: dict[str, Any] = {"command": " ".join(["dcgmi", *cmd[1:]]), "level": level}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {**out, "error": f"dcgmi did not finish in {timeout:.0f} s"}
+    except OSError as exc:
+        return {**out, "error": f"dcgmi could not start: {exc}"}
+    (run_dir / "dcgm.txt").write_text(proc.stdout + ("\n--- stderr ---\n" + proc.stderr if proc.stderr else ""))
+    out["returncode"] = proc.returncode
+    try:
+        out.update(parse_dcgm_diag(proc.stdout))
+    except ValueError as exc:
+        said = " | ".join(ln.strip() for ln in (proc.stdout + "\n" + proc.stderr).splitlines() if ln.strip())[:400]
+        out["error"] = f"{exc} (exit {proc.returncode}): {said}" if said else f"{exc} (exit {proc.returncode})"
+    return out
+
+
 def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float = LEVELS["default"],
              out_dir: str | os.PathLike | None = None, echo: Callable[[dict[str, Any]], None] | None = None,
-             size: int | None = None) -> dict[str, Any]:
-    """Screen every visible GPU (or `gpus`) for `seconds`; returns the `gpurig burn --json` document."""
+             size: int | None = None, dcgm: bool = False) -> dict[str, Any]:
+    """Screen every visible GPU (or `gpus`) for `seconds`, then (`dcgm`) run DCGM's level-2
+    diagnostic on them; returns the `gpurig burn --json` document."""
     env: dict[str, str] = {}
     try:
         parse_faults(os.environ.get(FAULT_ENV))  # a typo in an injected fault is bad input, not a failed GPU
@@ -142,6 +202,14 @@ def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float
     choice = resolve_device(device, len(gpus) if gpus else "auto")
     if gpus is not None and choice.device != "cuda":
         raise BadInput("--gpus: no GPU is visible here")
+    if dcgm:
+        import shutil
+
+        if choice.device != "cuda":
+            raise BadInput("--dcgm runs NVIDIA's GPU diagnostic: it needs a GPU (this run is on the CPU)")
+        if shutil.which("dcgmi") is None:
+            raise BadInput("--dcgm: `dcgmi` is not on the PATH; install DCGM (the datacenter-gpu-manager package) "
+                           "and start its host engine (`sudo systemctl start nvidia-dcgm`), or leave out --dcgm")
     run_dir = Path(out_dir) if out_dir is not None else Path(default_run_dir("burn-"))
     if run_dir.exists() and any(run_dir.glob("result-rank*.json")):
         raise BadInput(f"--out {run_dir}: holds an earlier burn's results; choose another --out")
@@ -155,7 +223,8 @@ def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float
         if echo and line.startswith("gpurig-burn: "):
             echo(json.loads(line[len("gpurig-burn: "):]))
 
-    before = health() if choice.device == "cuda" else {}
+    facts_before = read_facts() if choice.device == "cuda" else None
+    before = health(facts_before)
     xids_before = read_xids() if choice.device == "cuda" else None
     watcher = Watcher()
     if choice.device == "cuda":
@@ -165,7 +234,8 @@ def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float
         run = run_plan(plan, timeout=STARTUP_S + seconds * 1.5, echo=on_line)
     finally:
         watcher.stop()
-    after = health() if choice.device == "cuda" else {}
+    facts_after = read_facts() if choice.device == "cuda" else None
+    after = health(facts_after)
     xids_after = read_xids() if choice.device == "cuda" else None
     new_xids = None
     if xids_before is not None and xids_after is not None:
@@ -185,6 +255,9 @@ def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float
         "launcher": {"returncode": run.returncode, "timed_out": run.timed_out, "log": run.log_path,
                      "tail": run.output_tail[-8:]},
     }
+    judge_links(doc, facts_after or facts_before)
+    if dcgm and not run.interrupted:
+        doc["dcgm"] = run_dcgm(run_dir, doc["nvml_indices"])
     doc["interrupted"] = bool(run.interrupted)
     doc.update(judge_burn(doc))
     (run_dir / "burn.json").write_text(json.dumps(doc, indent=1, default=str))  # kept, even when interrupted

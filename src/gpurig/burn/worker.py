@@ -10,10 +10,12 @@ Three parts, each written to `result-rank<R>.json` as soon as it is done (a cras
   product's; afterwards the ranks compare their first checksums (the same GPU model must give the
   same bits). The rate is set beside a plain `torch.matmul` loop on the same inputs, measured first.
 - **memory**: most of the free device memory written with patterns (zeros, ones, walking ones,
-  address-in-address, seeded random) and read back by kernels on the device, in slices; a word
-  that reads back wrong is reported with its offset and pattern. Its rate is set beside a plain
-  device-to-device copy.
-- **transfers**: host-to-device and back, pinned and pageable (GPU only).
+  address-in-address, seeded random) and read back by kernels on the device (`patterns.py`: one
+  fused write and one fused read-and-count per word, no host copy); a word that reads back wrong
+  is reported with its offset and pattern. Its rate is set beside a plain device-to-device copy.
+- **transfers**: host-to-device and back, pinned and pageable, and a device copy (GPU only);
+  between every pair of GPUs when there are several (rank 0 drives them, after every rank's
+  memory test).
 
 Faults for tests (`GPURIG_BURN_FAULT`, comma-separated): `flip:rank=1:dtype=fp32:iter=3` flips one
 bit of one product; `mem:rank=0` corrupts one word after it was written.
@@ -33,11 +35,11 @@ import torch
 import torch.distributed as dist
 
 from gpurig.burn.faults import FAULT_ENV, parse_faults
+from gpurig.burn.patterns import PATTERNS, PatternKernels
 
 DTYPES_GPU = ("bf16", "fp16", "tf32", "fp32")
 DTYPES_CPU = ("fp32", "bf16")
 TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}
-PATTERNS = ("zeros", "ones", "walking-ones", "address", "random")
 
 
 class Burner:
@@ -150,40 +152,31 @@ class Burner:
             free = total = None
             target = self.args.cpu_mem_mb << 20
             chunk_bytes = 4 << 20
-        chunk_words = chunk_bytes // 4
-        slice_words = min(chunk_words, 1 << 26)
+        words = chunk_bytes // 4
         chunks: list[torch.Tensor] = []
         while (len(chunks) + 1) * chunk_bytes <= target:
             try:
-                chunks.append(torch.empty(chunk_words, dtype=torch.int32, device=self.dev))
+                chunks.append(torch.empty(words, dtype=torch.int32, device=self.dev))
             except torch.OutOfMemoryError:
                 break
         tested = len(chunks) * chunk_bytes
-        # The plain rate to compare with: a device-to-device copy of one chunk (read + write).
+        kernels = PatternKernels(self.cuda)
+        # The plain rate to compare with: a device-to-device copy of one chunk (read + write), the
+        # best of three, measured after the pattern kernels are built (a first call compiles them).
         copy_gbps = None
         if len(chunks) >= 2:
-            self.sync()
-            t0 = time.perf_counter()
-            reps = 5
-            for _ in range(reps):
-                chunks[1].copy_(chunks[0])
-            self.sync()
-            copy_gbps = 2 * chunk_bytes * reps / (time.perf_counter() - t0) / 1e9
-
-        def expected(pattern: str, k: int, chunk: int, lo: int, hi: int) -> torch.Tensor | int:
-            if pattern == "zeros":
-                return 0
-            if pattern == "ones":
-                return -1
-            if pattern == "walking-ones":
-                bit = (k + chunk) % 32
-                return -(1 << 31) if bit == 31 else 1 << bit
-            if pattern == "address":
-                base = ((chunk & 0x7) << 28) + lo
-                return torch.arange(base, base + (hi - lo), dtype=torch.int64, device=self.dev).to(torch.int32)
-            g = torch.Generator(device=self.dev).manual_seed(1_000_003 * (k + 1) + 7919 * chunk + lo)
-            return torch.randint(-(1 << 31), (1 << 31) - 1, (hi - lo,), generator=g, device=self.dev,
-                                 dtype=torch.int32)
+            zeros = kernels.params("zeros", 0, 1, words, self.dev)[0]
+            kernels.fill(chunks[0], zeros)
+            int(kernels.count_wrong(chunks[0], zeros))
+            rates = []
+            for _ in range(3):
+                self.sync()
+                t0 = time.perf_counter()
+                for _ in range(4):
+                    chunks[1].copy_(chunks[0])
+                self.sync()
+                rates.append(2 * chunk_bytes * 4 / (time.perf_counter() - t0) / 1e9)
+            copy_gbps = max(rates)
 
         errors: list[dict[str, Any]] = []
         moved = 0
@@ -191,59 +184,68 @@ class Burner:
         t0 = time.perf_counter()
         while passes == 0 or time.perf_counter() - t0 < seconds:
             for pattern in PATTERNS:
-                for ci, ch in enumerate(chunks):
-                    for lo in range(0, chunk_words, slice_words):
-                        hi = min(chunk_words, lo + slice_words)
-                        value = expected(pattern, passes, ci, lo, hi)
-                        if isinstance(value, int):
-                            ch[lo:hi].fill_(value)
-                        else:
-                            ch[lo:hi].copy_(value)
+                params = kernels.params(pattern, passes, len(chunks), words, self.dev)
+                for ch, p in zip(chunks, params, strict=True):
+                    kernels.fill(ch, p, pattern)
                 if pattern == "address" and self.fault("mem") and chunks:
                     chunks[0][12345] ^= 0x10  # one word goes bad after it was written
-                for ci, ch in enumerate(chunks):
-                    for lo in range(0, chunk_words, slice_words):
-                        hi = min(chunk_words, lo + slice_words)
-                        value = expected(pattern, passes, ci, lo, hi)
-                        wrong = ch[lo:hi] != value
-                        if bool(wrong.any()):
-                            where = int(wrong.nonzero()[0, 0])
-                            got = int(ch[lo + where])
-                            want = value if isinstance(value, int) else int(value[where])
-                            errors.append({"pattern": pattern, "pass": passes + 1,
-                                           "offset_bytes": (ci * chunk_words + lo + where) * 4,
-                                           "read": got & 0xFFFFFFFF, "expected": want & 0xFFFFFFFF,
-                                           "words_wrong": int(wrong.sum())})
+                # One fused read of every word against its regenerated value; one host sync per pattern.
+                wrong = torch.stack([kernels.count_wrong(ch, p, pattern) for ch, p in zip(chunks, params, strict=True)]).tolist()
+                for ci, count in enumerate(wrong):
+                    if count:
+                        where, got, want = kernels.locate(chunks[ci], params[ci], pattern)
+                        errors.append({"pattern": pattern, "pass": passes + 1,
+                                       "offset_bytes": (ci * words + where) * 4,
+                                       "read": got & 0xFFFFFFFF, "expected": want & 0xFFFFFFFF,
+                                       "words_wrong": int(count)})
                 moved += 2 * tested
             passes += 1
-            self.sync()
         elapsed = time.perf_counter() - t0
         rate = moved / elapsed / 1e9 if elapsed else None
-        # Reading back costs a compare against a regenerated expectation, so count what is touched.
         del chunks
+        if self.cuda:
+            torch.cuda.empty_cache()  # back to the driver: the peer copies of the other ranks need it
         return {"bytes_tested": tested, "free_bytes": free, "total_bytes": total, "passes": passes,
                 "patterns": list(PATTERNS), "seconds": elapsed, "gbps": rate, "copy_gbps": copy_gbps,
-                "vs_copy": rate / copy_gbps if (rate and copy_gbps) else None, "errors": errors[:20]}
+                "vs_copy": rate / copy_gbps if (rate and copy_gbps) else None, "compiled": kernels.compiled,
+                "errors": errors[:20]}
 
     # -- transfers ------------------------------------------------------------------------------
     def transfers(self) -> dict[str, Any] | None:
+        """Pinned host<->device copies (one way, both at once) and a device copy, as `gpurig bench
+        comm` measures them, plus pageable copies (what a plain `tensor.cuda()` moves)."""
         if not self.cuda:
             return None
+        from gpurig.probe.bandwidth import memory_bandwidth
+
         nbytes = 256 << 20
+        out: dict[str, Any] = memory_bandwidth(self.dev, nbytes, 1 << 30)
         dev_buf = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
-        out: dict[str, Any] = {"bytes": nbytes}
-        for pinned in (True, False):
-            host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
-            for direction in ("h2d", "d2h"):
-                self.sync()
-                t0 = time.perf_counter()
-                for _ in range(5):
-                    if direction == "h2d":
-                        dev_buf.copy_(host, non_blocking=pinned)
-                    else:
-                        host.copy_(dev_buf, non_blocking=pinned)
-                self.sync()
-                out[f"{direction}_{'pinned' if pinned else 'pageable'}_gbps"] = 5 * nbytes / (time.perf_counter() - t0) / 1e9
+        host = torch.empty(nbytes, dtype=torch.uint8)
+        for direction in ("h2d", "d2h"):
+            self.sync()
+            t0 = time.perf_counter()
+            for _ in range(4):
+                if direction == "h2d":
+                    dev_buf.copy_(host)
+                else:
+                    host.copy_(dev_buf)
+            self.sync()
+            out[f"{direction}_pageable_gbps"] = 4 * nbytes / (time.perf_counter() - t0) / 1e9
+        del dev_buf, host
+        torch.cuda.empty_cache()
+        return out
+
+    def peers(self) -> dict[str, Any] | None:
+        """Rank 0 copies between every pair of this node's GPUs (the others wait on the CPU, their
+        memory already freed), as `gpurig bench comm` does."""
+        if not self.cuda or self.world < 2 or self.world != torch.cuda.device_count():
+            return None
+        from gpurig.probe.bandwidth import p2p_matrix
+
+        dist.barrier()  # every rank's memory test has given its memory back
+        out = p2p_matrix(self.world, 256 << 20) if self.rank == 0 else None
+        dist.barrier()
         return out
 
     # -- the run --------------------------------------------------------------------------------
@@ -267,7 +269,11 @@ class Burner:
         self.say("memory", gbps=m["gbps"], vs_copy=m["vs_copy"], bytes=m["bytes_tested"], errors=len(m["errors"]))
         self.save()
         self.result["transfers"] = self.transfers()
-        self.say("transfers", **(self.result["transfers"] or {}))
+        self.say("transfers", **{k: v for k, v in (self.result["transfers"] or {}).items() if k.endswith("_gbps")})
+        self.save()
+        self.result["p2p"] = self.peers()
+        if self.result["p2p"]:
+            self.say("p2p", pairs=len(self.result["p2p"]["pairs"]))
         self.result["done"] = True
         self.save()
 

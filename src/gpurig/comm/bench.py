@@ -20,10 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpurig.comm.links import LinkCapability, link_capability
 from gpurig.comm.metrics import OPS, algbw_gbps, busbw_gbps, human_bytes, size_sweep
 from gpurig.comm.progress import diagnose_hang, read_progress
 from gpurig.comm.verify import STARTUP_SECONDS, live_facts, make_run_dir, read_rank_results
+from gpurig.diagnose.links import LinkCapability, judge_host_and_memory, judge_p2p, link_capability
 from gpurig.errors import BadInput
 from gpurig.findings import Finding
 from gpurig.launch.plan import plan_torchrun, resolve_device
@@ -37,16 +37,12 @@ P2P_BYTES = 256 << 20
 # "Far below what its kind should reach": a copy under half the link's rate per direction, or an
 # all-reduce of a large message with bus bandwidth under 40% of the slowest link in the ring
 # (nccl-tests reaches ~73% on 2×H200 NV18 and ~82% on H100 NVSwitch systems).
-P2P_SLOW_FRACTION = 0.5
 COLLECTIVE_SLOW_FRACTION = 0.4
 COLLECTIVE_JUDGED_FROM_BYTES = 256 << 20
 # One GPU: no link between GPUs to measure. What one GPU's training depends on instead is its host
-# link (pinned host <-> device copies, against the PCIe link's rate) and its own memory (a device
-# copy, against the datasheet's peak). Healthy parts reach 80-90% of both; under half is a finding.
+# link and its own memory (`diagnose.links.judge_host_and_memory` holds them against the facts).
 MEMORY_HOST_BYTES = 256 << 20
 MEMORY_DEVICE_BYTES = 1 << 30
-HOST_LINK_SLOW_FRACTION = 0.5
-MEMORY_SLOW_FRACTION = 0.5
 NCCL_SETTING_KEYS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL",
                      "NCCL_SHM_DISABLE", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_CUMEM_ENABLE")
 
@@ -162,24 +158,9 @@ def summarise(run_dir: Path, choice: Any, run: Any, config: dict[str, Any], fact
             point["graph_error"] = p["graph_error"]
         points.append(point)
     findings: list[Finding] = []
-    p2p_rows = []
     p2p = (ranks.get(0, {}).get("bench") or {}).get("p2p")
-    if p2p:
-        for key, row in sorted(p2p["pairs"].items()):
-            c = link_capability(facts, row["src"], row["dst"]) if facts is not None else LinkCapability(None, None, "no facts")
-            eff = row["one_way_gbps"] / c.gbps if c.gbps else None
-            p2p_rows.append(dict(row, pair=key, capability_gbps=c.gbps, capability=c.how, link=c.link, one_way_efficiency=eff,
-                                 bidirectional_efficiency=(row["bidirectional_gbps"] / (2 * c.gbps)) if c.gbps else None))
-            if eff is not None and eff < P2P_SLOW_FRACTION:
-                findings.append(Finding(
-                    id="p2p-link-slow", severity="warn", area="links",
-                    title=f"GPU {row['src']} → GPU {row['dst']} copies at {row['one_way_gbps']:.0f} GB/s, {eff:.0%} of its {c.how}",
-                    detail=f"A {c.kind} link of {c.gbps:.0f} GB/s per direction should carry well over half of it; "
-                    f"this pair reaches {eff:.0%}.",
-                    fix="Run `gpurig doctor` for link state (NVLink down, PCIe downtrained, IOMMU); check "
-                    "`nvidia-smi nvlink -s` and `nvidia-smi topo -p2p r`; rerun `gpurig bench comm` on an idle machine.",
-                    evidence={"pair": key, "measured_gbps": row["one_way_gbps"], "capability_gbps": c.gbps},
-                ))
+    p2p_rows, p2p_findings = judge_p2p(p2p, facts)
+    findings.extend(p2p_findings)
     big = [p for p in points if p["op"] == "allreduce" and p["bytes"] >= COLLECTIVE_JUDGED_FROM_BYTES and p["efficiency"] is not None]
     if big:
         best = max(big, key=lambda p: p["busbw_gbps"])
@@ -192,7 +173,8 @@ def summarise(run_dir: Path, choice: Any, run: Any, config: dict[str, Any], fact
                 "overrides; rerun on an idle machine.",
                 evidence={"busbw_gbps": best["busbw_gbps"], "capability_gbps": cap.gbps, "bytes": best["bytes"]},
             ))
-    memory = _judge_memory((ranks.get(0, {}).get("bench") or {}).get("memory"), facts, findings)
+    memory, memory_findings = judge_host_and_memory((ranks.get(0, {}).get("bench") or {}).get("memory"), facts)
+    findings.extend(memory_findings)
     meta = ranks.get(0, {})
     hangs = [dict(d["hang"], rank=r) for r, d in ranks.items() if d.get("hang")]
     hang = diagnose_hang(read_progress(run_dir, n), hangs, n, timeout) if (hangs or run.timed_out) else None
@@ -217,63 +199,3 @@ def summarise(run_dir: Path, choice: Any, run: Any, config: dict[str, Any], fact
         "hang": hang,
         "run_dir": str(run_dir), "seconds": run.seconds,
     }
-
-
-def _judge_memory(measured: dict[str, Any] | None, facts: Any, findings: list[Finding]) -> dict[str, Any] | None:
-    """One GPU's host-link and memory figures beside what its PCIe link and its datasheet allow."""
-    if not measured:
-        return None
-    from gpurig.comm.links import host_link_capability
-
-    gpus = list(getattr(facts, "gpus", None) or [])
-    name = getattr(gpus[0], "name", None) if gpus else None
-    host = host_link_capability(facts, gpus[0].index if gpus else 0)
-    host_gbps, host_how = host.gbps, host.how
-    try:
-        from gpurig.knowledge.link_speeds import memory_bandwidth_for
-
-        peak = memory_bandwidth_for(name)
-    except ImportError:
-        peak = None
-    out = dict(measured)
-    out["gpu"] = name
-    out["host_link"] = {"gbps": host_gbps, "how": host_how, "current": host.link}
-    out["device_memory"] = {"gbps": peak.gbps if peak else None,
-                            "how": f"{name}'s datasheet peak" if peak else f"no datasheet figure for {name or 'this GPU'} in gpurig's table",
-                            "source": peak.source if peak else None}
-
-    def share(value: float | None, cap: float | None) -> float | None:
-        return value / cap if value and cap else None
-
-    out["h2d_efficiency"] = share(measured.get("h2d_gbps"), host_gbps)
-    out["d2h_efficiency"] = share(measured.get("d2h_gbps"), host_gbps)
-    out["bidirectional_efficiency"] = share(measured.get("bidirectional_gbps"), 2 * host_gbps if host_gbps else None)
-    out["d2d_efficiency"] = share(measured.get("d2d_gbps"), peak.gbps if peak else None)
-    slow = [(k, v) for k, v in (("host → device", out["h2d_efficiency"]), ("device → host", out["d2h_efficiency"]))
-            if v is not None and v < HOST_LINK_SLOW_FRACTION]
-    if slow:
-        downtrained = host.link is not None and host.kind == "pcie" and f"PCIe {host.link}" != host_how
-        findings.append(Finding(
-            id="host-link-slow", severity="warn", area="links",
-            title=f"Copies between host and GPU reach {', '.join(f'{k} {v:.0%}' for k, v in slow)} of {host_how}",
-            detail=("Pinned copies normally reach 80-90% of the PCIe link. "
-                    + (f"The link runs at {host.link}, below its {host_how.removeprefix('PCIe ')}: reseat the card or "
-                       "check the slot and BIOS settings. " if downtrained else "")
-                    + "A slow host link starves the input pipeline of every training step."),
-            fix="Run `gpurig doctor` (PCIe width and generation, IOMMU); rerun on an idle machine; "
-                "`nvidia-smi -q -d PCIE` shows the link's state.",
-            evidence={"h2d_gbps": measured.get("h2d_gbps"), "d2h_gbps": measured.get("d2h_gbps"), "capability_gbps": host_gbps},
-        ))
-    eff = out["d2d_efficiency"]
-    if eff is not None and eff < MEMORY_SLOW_FRACTION:
-        findings.append(Finding(
-            id="memory-bandwidth-low", severity="warn", area="gpus",
-            title=f"Device memory copies reach {measured['d2d_gbps']:.0f} GB/s, {eff:.0%} of the {peak.gbps:.0f} GB/s "
-                  f"of {name}'s datasheet",
-            detail="A device copy normally reaches 80-90% of the memory's peak. Far less points to a memory clock held "
-                   "low (power or thermal limit, an application clock setting) or another process using the GPU.",
-            fix="Check `nvidia-smi -q -d CLOCK,PERFORMANCE` for throttle reasons and `nvidia-smi` for other processes; "
-                "rerun on an idle GPU; `gpurig burn` screens the card under load.",
-            evidence={"d2d_gbps": measured.get("d2d_gbps"), "peak_gbps": peak.gbps if peak else None},
-        ))
-    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ Examples:
   gpurig burn                         3 minutes
   gpurig burn --long --gpus 0,1       15 minutes on GPUs 0 and 1
   gpurig burn --duration 1h --json > burn.json
+  gpurig burn --dcgm                  then `dcgmi diag -r 2` (DCGM installed), folded into the verdict
 
 Exit status: 0 no GPU failed (pass or watch), 1 a GPU failed or a worker died, 2 bad usage,
 130/143 stopped by Ctrl-C/SIGTERM (the partial result is kept in the run directory).
@@ -47,15 +49,37 @@ def render(console: Any, doc: dict[str, Any]) -> None:
 
     table = Table(title=f"gpurig burn: {doc['nproc']} {doc['device']} worker(s), {doc['seconds']:.0f} s")
     dtypes = sorted({d for g in doc["gpus_judged"] for d in g["compute"]})
-    for col in ["GPU" if doc["device"] == "cuda" else "worker", "verdict", *[f"{d} TFLOP/s" for d in dtypes], "memory"]:
+    cols = ["GPU" if doc["device"] == "cuda" else "worker", "verdict", *[f"{d} TFLOP/s" for d in dtypes], "memory"]
+    if doc["device"] == "cuda":
+        cols.append("host link GB/s (in/out)")
+    for col in cols:
         table.add_column(col, justify="left" if col in ("verdict", "memory") else "right")
     style = {"pass": "green", "watch": "yellow", "fail": "bold red"}
     for g in doc["gpus_judged"]:
-        mem = g["memory"]
-        table.add_row(str(g["index"]), f"[{style[g['verdict']]}]{g['verdict']}[/{style[g['verdict']]}]",
-                      *[f"{(g['compute'].get(d) or {}).get('tflops') or 0:,.3g}" for d in dtypes],
-                      f"{(mem.get('bytes_tested') or 0) / 2**30:,.1f} GiB, {mem.get('gbps') or 0:,.0f} GB/s")
+        mem, t = g["memory"], g.get("transfers") or {}
+        row = [str(g["index"]), f"[{style[g['verdict']]}]{g['verdict']}[/{style[g['verdict']]}]",
+               *[f"{(g['compute'].get(d) or {}).get('tflops') or 0:,.3g}" for d in dtypes],
+               f"{(mem.get('bytes_tested') or 0) / 2**30:,.1f} GiB, {mem.get('gbps') or 0:,.0f} GB/s"
+               + (f" ({mem['vs_copy']:.0%} of a copy)" if mem.get("vs_copy") else "")]
+        if doc["device"] == "cuda":
+            row.append(f"{t.get('h2d_gbps') or 0:,.1f} / {t.get('d2h_gbps') or 0:,.1f}"
+                       + (f" of {t['host_link']['gbps']:,.1f}" if (t.get("host_link") or {}).get("gbps") else ""))
+        table.add_row(*row)
     console.print(table)
+    p2p = doc.get("p2p") or {}
+    if p2p.get("pairs"):
+        worst = min(p2p["pairs"], key=lambda r: r["one_way_gbps"])
+        console.print(f"peer copies: {len(p2p['pairs'])} pairs, the slowest {worst['pair']} at "
+                      f"{worst['one_way_gbps']:,.0f} GB/s" + (f" ({worst['one_way_efficiency']:.0%} of its "
+                      f"{worst['capability']})" if worst.get("one_way_efficiency") else ""), highlight=False)
+    dcgm = doc.get("dcgm")
+    if dcgm:
+        if dcgm.get("error"):
+            console.print(f"[yellow]DCGM: {dcgm['error']}[/yellow]", highlight=False)
+        else:
+            ran = [r for r in dcgm.get("results") or [] if r["status"] != "skip"]
+            console.print(f"DCGM {dcgm.get('version') or ''} level {dcgm['level']}: {len(ran)} results, "
+                          f"{sum(r['status'] == 'fail' for r in ran)} failed; its output is in dcgm.txt", highlight=False)
     for g in doc["gpus_judged"]:
         for f in g["findings"]:
             color = "bold red" if f["severity"] == "fail" else "yellow"
@@ -78,6 +102,8 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "--out", metavar="DIR",
                                         help="Run directory (default runs/burn-<time>)."),
         json_out: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+        dcgm: bool = typer.Option(False, "--dcgm", help="Then run NVIDIA DCGM's level-2 diagnostic "
+                                  "(`dcgmi diag -r 2`, a few minutes) on the same GPUs and fold its results in."),
     ) -> None:
         from gpurig.burn.run import LEVELS, parse_duration, parse_gpus, run_burn
 
@@ -113,10 +139,26 @@ def register(app: typer.Typer) -> None:
             console.print(f"gpurig burn: {seconds:g} s on every {'chosen ' if chosen else ''}GPU at once, or two CPU workers "
                           "(compute checked bit for bit, memory patterns, transfers; NVML watched)")
         ticker = threading.Thread(target=tick, daemon=True)
+        from gpurig.launch.plan import default_run_dir
+        from gpurig.launch.runner import Stop
+
+        run_dir = out or Path(default_run_dir("burn-"))
         with progress:
             ticker.start()
             try:
-                doc = run_burn(device=device, gpus=chosen, seconds=seconds, out_dir=out, echo=echo)
+                doc = run_burn(device=device, gpus=chosen, seconds=seconds, out_dir=run_dir, echo=echo, dcgm=dcgm)
+            except (KeyboardInterrupt, Stop):
+                # Stopped: what was measured so far is judged and shown, then the stop goes on up (130/143).
+                kept = run_dir / "burn.json"
+                if kept.is_file():
+                    partial = json.loads(kept.read_text())
+                    if json_out:
+                        emit_json({k: v for k, v in partial.items() if k != "nvml_samples"})
+                    else:
+                        progress.stop()
+                        console.print("[yellow]stopped before the end: the partial result[/yellow]")
+                        render(console, partial)
+                raise
             finally:
                 done.set()
                 ticker.join(timeout=2)

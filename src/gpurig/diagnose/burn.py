@@ -6,8 +6,14 @@ next step. Pure: it reads the burn document (`burn/run.py`) and judges nothing e
   back wrong, a new uncorrectable ECC error, a page or row retirement pending or failed, an Xid the
   driver logged for the GPU during the run (`knowledge/xid.toml` says what it means), a worker
   that died.
-- **watch**: a straggler (sustained rate more than 5% below the median of its siblings), a clock
-  held under 90% of the part's maximum while at its power limit, thermal throttling.
+- **watch**: a straggler (sustained rate more than 5% below the median of its siblings), a clock at
+  the power limit more than 10% under its siblings' (a healthy part at its power limit runs well
+  under its maximum clock, so the maximum is no yardstick), a power limit set below the board's
+  default, a hardware slowdown or power brake, thermal throttling, a PCIe or
+  NVLink error counter (replays, recoveries, CRC errors) that rose during the run, copies (host
+  link, device memory, to another GPU) under half of what the link or the datasheet allows.
+- with `--dcgm`, what `dcgmi diag -r 2` said of the GPU: a failed hardware test fails it, a
+  warning or a failed setting (persistence mode, say) is watched.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from gpurig.diagnose.dcgm import dcgm_findings
 from gpurig.probe.nvml import POWER_REASONS, THERMAL_REASONS
 from gpurig.probe.xid import bus_of
 
@@ -29,7 +36,11 @@ def _xid_table() -> dict[str, dict[str, Any]]:
 XIDS = _xid_table()
 
 STRAGGLER = 0.95  # a GPU's rate under this share of the median of its siblings
-LOW_CLOCK = 0.90  # a clock under this share of the part's maximum, at the power limit
+LOW_CLOCK = 0.90  # a clock at the power limit under this share of its siblings' (same part, same work)
+POWER_CAPPED = 0.95  # a power limit under this share of the board's default
+LINK_COUNTERS = {"pcie_replay_count": "PCIe replays", "nvlink_replay_errors": "NVLink replays",
+                 "nvlink_recovery_errors": "NVLink recoveries", "nvlink_crc_flit_errors": "NVLink CRC (flit) errors",
+                 "nvlink_crc_data_errors": "NVLink CRC (data) errors"}
 SDC_NEXT = ("take it out of service; run `gpurig burn --gpus {i} --long` again, then `dcgmi diag -r 3`; if it "
             "fails again, return the card")
 
@@ -38,6 +49,27 @@ def _nvml_index(doc: dict[str, Any], rank: int) -> int:
     """The NVML index of the GPU a rank ran on, as the parent recorded it (`nvml_indices`)."""
     indices = doc.get("nvml_indices") or []
     return indices[rank] if rank < len(indices) else rank
+
+
+def _load_by_gpu(samples: list[dict[str, Any]], ranks: list[Any], doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Per GPU: its clock, power and temperature while busy, and how often a limit held it back."""
+    out: dict[int, dict[str, Any]] = {}
+    for r, res in enumerate(ranks):
+        i = _nvml_index(doc, r)
+        mine = [g for s in samples for g in s.get("gpus", []) if g.get("index") == i and not g.get("error")]
+        busy = [g for g in mine if (g.get("utilization_pct") or 0) >= 50]
+        if not busy:
+            continue
+        reasons = [set(g.get("throttle_reasons") or []) for g in busy]
+        capped = [g.get("sm_clock_mhz") or 0 for g, why in zip(busy, reasons, strict=True) if why & POWER_REASONS]
+        out[i] = {"name": (res or {}).get("device_name"), "busy_samples": len(busy),
+                  "clock_mhz": statistics.mean(g.get("sm_clock_mhz") or 0 for g in busy),
+                  "power_w": statistics.mean(g.get("power_w") or 0 for g in busy),
+                  "max_temperature_c": max(g.get("temperature_c") or 0 for g in busy),
+                  "capped_samples": len(capped), "capped_clock_mhz": statistics.mean(capped) if capped else None,
+                  "hw_slowdown_samples": sum(bool(why & {"hw_slowdown", "hw_power_brake"}) for why in reasons),
+                  "hot_samples": sum(bool(why & THERMAL_REASONS) for why in reasons)}
+    return out
 
 
 def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
@@ -50,10 +82,12 @@ def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
     for r, res in enumerate(ranks):
         for dtype, c in ((res or {}).get("compute") or {}).items():
             rates.setdefault(dtype, {})[r] = c.get("tflops") or 0.0
+    load = _load_by_gpu(samples, ranks, doc)
     for r, res in enumerate(ranks):
         i = _nvml_index(doc, r)
         ident = after.get(i) or before.get(i) or after.get(str(i)) or before.get(str(i)) or {}
-        who = f"GPU {i}" + (f" ({ident.get('name')}, bus {ident.get('pci_bus_id')}, UUID {ident.get('uuid')})"
+        who = f"GPU {i}" + (f" ({ident.get('name')}, bus {ident.get('pci_bus_id')}, UUID {ident.get('uuid')}"
+                            + (f", serial {ident['serial']}" if ident.get("serial") else "") + ")"
                             if ident.get("uuid") else "")
         findings: list[dict[str, Any]] = []
 
@@ -62,7 +96,7 @@ def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
             _to.append({"id": fid, "severity": severity, "title": title, "detail": detail, "fix": fix,
                         "evidence": {"gpu": _gpu, "rank": _rank, **evidence}})
 
-        if res is None or not res.get("done"):
+        if (res is None or not res.get("done")) and not doc.get("interrupted"):  # stopped on purpose: judged on what ran
             tail = " | ".join((doc.get("launcher") or {}).get("tail") or [])
             add("fail", "burn-worker-died", f"{who}: the screen did not finish",
                 f"the worker stopped before the end (launcher exit {(doc.get('launcher') or {}).get('returncode')})"
@@ -95,6 +129,23 @@ def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
                 add("fail", "burn-memory-repair-pending", f"{who}: {field.replace('_', ' ')}",
                     "the memory has failing cells that only a reset (or a replacement) takes out of use",
                     f"`sudo nvidia-smi -r -i {i}`; if failed, return the card", field=field)
+        # Links that had to resend: PCIe replays, NVLink replays/recoveries/CRC errors during the screen.
+        retried = {f: (b.get(f) or 0, a[f]) for f in LINK_COUNTERS
+                   if a.get(f) is not None and a[f] > (b.get(f) or 0)}
+        if retried:
+            add("watch", "burn-link-retries", f"{who}: {', '.join(LINK_COUNTERS[f] for f in retried)} rose during "
+                "the screen", "; ".join(f"{LINK_COUNTERS[f]}: {x:,} before, {y:,} after" for f, (x, y) in retried.items())
+                + ". A link that resends packets still delivers them, but slower, and a rising count is how a "
+                "failing riser, cable or NVLink bridge first shows", "reseat the card (and its NVLink bridge or "
+                "cables); `nvidia-smi -q -d PCIE` and `nvidia-smi nvlink -e` show the counters; burn again and "
+                "compare", counters={f: {"before": x, "after": y} for f, (x, y) in retried.items()})
+        # Copies far below what the PCIe link, the memory or a link to another GPU allows.
+        slow = list(((res or {}).get("transfers") or {}).get("findings") or [])
+        slow += [f for f in ((doc.get("p2p") or {}).get("findings") or [])
+                 if str(f.get("evidence", {}).get("pair", "")).split("->")[0] == str(r)]
+        for f in slow:
+            add("watch", f"burn-{f['id']}", f"{who}: {f['title']}", f["detail"], f["fix"],
+                **{k: v for k, v in (f.get("evidence") or {}).items() if k not in ("gpu", "rank")})
         # Stragglers: against the median of the GPUs of the same model.
         name = (res or {}).get("device_name")
         for dtype, by_rank in rates.items():
@@ -129,23 +180,43 @@ def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
                 ("a hardware fault by NVIDIA's table: " if known.get("hardware") else "")
                 + f"`sudo dmesg | grep -i xid` for the whole record; reset the GPU (`sudo nvidia-smi -r -i {i}`), burn "
                 "again, then `dcgmi diag -r 3`; return the card if it repeats", xid=x["xid"])
-        # NVML: clocks, power, temperature during the run.
-        mine_s = [g for s in samples for g in s.get("gpus", []) if g.get("index") == i and not g.get("error")]
-        if mine_s:
-            busy = [g for g in mine_s if (g.get("utilization_pct") or 0) >= 50] or mine_s
-            capped = [g for g in busy if set(g.get("throttle_reasons") or []) & POWER_REASONS]
-            top = max((g.get("sm_clock_max_mhz") or 0) for g in busy)
-            clocks = [g.get("sm_clock_mhz") or 0 for g in capped]
-            if capped and top and statistics.mean(clocks) < LOW_CLOCK * top:
+        # NVML: clocks, power, temperature during the run. A healthy part under a dense GEMM sits at its
+        # power limit with its clock well under the maximum (one H200 at 700 W: about 1,670 of
+        # 1,980 MHz), so the clock at the power limit is held against the siblings', not the maximum.
+        mine = load.get(i)
+        if mine:
+            sib = [v["capped_clock_mhz"] for j, v in load.items()
+                   if j != i and v["name"] == mine["name"] and v["capped_clock_mhz"]]
+            if mine["capped_clock_mhz"] and sib and mine["capped_clock_mhz"] < LOW_CLOCK * statistics.median(sib):
+                med = statistics.median(sib)
                 add("watch", "burn-low-clock-at-power-limit",
-                    f"{who}: held {statistics.mean(clocks):,.0f} MHz of {top:,} at its power limit",
-                    f"{len(capped)} of {len(busy)} busy samples at the power limit", "check the power cap "
-                    "(`nvidia-smi -q -d POWER`) and cooling; compare with its siblings", clock=statistics.mean(clocks))
-            hot = [g for g in busy if set(g.get("throttle_reasons") or []) & THERMAL_REASONS]
-            if hot:
-                add("watch", "burn-thermal-throttle", f"{who}: throttled for temperature in {len(hot)} samples",
-                    f"up to {max((g.get('temperature_c') or 0) for g in hot):.0f} °C", "check airflow and the fans; "
-                    "reseat the card", samples=len(hot))
+                    f"{who}: held {mine['capped_clock_mhz']:,.0f} MHz at its power limit, "
+                    f"{1 - mine['capped_clock_mhz'] / med:.0%} below its siblings ({med:,.0f} MHz)",
+                    f"{mine['capped_samples']} of {mine['busy_samples']} busy samples at the power limit; the same "
+                    "work at the same power should run at the same clock", "compare `nvidia-smi -q -d POWER,CLOCK` "
+                    "with its siblings'; check its cooling and seating", clock=mine["capped_clock_mhz"], median=med)
+            if mine["hw_slowdown_samples"]:
+                add("watch", "burn-hardware-slowdown", f"{who}: the board slowed the GPU down in "
+                    f"{mine['hw_slowdown_samples']} samples (hardware slowdown or power brake)",
+                    "asserted by the board itself: over-temperature, a power supply that cannot keep up, or an "
+                    "external power-brake signal", "check the power supply and its cables, the airflow, and "
+                    "`nvidia-smi -q -d PERFORMANCE`; reseat the card", samples=mine["hw_slowdown_samples"])
+            if mine["hot_samples"]:
+                add("watch", "burn-thermal-throttle", f"{who}: throttled for temperature in {mine['hot_samples']} samples",
+                    f"up to {mine['max_temperature_c']:.0f} °C", "check airflow and the fans; reseat the card",
+                    samples=mine["hot_samples"])
+        limit, default = (a.get("power_limit_w") or b.get("power_limit_w"),
+                          a.get("power_default_limit_w") or b.get("power_default_limit_w"))
+        if limit and default and limit < POWER_CAPPED * default:
+            add("watch", "burn-power-capped", f"{who}: its power limit is {limit:,.0f} W, below its default "
+                f"{default:,.0f} W", "someone lowered it (`nvidia-smi -pl`): under load its clocks and its rate "
+                "drop with it", f"`sudo nvidia-smi -i {i} -pl {default:.0f}` if the power supply and cooling allow it",
+                limit_w=limit, default_w=default)
+        # NVIDIA's own diagnostic (`--dcgm`), run after the screen.
+        for f in dcgm_findings(doc.get("dcgm") or {}, i):
+            add(f["severity"], "burn-dcgm", f"{who}: {f['title']}", f["detail"],
+                SDC_NEXT.format(i=i) if f["severity"] == "fail" else "fix the setting it names, then run "
+                f"`dcgmi diag -r 2 -i {i}` again", test=f["test"], status=f["status"])
         verdict = ("fail" if any(f["severity"] == "fail" for f in findings)
                    else "watch" if findings else "pass")
         summary = {d: {"tflops": c.get("tflops"), "vs_plain": c.get("vs_plain")}
@@ -153,5 +224,5 @@ def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
         out.append({"index": i, "rank": r, "name": name, "uuid": ident.get("uuid"), "verdict": verdict,
                     "findings": findings, "compute": summary,
                     "memory": {k: mem.get(k) for k in ("bytes_tested", "gbps", "copy_gbps", "vs_copy", "passes")},
-                    "transfers": (res or {}).get("transfers")})
+                    "transfers": (res or {}).get("transfers"), "load": load.get(i)})
     return {"gpus_judged": out, "passed": bool(out) and all(g["verdict"] != "fail" for g in out)}

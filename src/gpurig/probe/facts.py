@@ -29,6 +29,11 @@ class NvLinkFacts:
     speed_gbps: float | None = None  # GB/s per direction, as `nvidia-smi nvlink -s` reports it
     remote_pci_bus_id: str | None = None
     remote_device_type: str | None = None  # "gpu", "switch", "cpu"
+    # Error counters since the driver loaded (`nvidia-smi nvlink -e`); a rise means the link retried.
+    replay_errors: int | None = None
+    recovery_errors: int | None = None
+    crc_flit_errors: int | None = None
+    crc_data_errors: int | None = None
 
 
 @dataclass
@@ -64,6 +69,8 @@ class GpuFacts:
     remapped_rows_uncorrectable: int | None = None  # Ampere and later
     remapped_rows_pending: bool | None = None
     remapped_rows_failed: bool | None = None
+    serial: str | None = None  # the board's serial number (nvidia-smi --query-gpu=serial), for an RMA
+    pcie_replay_count: int | None = None  # PCIe packets the link had to resend (`nvidia-smi -q -d PCIE`, "Replays")
     persistence_mode: bool | None = None
     compute_mode: str | None = None  # "Default", "Exclusive_Process", "Prohibited"
     mig_enabled: bool | None = None
@@ -73,6 +80,7 @@ class GpuFacts:
     throttle_reasons: list[str] | None = None  # active reasons, e.g. ["sw_thermal", "hw_power_brake"]
     power_draw_w: float | None = None
     power_limit_w: float | None = None
+    power_default_limit_w: float | None = None  # the board's own limit (power.default_limit); a lower power_limit_w was set by someone
     temperature_c: float | None = None
     utilization_pct: float | None = None
     numa_node: int | None = None

@@ -31,6 +31,8 @@ _P2P_CAPS_INDEX_READ = 0
 _P2P_STATUS_OK = 0
 _NVLINK_MAX_LINKS = 18  # used when the binding does not say (NVML 12 says 18, NVML 13 says 36)
 _AFFINITY_SCOPE_NODE = 0
+# nvmlNvLinkErrorCounter_t: NVML_NVLINK_ERROR_DL_REPLAY, _RECOVERY, _CRC_FLIT, _CRC_DATA.
+NVLINK_ERROR_COUNTERS = (("replay_errors", 0), ("recovery_errors", 1), ("crc_flit_errors", 2), ("crc_data_errors", 3))
 _ERROR_LIB_RM_VERSION_MISMATCH = 18
 _ERROR_GPU_IS_LOST = 15
 
@@ -185,6 +187,7 @@ class _Reader:
         g = GpuFacts(index=index)
         g.name = _text(q("nvmlDeviceGetName", handle))  # --query-gpu=name
         g.uuid = _text(q("nvmlDeviceGetUUID", handle))  # uuid
+        g.serial = _text(q("nvmlDeviceGetSerial", handle))  # serial (consumer boards: not supported)
         pci = q("nvmlDeviceGetPciInfo", handle)  # pci.bus_id
         g.pci_bus_id = normalize_bus_id(_text(getattr(pci, "busId", None))) if pci is not None else None
         cc = q("nvmlDeviceGetCudaComputeCapability", handle)  # compute_cap
@@ -223,6 +226,7 @@ class _Reader:
             g.remapped_rows_uncorrectable = int(unc)
             g.remapped_rows_pending = bool(pending)
             g.remapped_rows_failed = bool(failed)
+        g.pcie_replay_count = q("nvmlDeviceGetPcieReplayCounter", handle)  # nvidia-smi -q -d PCIE: Replays
         pm = q("nvmlDeviceGetPersistenceMode", handle)  # persistence_mode
         g.persistence_mode = None if pm is None else bool(pm)
         cm = q("nvmlDeviceGetComputeMode", handle)  # compute_mode
@@ -242,6 +246,8 @@ class _Reader:
         if limit is None:
             limit = q("nvmlDeviceGetPowerManagementLimit", handle)
         g.power_limit_w = None if limit is None else limit / 1000.0
+        default = q("nvmlDeviceGetPowerManagementDefaultLimit", handle)  # power.default_limit
+        g.power_default_limit_w = None if default is None else default / 1000.0
         temp = q("nvmlDeviceGetTemperature", handle, _TEMPERATURE_GPU)  # temperature.gpu
         g.temperature_c = None if temp is None else float(temp)
         util = q("nvmlDeviceGetUtilizationRates", handle)  # utilization.gpu
@@ -289,6 +295,8 @@ class _Reader:
                     nl.remote_pci_bus_id = None if bus and bus.startswith("ffffffff:") else bus
                 rtype = self.q("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
                 nl.remote_device_type = _REMOTE_TYPES.get(rtype) if rtype is not None else None
+                for name, counter in NVLINK_ERROR_COUNTERS:  # nvidia-smi nvlink -e
+                    setattr(nl, name, self.q("nvmlDeviceGetNvLinkErrorCounter", handle, link, counter))
             links.append(nl)
         if links:
             speeds = self.nvlink_speeds(handle, [nl.link for nl in links if nl.active])

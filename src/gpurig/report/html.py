@@ -207,13 +207,12 @@ def _burn_view(burn: dict[str, Any] | None) -> dict[str, Any]:
     """`gpurig check --burn`: the verdict and rates per GPU, and clocks/power over the run."""
     if not burn:
         return {"burn": None}
-    from gpurig.report.plots import monitor_png
+    from gpurig.report.plots import burn_png
 
     gpus = [g for g in burn.get("gpus_judged") or [] if isinstance(g, dict)]
     dtypes = sorted({d for g in gpus for d in (g.get("compute") or {})})
     samples = burn.get("nvml_samples") or []
-    plot = _img(monitor_png(samples, title="GPU activity during the burn-in"), "utilisation, memory and power "
-                "during the burn-in") if samples else None
+    plot = _img(burn_png(samples), "SM clock, power and temperature of each GPU during the burn-in") if samples else None
     return {"burn": burn, "burn_gpus": gpus, "burn_dtypes": dtypes, "burn_plot": plot,
             "burn_findings": _findings([{**f, "severity": {"fail": "error", "watch": "warn"}.get(f.get("severity"),
                                                                                                  f.get("severity"))}

@@ -40,37 +40,52 @@ def _series(samples: list[dict[str, Any]], key: str, scale: float = 1.0) -> dict
 
 def monitor_png(samples: list[dict[str, Any]], title: str = "GPU activity") -> bytes | None:
     """Utilisation, memory and power over time, one line per GPU (a `gpurig monitor --record` file)."""
-    util = _series(samples, "utilization_pct")
-    mem = _series(samples, "memory_used_bytes", 1 / _GIB)
-    power = _series(samples, "power_w")
-    limit = _series(samples, "power_limit_w")
-    if not (util or mem or power):
+    return _over_time(samples, title, [("utilization_pct", 1.0, "utilisation (%)"),
+                                       ("memory_used_bytes", 1 / _GIB, "memory used (GiB)"),
+                                       ("power_w", 1.0, "power (W)")])
+
+
+def burn_png(samples: list[dict[str, Any]], title: str = "GPUs during the burn-in") -> bytes | None:
+    """SM clock, power and temperature over time, one line per GPU: what `gpurig burn` judges them by."""
+    return _over_time(samples, title, [("sm_clock_mhz", 1.0, "SM clock (MHz)"), ("power_w", 1.0, "power (W)"),
+                                       ("temperature_c", 1.0, "temperature (°C)")])
+
+
+def _over_time(samples: list[dict[str, Any]], title: str, panels: list[tuple[str, float, str]]) -> bytes | None:
+    """One panel per (key, scale, label), one line per GPU; a power panel gets each GPU's limit dashed,
+    a memory panel the total dotted, a utilisation panel 0-100."""
+    series = [_series(samples, key, scale) for key, scale, _ in panels]
+    if not any(series):
         return None
     fig = Figure(figsize=(11, 8))
-    axes = fig.subplots(3, 1, sharex=True)
-    colors = {}
-    for ax, series, label in ((axes[0], util, "utilisation (%)"), (axes[1], mem, "memory used (GiB)"),
-                              (axes[2], power, "power (W)")):
-        for index, (xs, ys) in sorted(series.items()):
+    axes = fig.subplots(len(panels), 1, sharex=True)
+    colors: dict[int, Any] = {}
+    for ax, data, (key, _, label) in zip(axes, series, panels, strict=True):
+        for index, (xs, ys) in sorted(data.items()):
             (line,) = ax.plot(xs, ys, label=f"GPU {index}", color=colors.get(index))
             colors.setdefault(index, line.get_color())
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
-        if not series:
+        if not data:
             ax.text(0.5, 0.5, "not reported", transform=ax.transAxes, ha="center", va="center", color="gray")
-    axes[0].set_ylim(-2, 102)
-    axes[1].set_ylim(bottom=0)  # from zero, so an idle GPU's few watts and GiB read as small
-    axes[2].set_ylim(bottom=0)
-    totals = [g.get("memory_total_bytes") for s in samples for g in s.get("gpus", []) if g.get("memory_total_bytes")]
-    if totals:
-        axes[1].axhline(max(totals) / _GIB, color="gray", linestyle=":", linewidth=1, label="memory total")
-    for index, (xs, ys) in sorted(limit.items()):
-        axes[2].plot(xs, ys, linestyle="--", linewidth=1, color=colors.get(index), alpha=0.7,
-                     label=f"GPU {index} limit")
+        if key == "utilization_pct":
+            ax.set_ylim(-2, 102)
+        else:
+            ax.set_ylim(bottom=0)  # from zero, so an idle GPU's few watts and GiB read as small
+        if key == "memory_used_bytes":
+            totals = [g.get("memory_total_bytes") for s in samples for g in s.get("gpus", []) if g.get("memory_total_bytes")]
+            if totals:
+                ax.axhline(max(totals) / _GIB, color="gray", linestyle=":", linewidth=1, label="memory total")
+        if key == "power_w":
+            for index, (xs, ys) in sorted(_series(samples, "power_limit_w").items()):
+                ax.plot(xs, ys, linestyle="--", linewidth=1, color=colors.get(index), alpha=0.7, label=f"GPU {index} limit")
+        if key == "sm_clock_mhz":
+            for index, (xs, ys) in sorted(_series(samples, "sm_clock_max_mhz").items()):
+                ax.plot(xs, ys, linestyle=":", linewidth=1, color=colors.get(index), alpha=0.7, label=f"GPU {index} maximum")
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:  # outside the axes: a busy GPU's line sits at the top
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", borderaxespad=0)
-    axes[2].set_xlabel("seconds since the first sample")
+    axes[-1].set_xlabel("seconds since the first sample")
     fig.suptitle(title)
     fig.tight_layout()
     return _png(fig)
