@@ -308,3 +308,45 @@ def test_ctrl_c_stops_the_workers_and_shows_the_partial_result(tmp_path):
     assert kept["interrupted"] and kept["ranks"][0]["compute"]["fp32"]["mismatches"] == 0
     # Stopped on purpose: judged on what ran, not failed as a worker that died.
     assert kept["passed"] and "did not finish" not in stdout
+
+
+def test_xid_events_from_nvml_are_read_where_the_kernel_log_is_closed():
+    from types import SimpleNamespace
+
+    from gpurig.probe.xid import XidEvents
+
+    class Nvml:
+        """NVML's event API as nvidia-ml-py exposes it: one Xid 79 waiting on GPU 1."""
+
+        def __init__(self):
+            self.waiting = [SimpleNamespace(device="h1", eventData=79, eventType=0x8)]
+            self.freed = self.shut = False
+
+        def nvmlInit(self): pass
+        def nvmlShutdown(self): self.shut = True
+        def nvmlEventSetCreate(self): return "set"
+        def nvmlEventSetFree(self, s): self.freed = True
+        def nvmlDeviceGetCount(self): return 2
+        def nvmlDeviceGetHandleByIndex(self, i): return f"h{i}"
+        def nvmlDeviceGetIndex(self, h): return int(h[1:])
+        def nvmlDeviceGetPciInfo(self, h): return SimpleNamespace(busId=f"00000000:0{int(h[1:]) + 6}:00.0".encode())
+
+        def nvmlDeviceRegisterEvents(self, h, kind, s):
+            assert kind == 0x8 and s == "set"
+
+        def nvmlEventSetWait_v2(self, s, timeout_ms):
+            if not self.waiting:
+                raise RuntimeError("Timeout")
+            return self.waiting.pop()
+
+    fake = Nvml()
+    events = XidEvents(fake).start()
+    assert events.available and events.gpus == [0, 1]
+    (x,) = events.poll()
+    assert (x["gpu"], x["xid"], x["bus"], x["source"]) == (1, 79, "07:00", "nvml")
+    assert events.poll() == []
+    events.stop()
+    assert fake.freed and fake.shut
+    # No NVML at all: nothing available, nothing raised.
+    broken = XidEvents(SimpleNamespace(nvmlInit=lambda: (_ for _ in ()).throw(OSError("libnvidia-ml.so.1 not found"))))
+    assert not broken.start().available and "libnvidia-ml" in broken.error and broken.poll() == []

@@ -25,7 +25,7 @@ def test_a_short_gpu_burn_measures_every_part_and_passes(run_cli, tmp_path):
         assert all(c["mismatches"] == 0 and c["iterations"] > 0 for c in rank["compute"].values())
         mem = rank["memory"]
         assert mem["compiled"] is True and mem["errors"] == []
-        assert mem["bytes_tested"] >= 0.8 * mem["free_bytes"]
+        assert mem["bytes_tested"] >= 0.9 * mem["free_bytes"]
         t = rank["transfers"]
         assert t["h2d_gbps"] > 0 and t["d2h_pageable_gbps"] > 0 and t["d2d_gbps"] > 0
         assert t["host_link"]["gbps"] and "findings" in t

@@ -66,11 +66,16 @@ class Watcher:
     def __init__(self, interval: float = 1.0) -> None:
         self.interval = interval
         self.samples: list[dict[str, Any]] = []
+        self.xids: list[dict[str, Any]] = []
+        self.xid_events: Any = None
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        from gpurig.probe.xid import XidEvents
+
+        self.xid_events = XidEvents().start()
         try:
             from gpurig.monitor.sampler import MonitorUnavailable, Sampler
 
@@ -86,6 +91,7 @@ class Watcher:
         while not self._stop.is_set():
             try:
                 self.samples.append(self.sampler.sample().to_dict())
+                self.xids += self.xid_events.poll()
             except Exception as exc:  # a reading that fails is recorded, the run goes on
                 self.error = str(exc)
             self._stop.wait(self.interval)
@@ -95,6 +101,9 @@ class Watcher:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self.sampler.close()
+        if self.xid_events is not None:
+            self.xids += self.xid_events.poll()
+            self.xid_events.stop()
 
 
 def read_facts() -> Any:
@@ -241,6 +250,9 @@ def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float
     if xids_before is not None and xids_after is not None:
         seen = {x["text"] for x in xids_before}
         new_xids = [x for x in xids_after if x["text"] not in seen]
+    if watcher.xids:  # NVML's events; the kernel log's line for the same Xid says more, so it is kept
+        logged = {(x["bus"], x["xid"]) for x in new_xids or []}
+        new_xids = (new_xids or []) + [x for x in watcher.xids if (x["bus"], x["xid"]) not in logged]
     ranks = {}
     for r in range(choice.nproc):
         p = run_dir / f"result-rank{r}.json"
@@ -252,6 +264,8 @@ def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float
         "nvml_indices": nvml_indices(gpus, choice.nproc),
         "ranks": [ranks.get(r) for r in range(choice.nproc)], "health_before": before, "health_after": after,
         "nvml_samples": watcher.samples, "nvml_error": watcher.error, "xids": new_xids,
+        "xid_sources": [name for name, ok in (("kernel log", xids_after is not None),
+                                               ("NVML events", bool(watcher.xid_events and watcher.xid_events.gpus))) if ok],
         "launcher": {"returncode": run.returncode, "timed_out": run.timed_out, "log": run.log_path,
                      "tail": run.output_tail[-8:]},
     }

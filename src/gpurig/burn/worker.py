@@ -145,6 +145,7 @@ class Burner:
     # -- memory ---------------------------------------------------------------------------------
     def memory(self, seconds: float) -> dict[str, Any]:
         if self.cuda:
+            torch.cuda.empty_cache()  # the products' buffers back to the driver, so they count as free
             free, total = torch.cuda.mem_get_info(self.dev)
             target = int(free * self.args.mem_fraction)
             chunk_bytes = 1 << 30
@@ -219,7 +220,13 @@ class Burner:
         from gpurig.probe.bandwidth import memory_bandwidth
 
         nbytes = 256 << 20
-        out: dict[str, Any] = memory_bandwidth(self.dev, nbytes, 1 << 30)
+        # Twice, keeping each figure's better run: one H200 once read 27 GB/s host-to-device in one
+        # run and 55 GB/s in the next (the link is only judged slow when it is slow both times).
+        runs = [memory_bandwidth(self.dev, nbytes, 1 << 30) for _ in range(2)]
+        out: dict[str, Any] = dict(runs[0])
+        for key in [k for k in out if k.endswith("_gbps")]:
+            out[key] = max(r[key] for r in runs)
+            out[f"{key.removesuffix('_gbps')}_runs_gbps"] = [r[key] for r in runs]
         dev_buf = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
         host = torch.empty(nbytes, dtype=torch.uint8)
         for direction in ("h2d", "d2h"):
@@ -285,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=180.0, help="the whole screen's length on this GPU")
     ap.add_argument("--size", type=int, default=8192, help="matrix side for the products")
     ap.add_argument("--dtypes", default="", help="comma-separated; default every dtype the device has")
-    ap.add_argument("--mem-fraction", type=float, default=0.9, help="share of the free GPU memory to test")
+    ap.add_argument("--mem-fraction", type=float, default=0.92,
+                    help="share of the free GPU memory to allocate (whole 1 GiB chunks: at least 90%% is tested)")
     ap.add_argument("--cpu-mem-mb", type=int, default=64, help="memory to test on the CPU")
     args = ap.parse_args(argv)
     if args.size % 4:
