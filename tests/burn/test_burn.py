@@ -72,9 +72,11 @@ def _doc(rates, sums=None, samples=None, before=None, after=None):
 
 def test_a_straggler_is_watched_and_a_gpu_that_differs_from_its_siblings_fails(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    out = judge_burn(_doc([790, 792, 740]))
+    samples = [{"gpus": [_sample(0, 1670), _sample(1, 1665), _sample(2, 1560, power=600.0)]}] * 5
+    out = judge_burn(_doc([790, 792, 740], samples=samples))
     assert [g["verdict"] for g in out["gpus_judged"]] == ["pass", "pass", "watch"] and out["passed"]
     assert "below the median" in out["gpus_judged"][2]["findings"][0]["title"]
+    assert "it ran at 1,560 MHz and 600 W, its siblings at 1,668 MHz and 690 W" in out["gpus_judged"][2]["findings"][0]["detail"]
     out = judge_burn(_doc([790, 790, 790], sums=[7, 7, 8]))
     assert [g["verdict"] for g in out["gpus_judged"]] == ["pass", "pass", "fail"] and not out["passed"]
     assert out["gpus_judged"][2]["findings"][0]["id"] == "burn-differs-from-siblings"
@@ -110,6 +112,9 @@ def test_a_power_limit_below_the_default_and_new_ecc_errors(monkeypatch):
     assert out["gpus_judged"][0]["verdict"] == "watch" and out["passed"]
     f = out["gpus_judged"][0]["findings"][0]
     assert f["id"] == "burn-power-capped" and "450 W, below its default 700 W" in f["title"] and "-pl 700" in f["fix"]
+    out = judge_burn(_doc([790], before={0: {"ecc_volatile_corrected": 3}}, after={0: {"ecc_volatile_corrected": 40}}))
+    assert out["gpus_judged"][0]["verdict"] == "watch"
+    assert "37 corrected ECC error(s) during the screen" in out["gpus_judged"][0]["findings"][0]["title"]
     out = judge_burn(_doc([790], before={0: {"ecc_volatile_uncorrected": 0}}, after={0: {"ecc_volatile_uncorrected": 2}}))
     assert out["gpus_judged"][0]["verdict"] == "fail"
     assert out["gpus_judged"][0]["findings"][0]["id"] == "burn-new-memory-errors"

@@ -121,6 +121,8 @@ class FakeNvml:
         return [self._g(h, "ecc"), self._g(h, "ecc")]
 
     def nvmlDeviceGetTotalEccErrors(self, h, etype, counter):
+        if etype == 0:  # corrected
+            return self.gpus[h].get("ecc_corrected", (0, 0))[counter]
         return self._g(h, "ecc_errors")[counter]
 
     def nvmlDeviceGetRetiredPages(self, h, cause):
@@ -231,7 +233,7 @@ def h100(i: int, bus: str, **over):
         ecc_errors=(0, 3), remapped=(0, 1, 0, 0), persistence=1, compute_mode=0, mig=0,
         clocks={1: 1980, 2: 2619}, max_clocks={1: 1980}, reasons=0x21, power_mw=69830, limit_mw=700000,
         temp=31, util=0, cpu_mask=[0x0000FFFF0000FFFF], node_mask=0b1, nvlink_mbps=26562, mem_reserved=615 * 2**20,
-        pcie_replay=0, default_limit_mw=700000,
+        pcie_replay=0, default_limit_mw=700000, ecc_corrected=(2, 41),
     )
     gpu.update(over)
     return gpu

@@ -27,6 +27,7 @@ def test_gpu_fields_come_out_in_the_units_the_facts_promise():
     assert g.memory_total_mib == pytest.approx(81559.0) and g.memory_used_mib == 4.0
     assert (g.pcie_gen_current, g.pcie_gen_max, g.pcie_width_current, g.pcie_width_max) == (5, 5, 16, 16)
     assert g.ecc_enabled is True and g.ecc_volatile_uncorrected == 0 and g.ecc_aggregate_uncorrected == 3
+    assert (g.ecc_volatile_corrected, g.ecc_aggregate_corrected) == (2, 41)
     assert g.retired_pages is None  # Hopper: NVML says "not supported", the GPU remaps rows instead
     assert (g.remapped_rows_uncorrectable, g.remapped_rows_pending, g.remapped_rows_failed) == (1, False, False)
     assert g.persistence_mode is True and g.compute_mode == "Default" and g.mig_enabled is False

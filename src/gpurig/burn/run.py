@@ -26,7 +26,8 @@ from gpurig.probe.xid import read_xids
 
 LEVELS = {"quick": 30.0, "default": 180.0, "long": 900.0}
 STARTUP_S = 90.0  # torch import, process group, first kernels
-HEALTH_FIELDS = ("power_limit_w", "power_default_limit_w", "ecc_volatile_uncorrected", "ecc_aggregate_uncorrected", "retired_pages", "retired_pages_pending",
+HEALTH_FIELDS = ("power_limit_w", "power_default_limit_w", "ecc_volatile_corrected", "ecc_aggregate_corrected",
+                 "ecc_volatile_uncorrected", "ecc_aggregate_uncorrected", "retired_pages", "retired_pages_pending",
                  "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failed")
 
 

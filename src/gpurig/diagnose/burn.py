@@ -51,6 +51,17 @@ def _nvml_index(doc: dict[str, Any], rank: int) -> int:
     return indices[rank] if rank < len(indices) else rank
 
 
+def _beside(load: dict[int, dict[str, Any]], i: int) -> str:
+    """'; under load it ran at 1,520 MHz and 690 W, its siblings at 1,670 MHz and 695 W' (or nothing)."""
+    mine = load.get(i)
+    others = [v for j, v in load.items() if j != i and mine and v["name"] == mine["name"]]
+    if not mine or not others:
+        return ""
+    return (f"; under load it ran at {mine['clock_mhz']:,.0f} MHz and {mine['power_w']:,.0f} W, its siblings at "
+            f"{statistics.median(v['clock_mhz'] for v in others):,.0f} MHz and "
+            f"{statistics.median(v['power_w'] for v in others):,.0f} W")
+
+
 def _load_by_gpu(samples: list[dict[str, Any]], ranks: list[Any], doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Per GPU: its clock, power and temperature while busy, and how often a limit held it back."""
     out: dict[int, dict[str, Any]] = {}
@@ -124,6 +135,15 @@ def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
             if a.get(field) is not None and (a.get(field) or 0) > (b.get(field) or 0):
                 add("fail", "burn-new-memory-errors", f"{who}: {field.replace('_', ' ')} rose during the screen",
                     f"{b.get(field)} before, {a.get(field)} after", SDC_NEXT.format(i=i), field=field)
+        corrected = [(f, b.get(f) or 0, a[f]) for f in ("ecc_volatile_corrected", "ecc_aggregate_corrected")
+                     if a.get(f) is not None and a[f] > (b.get(f) or 0)]
+        if corrected:
+            f, x, y = corrected[0]
+            add("watch", "burn-corrected-memory-errors", f"{who}: {y - x:,} corrected ECC error(s) during the screen",
+                f"{f.replace('_', ' ')}: {x:,} before, {y:,} after. ECC fixed them, so no result was wrong; a few over "
+                "a card's life are normal, but errors that keep coming under load often precede uncorrectable ones",
+                f"burn it again (`gpurig burn --gpus {i} --long`) and compare the count; `nvidia-smi -q -d ECC,"
+                "ROW_REMAPPER` shows the history", field=f, before=x, after=y)
         for field in ("retired_pages_pending", "remapped_rows_pending", "remapped_rows_failed"):
             if a.get(field):
                 add("fail", "burn-memory-repair-pending", f"{who}: {field.replace('_', ' ')}",
@@ -156,9 +176,9 @@ def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
                 if mine < STRAGGLER * med:
                     add("watch", "burn-straggler", f"{who}: {dtype} at {mine:,.1f} TFLOP/s, "
                         f"{1 - mine / med:.0%} below the median of its siblings ({med:,.1f})",
-                        "in synchronous training every step waits for the slowest GPU", "look at its clock, power "
-                        "and temperature beside the others' (`gpurig monitor`); reseat it, check its cooling",
-                        dtype=dtype, tflops=mine, median=med)
+                        "in synchronous training every step waits for the slowest GPU" + _beside(load, i),
+                        "look at its clock, power and temperature beside the others' (`gpurig monitor`); reseat "
+                        "it, check its cooling", dtype=dtype, tflops=mine, median=med)
         # Cross-GPU: the same model on the same inputs must give the same bits.
         for dtype in ((res or {}).get("compute") or {}):
             same = [(rr, (x or {}).get("compute", {}).get(dtype, {}).get("reference_checksum"))

@@ -64,6 +64,8 @@ class GpuFacts:
     ecc_enabled: bool | None = None
     ecc_volatile_uncorrected: int | None = None
     ecc_aggregate_uncorrected: int | None = None
+    ecc_volatile_corrected: int | None = None  # ecc.errors.corrected.volatile.total
+    ecc_aggregate_corrected: int | None = None
     retired_pages: int | None = None  # pre-Ampere: pages retired for double-bit errors
     retired_pages_pending: bool | None = None
     remapped_rows_uncorrectable: int | None = None  # Ampere and later

@@ -24,7 +24,7 @@ from gpurig.probe.pci import normalize_bus_id
 # (nvidia-ml-py 13 defines NVML_P2P_CAPS_INDEX_READ as the tuple `(0,)`, for one).
 _CLOCK_SM, _CLOCK_MEM = 1, 2
 _TEMPERATURE_GPU = 0
-_MEMORY_ERROR_UNCORRECTED = 1
+_MEMORY_ERROR_CORRECTED, _MEMORY_ERROR_UNCORRECTED = 0, 1
 _VOLATILE_ECC, _AGGREGATE_ECC = 0, 1
 _RETIREMENT_CAUSES = (0, 1)  # multiple single-bit errors, double-bit error
 _P2P_CAPS_INDEX_READ = 0
@@ -214,6 +214,9 @@ class _Reader:
             g.ecc_volatile_uncorrected = q("nvmlDeviceGetTotalEccErrors", handle, _MEMORY_ERROR_UNCORRECTED, _VOLATILE_ECC)
             g.ecc_aggregate_uncorrected = q("nvmlDeviceGetTotalEccErrors", handle, _MEMORY_ERROR_UNCORRECTED,
                                             _AGGREGATE_ECC)
+            # ecc.errors.corrected.volatile.total / .aggregate.total
+            g.ecc_volatile_corrected = q("nvmlDeviceGetTotalEccErrors", handle, _MEMORY_ERROR_CORRECTED, _VOLATILE_ECC)
+            g.ecc_aggregate_corrected = q("nvmlDeviceGetTotalEccErrors", handle, _MEMORY_ERROR_CORRECTED, _AGGREGATE_ECC)
         # Page retirement (before Ampere; Ampere and later remap rows instead and say "not supported").
         retired = [q("nvmlDeviceGetRetiredPages", handle, cause) for cause in _RETIREMENT_CAUSES]
         if any(r is not None for r in retired):
