@@ -249,6 +249,29 @@ def test_a_save_helper_is_reported_where_it_is_called_on_every_rank():
     assert found == [("save-on-every-rank", "save_checkpoint(model.state_dict(), 'last.pt')")]
 
 
+def test_a_rank_flag_behind_not_multiprocessing_distributed_or_guards_nothing():
+    """ImageNet-style scripts: `args.rank` is computed from the process index, then the save is
+    guarded by `not args.multiprocessing_distributed or args.rank % ngpus == 0`, which every
+    process passes when started one per node (torchrun, env://) without that flag."""
+    body = """
+    def main_worker(gpu, ngpus_per_node, args):
+        args.rank = args.rank * ngpus_per_node + gpu
+        dist.init_process_group('nccl', rank=args.rank)
+        model = torch.nn.Linear(4, 4)
+        if not args.multiprocessing_distributed or (args.multiprocessing_distributed
+                and args.rank % ngpus_per_node == 0):
+            save_checkpoint(model.state_dict())
+        if args.rank % ngpus_per_node == 0:
+            save_checkpoint(model.state_dict())
+
+    def save_checkpoint(state, filename='checkpoint.pth.tar'):
+        torch.save(state, filename)
+    """
+    found = [(f.id, f.line) for f in lint_source(HEAD + textwrap.dedent(body) + END)]
+    assert [rule for rule, _ in found] == ["save-on-every-rank"]
+    assert found[0][1] == HEAD.count("\n") + 8  # the first call, not the rank-guarded one
+
+
 def test_a_loader_read_once_needs_no_set_epoch():
     head = """
     dist.init_process_group('nccl')

@@ -72,6 +72,12 @@ def _not_distributed(node: ast.AST) -> bool:
     return isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and "distributed" in _dotted(node.operand).lower()
 
 
+def _bypassed(test: ast.AST) -> bool:
+    """`not args.multiprocessing_distributed or rank % ngpus == 0`: an `or` that every rank passes
+    when the run was started without that flag (torchrun, one process per node)."""
+    return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(_not_distributed(v) for v in test.values)
+
+
 _RANK_CACHE: dict[int, tuple[ast.AST, bool]] = {}
 
 
@@ -91,7 +97,7 @@ def _rank_check(test: ast.AST) -> bool:
     `args.rank % ngpus_per_node == 0`, `accelerator.is_main_process`, `trainer.is_global_zero`),
     or compares the process's GPU index with 0 (`if self.gpu_id == 0`). `not distributed or rank == 0`
     does not: launched without that flag, every rank passes it."""
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(_not_distributed(v) for v in test.values):
+    if _bypassed(test):
         return False
     for node in ast.walk(test):
         name = _leaf_name(node)
@@ -378,7 +384,10 @@ class _Scanner(ast.NodeVisitor):
             self._note_local(node)
 
     def _rank_test(self, test: ast.AST) -> bool:
-        """A rank check, or a test of a flag computed from one (`args.save_logs = ... and is_master(args)`)."""
+        """A rank check, or a test of a flag computed from one (`args.save_logs = ... and is_master(args)`);
+        never `not distributed or ...`, which every rank passes when started without that flag."""
+        if _bypassed(test):
+            return False
         return _mentions_rank(test) or any(_dotted(n) in self.flags for n in ast.walk(test)
                                            if isinstance(n, (ast.Name, ast.Attribute)))
 
