@@ -272,6 +272,23 @@ def test_a_rank_flag_behind_not_multiprocessing_distributed_or_guards_nothing():
     assert found[0][1] == HEAD.count("\n") + 8  # the first call, not the rank-guarded one
 
 
+def test_a_file_opened_for_writing_on_every_rank_is_found_whatever_builds_its_path():
+    body = """
+    dist.init_process_group('nccl')
+    rank = dist.get_rank()
+    save_dir = os.environ.get('OUT', 'runs')
+    with open(os.path.join(save_dir, 'hyp.yaml'), 'w') as f:
+        f.write('lr: 0.1')
+    with open(f'{save_dir}/log_rank{rank}.txt', 'a') as f:
+        f.write('one file per rank')
+    if rank == 0:
+        with open(save_dir + '/opt.yaml', 'w') as f:
+            f.write('ok')
+    """
+    found = [(f.id, f.code) for f in lint_source(HEAD + textwrap.dedent(body) + END)]
+    assert found == [("save-on-every-rank", "with open(os.path.join(save_dir, 'hyp.yaml'), 'w') as f:")]
+
+
 def test_a_loader_read_once_needs_no_set_epoch():
     head = """
     dist.init_process_group('nccl')

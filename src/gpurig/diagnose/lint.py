@@ -334,8 +334,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "Let one rank download first: `if rank == 0: <download>` then dist.barrier() (or accelerator.main_process_first()), "
                     "or download ahead of the run.")
             if func == "open" and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) \
-                    and str(call.args[1].value)[:1] in ("a", "w") and isinstance(call.args[0], ast.Constant):
-                add("save-on-every-rank", call, f"every rank writes {call.args[0].value!r} at once: lines interleave or the file is cut",
+                    and str(call.args[1].value)[:1] in ("a", "w") and not _mentions_rank_value(call.args[0]):
+                what = repr(call.args[0].value) if isinstance(call.args[0], ast.Constant) else ast.unparse(call.args[0])[:60]
+                add("save-on-every-rank", call, f"every rank writes {what} at once: lines interleave or the file is cut",
                     "Write from one rank (`if rank == 0:`), or put the rank in the file name.")
             if short == "tqdm" and _kw(call, "disable") is None:
                 add("tqdm-on-every-rank", call, "a tqdm bar on every rank: N bars in one terminal",
