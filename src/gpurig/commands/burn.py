@@ -15,20 +15,21 @@ HELP = """Screen every GPU before a job trusts it: wrong answers without an erro
 
 Every visible GPU at once, one worker per GPU: sustained matrix products in bf16, fp16, tf32 and
 fp32 whose every result is checked bit for bit (against the first product, and against the other
-GPUs of the same model), most of the free memory written with patterns and read back on the
-device, host<->device transfers; NVML watched from here the whole time (clocks, power, temperature,
-throttling, ECC, retired pages, remapped rows). A verdict per GPU: pass, watch or fail, with the
-evidence and the next step. Without a GPU it runs small on two CPU processes.
+GPUs of the same model), at least 90% of the free memory written with patterns and read back on
+the device, host<->device and GPU<->GPU copies held against their links; NVML watched from here the
+whole time (clocks, power, temperature, throttling, ECC, retired pages, remapped rows, PCIe and
+NVLink error counters, Xid events). A verdict per GPU: pass, watch or fail, with the evidence and
+the next step. Without a GPU it runs small on two CPU processes.
 
 Examples:
   gpurig burn --quick                 about 30 s: each part briefly
   gpurig burn                         3 minutes
   gpurig burn --long --gpus 0,1       15 minutes on GPUs 0 and 1
   gpurig burn --duration 1h --json > burn.json
-  gpurig burn --dcgm                  then `dcgmi diag -r 2` (DCGM installed), folded into the verdict
+  gpurig burn --dcgm                  then DCGM's `dcgmi diag -r 2`, in the same verdict
 
 Exit status: 0 no GPU failed (pass or watch), 1 a GPU failed or a worker died, 2 bad usage,
-130/143 stopped by Ctrl-C/SIGTERM (the partial result is kept in the run directory).
+130/143 stopped by Ctrl-C/SIGTERM (the partial result is shown and kept in the run directory).
 """
 
 
