@@ -215,8 +215,23 @@ def test_dcgm_runs_after_the_screen_and_its_verdict_is_folded_in(tmp_path, monke
     assert "unable to establish a connection" in out["error"] and "exit 255" in out["error"]
 
 
-def test_dcgm_needs_a_gpu_and_dcgmi(run_cli, tmp_path):
-    proc = run_cli("burn", "--device", "cpu", "--quick", "--dcgm", "--out", str(tmp_path / "b"), timeout=60)
+def test_dcgm_needs_dcgmi_and_a_gpu(run_cli, tmp_path):
+    import os
+    import sys
+
+    bare = tmp_path / "bare"  # a PATH with python but no dcgmi
+    bare.mkdir()
+    (bare / "python").symlink_to(sys.executable)
+    proc = run_cli("burn", "--device", "cpu", "--quick", "--dcgm", "--out", str(tmp_path / "b"), timeout=60,
+                   env={"PATH": str(bare)})
+    assert proc.returncode == 2 and "--dcgm: `dcgmi` is not on the PATH" in proc.stderr
+    assert "datacenter-gpu-manager" in proc.stderr and not (tmp_path / "b").exists()
+    fake = tmp_path / "bin" / "dcgmi"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    proc = run_cli("burn", "--device", "cpu", "--quick", "--dcgm", "--out", str(tmp_path / "b"), timeout=60,
+                   env={"PATH": f"{fake.parent}:{os.environ['PATH']}"})
     assert proc.returncode == 2 and "--dcgm" in proc.stderr and "needs a GPU" in proc.stderr
 
 
@@ -311,8 +326,9 @@ def test_ctrl_c_stops_the_workers_and_shows_the_partial_result(tmp_path):
     assert "Traceback" not in stdout + stderr
     kept = json.loads((run / "burn.json").read_text())
     assert kept["interrupted"] and kept["ranks"][0]["compute"]["fp32"]["mismatches"] == 0
-    # Stopped on purpose: judged on what ran, not failed as a worker that died.
-    assert kept["passed"] and "did not finish" not in stdout
+    # Stopped on purpose: judged on what ran, not failed as a worker that died; but not passed either.
+    assert [g["verdict"] for g in kept["gpus_judged"]] == ["incomplete", "incomplete"] and not kept["passed"]
+    assert "did not finish" not in stdout and "incomplete" in stdout
 
 
 def test_xid_events_from_nvml_are_read_where_the_kernel_log_is_closed():
@@ -355,3 +371,57 @@ def test_xid_events_from_nvml_are_read_where_the_kernel_log_is_closed():
     # No NVML at all: nothing available, nothing raised.
     broken = XidEvents(SimpleNamespace(nvmlInit=lambda: (_ for _ in ()).throw(OSError("libnvidia-ml.so.1 not found"))))
     assert not broken.start().available and "libnvidia-ml" in broken.error and broken.poll() == []
+
+
+
+def test_counters_unread_before_are_no_evidence_and_string_keys_are_read(monkeypatch):
+    """A document read back from JSON has string keys; a counter NVML did not give before the run
+    cannot have risen during it."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    out = judge_burn(_doc([790], before={"0": {"pcie_replay_count": None, "ecc_volatile_corrected": None}},
+                          after={"0": {"pcie_replay_count": 40, "ecc_volatile_corrected": 12}}))
+    assert out["gpus_judged"][0]["verdict"] == "pass"
+    out = judge_burn(_doc([790], before={"0": {"ecc_volatile_uncorrected": 0}}, after={"0": {"ecc_volatile_uncorrected": 1}}))
+    assert out["gpus_judged"][0]["verdict"] == "fail"
+
+
+def test_memory_that_could_not_be_tested_is_said_and_a_vanished_error_keeps_its_count(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    doc = _doc([790, 790])
+    doc["ranks"][0]["memory"] = {"errors": [], "bytes_tested": 0, "note": "not one block of 16 MiB could be "
+                                 "allocated: the memory was not tested"}
+    doc["ranks"][1]["memory"] = {"errors": [{"pattern": "random", "pass": 3, "offset_bytes": None, "read": None,
+                                             "expected": None, "words_wrong": 1}]}
+    out = judge_burn(doc)
+    assert [g["verdict"] for g in out["gpus_judged"]] == ["watch", "fail"]
+    assert "the memory was not tested" in out["gpus_judged"][0]["findings"][0]["title"]
+    assert "could not be found again" in out["gpus_judged"][1]["findings"][0]["detail"]
+
+
+def test_blocks_16_gib_apart_hold_different_patterns():
+    """32-bit words wrap every 16 GiB: the address and random patterns still differ between blocks
+    that far apart, so an alias between them would show."""
+    import torch
+
+    from gpurig.burn.patterns import PatternKernels
+
+    words = 1 << 28  # 1 GiB blocks of 32-bit words
+    for pattern in ("address", "random"):
+        rows = PatternKernels.params(pattern, 0, 33, words)
+        assert not torch.equal(rows[0], rows[16]) and not torch.equal(rows[16], rows[32])
+    k = PatternKernels(False)
+    buf = torch.empty(1 << 12, dtype=torch.int32)
+    row = PatternKernels.params("random", 1, 1, 1 << 12)[0]
+    k.fill(buf, row, "random")
+    assert k.locate(buf, row, "random") is None  # nothing wrong: nothing to report, no exception
+
+
+def test_dcgm_results_about_other_entities_do_not_fail_gpus():
+    from gpurig.diagnose.dcgm import dcgm_findings, parse_dcgm_diag
+
+    doc = ('{"tests": [{"name": "cpu_eud", "results": [{"entity_group": "CPU", "entity_id": 0, "status": "fail", '
+           '"warnings": [{"warning": "CPU 0 failed"}]}]}, {"name": "memory", "results": [{"entity_group": "GPU", '
+           '"entity_id": 1, "status": "pass"}]}]}')
+    parsed = parse_dcgm_diag(doc)
+    assert [(r["test"], r["gpu"]) for r in parsed["results"]] == [("memory", 1)]
+    assert dcgm_findings(parsed, 0) == [] and dcgm_findings(parsed, 1) == []

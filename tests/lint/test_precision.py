@@ -270,6 +270,19 @@ def test_a_rank_flag_behind_not_multiprocessing_distributed_or_guards_nothing():
     found = [(f.id, f.line) for f in lint_source(HEAD + textwrap.dedent(body) + END)]
     assert [rule for rule, _ in found] == ["save-on-every-rank"]
     assert found[0][1] == HEAD.count("\n") + 8  # the first call, not the rank-guarded one
+    # `not args.distributed or is_master`: without --distributed there is one process; with it,
+    # one master. A right guard, whatever flag `is_master` was computed from.
+    right = """
+    args.rank = int(os.environ.get('RANK', 0))
+    args.distributed = 'RANK' in os.environ
+    is_master = args.rank == 0
+    if args.distributed:
+        dist.init_process_group('nccl')
+    model = torch.nn.Linear(4, 4)
+    if not args.distributed or is_master:
+        torch.save(model.state_dict(), 'last.pt')
+    """
+    assert "save-on-every-rank" not in [f.id for f in lint_source(HEAD + textwrap.dedent(right) + END)]
 
 
 def test_a_file_opened_for_writing_on_every_rank_is_found_whatever_builds_its_path():
@@ -284,6 +297,15 @@ def test_a_file_opened_for_writing_on_every_rank_is_found_whatever_builds_its_pa
     if rank == 0:
         with open(save_dir + '/opt.yaml', 'w') as f:
             f.write('ok')
+    log_file = f'{save_dir}/train_rank{rank}.log'
+    with open(log_file, 'w') as f:  # a path in a variable: its rank may be in it, not judged
+        f.write('x')
+    def write_summary(path):
+        with open(path, 'w') as f:
+            f.write('summary')
+    if rank == 0:
+        write_summary('summary.txt')
+    quiet = open(os.devnull, 'w')
     """
     found = [(f.id, f.code) for f in lint_source(HEAD + textwrap.dedent(body) + END)]
     assert found == [("save-on-every-rank", "with open(os.path.join(save_dir, 'hyp.yaml'), 'w') as f:")]

@@ -7,7 +7,8 @@ one pass (a read, compared and counted in the same kernel). On a GPU both are fu
 the memory's copy bandwidth; on the CPU, and wherever compiling fails, the same functions run
 eagerly.
 
-Patterns (each pass shifts them, so a cell stuck at the previous pass's value shows):
+Patterns (walking-ones and random change with each pass, so a cell stuck at the previous pass's
+value shows):
 
 - zeros, ones: every bit 0, every bit 1;
 - walking-ones: one bit set, a different one in each pass and chunk;
@@ -91,9 +92,11 @@ class PatternKernels:
             elif pattern == "walking-ones":
                 mul, add = 0, 1 << ((pass_no + chunk) % 32)
             elif pattern == "address":
-                mul, add = 1, chunk * words
+                # The word's address; 32-bit words wrap every 16 GiB, so blocks that far apart also
+                # differ by a multiple of the block number (else an alias between them would not show).
+                mul, add = 1, chunk * words + (chunk * words >> 32) * 0x3C6EF372
             elif pattern == "random":
-                mul, add = 1, chunk * words + pass_no * 0x5BD1E995
+                mul, add = 1, chunk * words + (chunk * words >> 32) * 0x3C6EF372 + pass_no * 0x5BD1E995
             else:
                 raise ValueError(f"unknown memory pattern {pattern!r}")
             rows.append([_int32(mul), _int32(add), 0, 0])
@@ -107,9 +110,11 @@ class PatternKernels:
         return self._call("count", buf, params, pattern == "random")
 
     @staticmethod
-    def locate(buf: torch.Tensor, params: torch.Tensor, pattern: str, slice_words: int = 1 << 24) -> tuple[int, int, int]:
+    def locate(buf: torch.Tensor, params: torch.Tensor, pattern: str,
+               slice_words: int = 1 << 24) -> tuple[int, int, int] | None:
         """(word offset, value read, value expected) of the first wrong word, slice by slice (eager:
-        only after a count said something is wrong)."""
+        only after a count said something is wrong); None when no word is wrong any more (a cell
+        that flipped back between the two reads)."""
         for lo in range(0, buf.numel(), slice_words):
             n = min(slice_words, buf.numel() - lo)
             want = _words(lo, n, params, pattern == "random", buf.device)
@@ -117,4 +122,4 @@ class PatternKernels:
             if bad.numel():
                 i = int(bad[0, 0])
                 return lo + i, int(buf[lo + i]), int(want[i])
-        raise ValueError("locate: no wrong word in this buffer")
+        return None

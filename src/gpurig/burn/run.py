@@ -101,6 +101,9 @@ class Watcher:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+            if self._thread.is_alive():  # stuck inside NVML (a GPU that fell off the bus): leave NVML to it
+                self.error = self.error or "an NVML reading did not return within 5 s"
+                return
             self.sampler.close()
         if self.xid_events is not None:
             self.xids += self.xid_events.poll()
@@ -215,11 +218,11 @@ def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float
     if dcgm:
         import shutil
 
-        if choice.device != "cuda":
-            raise BadInput("--dcgm runs NVIDIA's GPU diagnostic: it needs a GPU (this run is on the CPU)")
         if shutil.which("dcgmi") is None:
             raise BadInput("--dcgm: `dcgmi` is not on the PATH; install DCGM (the datacenter-gpu-manager package) "
                            "and start its host engine (`sudo systemctl start nvidia-dcgm`), or leave out --dcgm")
+        if choice.device != "cuda":
+            raise BadInput("--dcgm runs NVIDIA's GPU diagnostic: it needs a GPU (this run is on the CPU)")
     run_dir = Path(out_dir) if out_dir is not None else Path(default_run_dir("burn-"))
     if run_dir.exists() and any(run_dir.glob("result-rank*.json")):
         raise BadInput(f"--out {run_dir}: holds an earlier burn's results; choose another --out")
@@ -271,10 +274,21 @@ def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float
                      "tail": run.output_tail[-8:]},
     }
     judge_links(doc, facts_after or facts_before)
-    if dcgm and not run.interrupted:
-        doc["dcgm"] = run_dcgm(run_dir, doc["nvml_indices"])
     doc["interrupted"] = bool(run.interrupted)
-    doc.update(judge_burn(doc))
-    (run_dir / "burn.json").write_text(json.dumps(doc, indent=1, default=str))  # kept, even when interrupted
+
+    def keep() -> None:
+        doc.update(judge_burn(doc))
+        (run_dir / "burn.json").write_text(json.dumps(doc, indent=1, default=str))  # kept, even when interrupted
+
+    keep()  # before DCGM's minutes: a Ctrl-C there loses nothing of the screen
     raise_if_interrupted(run)
+    if dcgm:
+        try:
+            doc["dcgm"] = run_dcgm(run_dir, doc["nvml_indices"])
+        except KeyboardInterrupt:
+            doc["dcgm"] = {"error": "stopped before dcgmi finished", "level": DCGM_LEVEL}
+            doc["interrupted"] = True
+            keep()
+            raise
+        keep()
     return doc

@@ -148,7 +148,9 @@ class Burner:
             torch.cuda.empty_cache()  # the products' buffers back to the driver, so they count as free
             free, total = torch.cuda.mem_get_info(self.dev)
             target = int(free * self.args.mem_fraction)
-            chunk_bytes = 1 << 30
+            # Whole blocks of one size (one compiled kernel): 1 GiB on a big card, smaller on a small
+            # one, so that what is left over stays under 2% and at least 90% of the free memory is tested.
+            chunk_bytes = next(c for c in (1 << 30, 256 << 20, 64 << 20, 16 << 20) if c * 50 <= target or c == 16 << 20)
         else:
             free = total = None
             target = self.args.cpu_mem_mb << 20
@@ -161,14 +163,19 @@ class Burner:
             except torch.OutOfMemoryError:
                 break
         tested = len(chunks) * chunk_bytes
+        if not chunks:
+            return {"bytes_tested": 0, "free_bytes": free, "total_bytes": total, "passes": 0, "patterns": [],
+                    "seconds": 0.0, "gbps": None, "copy_gbps": None, "vs_copy": None, "compiled": False, "errors": [],
+                    "note": f"not one block of {chunk_bytes >> 20} MiB could be allocated: the memory was not tested"}
         kernels = PatternKernels(self.cuda)
         # The plain rate to compare with: a device-to-device copy of one chunk (read + write), the
         # best of three, measured after the pattern kernels are built (a first call compiles them).
         copy_gbps = None
         if len(chunks) >= 2:
-            zeros = kernels.params("zeros", 0, 1, words, self.dev)[0]
-            kernels.fill(chunks[0], zeros)
-            int(kernels.count_wrong(chunks[0], zeros))
+            for warm in ("zeros", "random"):  # both kernels (plain and hashed) built before anything is timed
+                row = kernels.params(warm, 0, 1, words, self.dev)[0]
+                kernels.fill(chunks[0], row, warm)
+                int(kernels.count_wrong(chunks[0], row, warm))
             rates = []
             for _ in range(3):
                 self.sync()
@@ -194,10 +201,12 @@ class Burner:
                 wrong = torch.stack([kernels.count_wrong(ch, p, pattern) for ch, p in zip(chunks, params, strict=True)]).tolist()
                 for ci, count in enumerate(wrong):
                     if count:
-                        where, got, want = kernels.locate(chunks[ci], params[ci], pattern)
+                        found = kernels.locate(chunks[ci], params[ci], pattern)
+                        where, got, want = found if found else (None, None, None)
                         errors.append({"pattern": pattern, "pass": passes + 1,
-                                       "offset_bytes": (ci * words + where) * 4,
-                                       "read": got & 0xFFFFFFFF, "expected": want & 0xFFFFFFFF,
+                                       "offset_bytes": None if where is None else (ci * words + where) * 4,
+                                       "read": None if got is None else got & 0xFFFFFFFF,
+                                       "expected": None if want is None else want & 0xFFFFFFFF,
                                        "words_wrong": int(count)})
                 moved += 2 * tested
             passes += 1
@@ -275,7 +284,12 @@ class Burner:
         m = self.result["memory"]
         self.say("memory", gbps=m["gbps"], vs_copy=m["vs_copy"], bytes=m["bytes_tested"], errors=len(m["errors"]))
         self.save()
-        self.result["transfers"] = self.transfers()
+        # One GPU at a time: GPUs behind one PCIe switch share its uplink, and measured together each
+        # would read about half its own link.
+        for turn in range(self.world):
+            dist.barrier()
+            if turn == self.rank:
+                self.result["transfers"] = self.transfers()
         self.say("transfers", **{k: v for k, v in (self.result["transfers"] or {}).items() if k.endswith("_gbps")})
         self.save()
         self.result["p2p"] = self.peers()

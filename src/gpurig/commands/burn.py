@@ -55,7 +55,7 @@ def render(console: Any, doc: dict[str, Any]) -> None:
         cols.append("host link GB/s (in/out)")
     for col in cols:
         table.add_column(col, justify="left" if col in ("verdict", "memory") else "right")
-    style = {"pass": "green", "watch": "yellow", "fail": "bold red"}
+    style = {"pass": "green", "watch": "yellow", "fail": "bold red", "incomplete": "dim"}
     for g in doc["gpus_judged"]:
         mem, t = g["memory"], g.get("transfers") or {}
         row = [str(g["index"]), f"[{style[g['verdict']]}]{g['verdict']}[/{style[g['verdict']]}]",
@@ -78,7 +78,7 @@ def render(console: Any, doc: dict[str, Any]) -> None:
         if dcgm.get("error"):
             console.print(f"[yellow]DCGM: {dcgm['error']}[/yellow]", highlight=False)
         else:
-            ran = [r for r in dcgm.get("results") or [] if r["status"] != "skip"]
+            ran = [r for r in dcgm.get("results") or [] if r["status"] not in ("skip", "not run")]
             console.print(f"DCGM {dcgm.get('version') or ''} level {dcgm['level']}: {len(ran)} results, "
                           f"{sum(r['status'] == 'fail' for r in ran)} failed; its output is in dcgm.txt", highlight=False)
     for g in doc["gpus_judged"]:
@@ -141,14 +141,13 @@ def register(app: typer.Typer) -> None:
                           "(compute checked bit for bit, memory patterns, transfers; NVML watched)")
         ticker = threading.Thread(target=tick, daemon=True)
         from gpurig.launch.plan import default_run_dir
-        from gpurig.launch.runner import Stop
 
         run_dir = out or Path(default_run_dir("burn-"))
         with progress:
             ticker.start()
             try:
                 doc = run_burn(device=device, gpus=chosen, seconds=seconds, out_dir=run_dir, echo=echo, dcgm=dcgm)
-            except (KeyboardInterrupt, Stop):
+            except KeyboardInterrupt:  # Ctrl-C, and SIGTERM (launch.runner.Stop)
                 # Stopped: what was measured so far is judged and shown, then the stop goes on up (130/143).
                 kept = run_dir / "burn.json"
                 if kept.is_file():

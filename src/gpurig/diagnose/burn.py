@@ -62,6 +62,15 @@ def _beside(load: dict[int, dict[str, Any]], i: int) -> str:
             f"{statistics.median(v['power_w'] for v in others):,.0f} W")
 
 
+def _by_index(table: dict[Any, Any], i: int) -> dict[str, Any]:
+    return table.get(i) or table.get(str(i)) or {}
+
+
+def _rose(before: dict[str, Any], after: dict[str, Any], field: str) -> bool:
+    """A counter read both times that is higher now (a counter unread before is no evidence)."""
+    return before.get(field) is not None and after.get(field) is not None and after[field] > before[field]
+
+
 def _load_by_gpu(samples: list[dict[str, Any]], ranks: list[Any], doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Per GPU: its clock, power and temperature while busy, and how often a limit held it back."""
     out: dict[int, dict[str, Any]] = {}
@@ -96,7 +105,8 @@ def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
     load = _load_by_gpu(samples, ranks, doc)
     for r, res in enumerate(ranks):
         i = _nvml_index(doc, r)
-        ident = after.get(i) or before.get(i) or after.get(str(i)) or before.get(str(i)) or {}
+        b, a = _by_index(before, i), _by_index(after, i)  # a document read back from JSON has string keys
+        ident = a or b
         who = f"GPU {i}" + (f" ({ident.get('name')}, bus {ident.get('pci_bus_id')}, UUID {ident.get('uuid')}"
                             + (f", serial {ident['serial']}" if ident.get("serial") else "") + ")"
                             if ident.get("uuid") else "")
@@ -107,7 +117,8 @@ def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
             _to.append({"id": fid, "severity": severity, "title": title, "detail": detail, "fix": fix,
                         "evidence": {"gpu": _gpu, "rank": _rank, **evidence}})
 
-        if (res is None or not res.get("done")) and not doc.get("interrupted"):  # stopped on purpose: judged on what ran
+        unfinished = res is None or not res.get("done")
+        if unfinished and not doc.get("interrupted"):
             tail = " | ".join((doc.get("launcher") or {}).get("tail") or [])
             add("fail", "burn-worker-died", f"{who}: the screen did not finish",
                 f"the worker stopped before the end (launcher exit {(doc.get('launcher') or {}).get('returncode')})"
@@ -122,21 +133,24 @@ def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
                     f"than in the first (checksum off by {c.get('difference')}): silent data corruption",
                     SDC_NEXT.format(i=i), dtype=dtype, iterations=c["mismatched_iterations"])
         mem = (res or {}).get("memory") or {}
+        if mem.get("note"):
+            add("watch", "burn-memory-not-tested", f"{who}: {mem['note']}", "other processes hold its memory, or "
+                "the card is very small", "`nvidia-smi` shows who holds it; burn again with the GPU idle")
         for e in mem.get("errors") or []:
             add("fail", "burn-memory-error",
-                f"{who}: memory read back wrong at offset {e['offset_bytes']:#x} ({e['pattern']} pattern)",
-                f"read {e['read']:#010x}, wrote {e['expected']:#010x}; {e['words_wrong']} word(s) wrong in that "
-                f"slice, pass {e['pass']}", f"reset the GPU (`sudo nvidia-smi -r -i {i}`) and burn again; if it "
+                f"{who}: memory read back wrong at offset {e['offset_bytes']:#x} ({e['pattern']} pattern)"
+                if e.get("offset_bytes") is not None else f"{who}: memory read back wrong ({e['pattern']} pattern)",
+                (f"read {e['read']:#010x}, wrote {e['expected']:#010x}; " if e.get("read") is not None else
+                 "the word could not be found again when looked for (it changed between two reads); ")
+                + f"{e['words_wrong']} word(s) wrong in that slice, pass {e['pass']}", f"reset the GPU (`sudo nvidia-smi -r -i {i}`) and burn again; if it "
                 "comes back, run `dcgmi diag -r 3` and return the card", **e)
             break  # one line per GPU; the rest are in the document
-        b, a = before.get(i) or {}, after.get(i) or {}
         for field in ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected", "retired_pages",
                       "remapped_rows_uncorrectable"):
-            if a.get(field) is not None and (a.get(field) or 0) > (b.get(field) or 0):
+            if _rose(b, a, field):
                 add("fail", "burn-new-memory-errors", f"{who}: {field.replace('_', ' ')} rose during the screen",
                     f"{b.get(field)} before, {a.get(field)} after", SDC_NEXT.format(i=i), field=field)
-        corrected = [(f, b.get(f) or 0, a[f]) for f in ("ecc_volatile_corrected", "ecc_aggregate_corrected")
-                     if a.get(f) is not None and a[f] > (b.get(f) or 0)]
+        corrected = [(f, b[f], a[f]) for f in ("ecc_volatile_corrected", "ecc_aggregate_corrected") if _rose(b, a, f)]
         if corrected:
             f, x, y = corrected[0]
             add("watch", "burn-corrected-memory-errors", f"{who}: {y - x:,} corrected ECC error(s) during the screen",
@@ -150,8 +164,7 @@ def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
                     "the memory has failing cells that only a reset (or a replacement) takes out of use",
                     f"`sudo nvidia-smi -r -i {i}`; if failed, return the card", field=field)
         # Links that had to resend: PCIe replays, NVLink replays/recoveries/CRC errors during the screen.
-        retried = {f: (b.get(f) or 0, a[f]) for f in LINK_COUNTERS
-                   if a.get(f) is not None and a[f] > (b.get(f) or 0)}
+        retried = {f: (b[f], a[f]) for f in LINK_COUNTERS if _rose(b, a, f)}
         if retried:
             add("watch", "burn-link-retries", f"{who}: {', '.join(LINK_COUNTERS[f] for f in retried)} rose during "
                 "the screen", "; ".join(f"{LINK_COUNTERS[f]}: {x:,} before, {y:,} after" for f, (x, y) in retried.items())
@@ -229,7 +242,7 @@ def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
                           a.get("power_default_limit_w") or b.get("power_default_limit_w"))
         if limit and default and limit < POWER_CAPPED * default:
             add("watch", "burn-power-capped", f"{who}: its power limit is {limit:,.0f} W, below its default "
-                f"{default:,.0f} W", "someone lowered it (`nvidia-smi -pl`): under load its clocks and its rate "
+                f"{default:,.0f} W", "it was lowered (`nvidia-smi -pl`, or the system's power capping): under load its clocks and its rate "
                 "drop with it", f"`sudo nvidia-smi -i {i} -pl {default:.0f}` if the power supply and cooling allow it",
                 limit_w=limit, default_w=default)
         # NVIDIA's own diagnostic (`--dcgm`), run after the screen.
@@ -237,12 +250,13 @@ def judge_burn(doc: dict[str, Any]) -> dict[str, Any]:
             add(f["severity"], "burn-dcgm", f"{who}: {f['title']}", f["detail"],
                 SDC_NEXT.format(i=i) if f["severity"] == "fail" else "fix the setting it names, then run "
                 f"`dcgmi diag -r 2 -i {i}` again", test=f["test"], status=f["status"])
+        # Stopped on purpose before this GPU finished: what it measured is judged, but it has not passed.
         verdict = ("fail" if any(f["severity"] == "fail" for f in findings)
-                   else "watch" if findings else "pass")
+                   else "incomplete" if unfinished else "watch" if findings else "pass")
         summary = {d: {"tflops": c.get("tflops"), "vs_plain": c.get("vs_plain")}
                    for d, c in ((res or {}).get("compute") or {}).items()}
         out.append({"index": i, "rank": r, "name": name, "uuid": ident.get("uuid"), "verdict": verdict,
                     "findings": findings, "compute": summary,
                     "memory": {k: mem.get(k) for k in ("bytes_tested", "gbps", "copy_gbps", "vs_copy", "passes")},
                     "transfers": (res or {}).get("transfers"), "load": load.get(i)})
-    return {"gpus_judged": out, "passed": bool(out) and all(g["verdict"] != "fail" for g in out)}
+    return {"gpus_judged": out, "passed": bool(out) and all(g["verdict"] in ("pass", "watch") for g in out)}

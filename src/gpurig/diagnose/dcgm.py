@@ -45,8 +45,12 @@ def _warnings(result: dict[str, Any]) -> list[str]:
     return out
 
 
-def _gpus(result: dict[str, Any]) -> list[int]:
-    if "entity_id" in result and str(result.get("entity_group", "GPU")).upper() == "GPU":
+def _gpus(result: dict[str, Any]) -> list[int] | None:
+    """The GPUs a result is about; [] when it names none (it is about all of them); None when it is
+    about another kind of entity (a CPU, an NVSwitch)."""
+    if str(result.get("entity_group", "GPU")).upper() != "GPU":
+        return None
+    if "entity_id" in result:
         return [int(result["entity_id"])]
     ids = result.get("gpu_id", result.get("gpu_ids"))
     if ids is None:
@@ -72,7 +76,10 @@ def parse_dcgm_diag(text: str) -> dict[str, Any]:
         for test in cat.get("tests") or []:
             for res in test.get("results") or []:
                 word = str(res.get("status", "")).strip().lower()
-                for gpu in _gpus(res) or [None]:
+                gpus = _gpus(res)
+                if gpus is None:
+                    continue
+                for gpu in gpus or [None]:
                     results.append({"test": test.get("name"), "category": cat.get("category"), "gpu": gpu,
                                     "status": STATUSES.get(word, f"unknown ({res.get('status')})"),
                                     "warnings": _warnings(res)})

@@ -333,8 +333,11 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     f"{short}() downloads ({downloading_helpers[short]}) in every rank at once: they race to write the same files",
                     "Let one rank download first: `if rank == 0: <download>` then dist.barrier() (or accelerator.main_process_first()), "
                     "or download ahead of the run.")
+            # A file named in the script (a literal name, alone or joined to a directory) and not per
+            # rank; a path held in a variable or a parameter is not judged (its rank may be in it).
             if func == "open" and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) \
-                    and str(call.args[1].value)[:1] in ("a", "w") and not _mentions_rank_value(call.args[0]):
+                    and str(call.args[1].value)[:1] in ("a", "w") and not _mentions_rank_value(call.args[0]) \
+                    and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(call.args[0])):
                 what = repr(call.args[0].value) if isinstance(call.args[0], ast.Constant) else ast.unparse(call.args[0])[:60]
                 add("save-on-every-rank", call, f"every rank writes {what} at once: lines interleave or the file is cut",
                     "Write from one rank (`if rank == 0:`), or put the rank in the file name.")

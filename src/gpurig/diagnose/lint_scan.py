@@ -72,10 +72,12 @@ def _not_distributed(node: ast.AST) -> bool:
     return isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and "distributed" in _dotted(node.operand).lower()
 
 
-def _bypassed(test: ast.AST) -> bool:
+def _bypassed(test: ast.AST, word: str = "distributed") -> bool:
     """`not args.multiprocessing_distributed or rank % ngpus == 0`: an `or` that every rank passes
-    when the run was started without that flag (torchrun, one process per node)."""
-    return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(_not_distributed(v) for v in test.values)
+    when the run was started without that flag (torchrun, one process per node). `word`: what the
+    negated flag must be named after."""
+    return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(
+        _not_distributed(v) and word in _dotted(v.operand).lower() for v in test.values)
 
 
 _RANK_CACHE: dict[int, tuple[ast.AST, bool]] = {}
@@ -386,7 +388,7 @@ class _Scanner(ast.NodeVisitor):
     def _rank_test(self, test: ast.AST) -> bool:
         """A rank check, or a test of a flag computed from one (`args.save_logs = ... and is_master(args)`);
         never `not distributed or ...`, which every rank passes when started without that flag."""
-        if _bypassed(test):
+        if _bypassed(test, "multiprocessing"):
             return False
         return _mentions_rank(test) or any(_dotted(n) in self.flags for n in ast.walk(test)
                                            if isinstance(n, (ast.Name, ast.Attribute)))

@@ -59,6 +59,7 @@ class XidEvents:
         self._set = None
         self._bus: dict[int, str | None] = {}
         self.gpus: list[int] = []  # the GPUs whose Xid events NVML delivers
+        self._inited = False
 
     def start(self) -> XidEvents:
         try:
@@ -68,6 +69,7 @@ class XidEvents:
                 self.nvml = pynvml
             nvml = self.nvml
             nvml.nvmlInit()
+            self._inited = True
             self._set = nvml.nvmlEventSetCreate()
             for index in range(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -111,9 +113,10 @@ class XidEvents:
             except Exception:
                 pass
             self._set = None
-        if self.nvml is not None and (self.available or self.error):
+        if self._inited:  # one shutdown for the one init
             try:
                 self.nvml.nvmlShutdown()
             except Exception:
                 pass
+            self._inited = False
         self.available = False
