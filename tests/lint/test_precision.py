@@ -311,6 +311,26 @@ def test_a_file_opened_for_writing_on_every_rank_is_found_whatever_builds_its_pa
     assert found == [("save-on-every-rank", "with open(os.path.join(save_dir, 'hyp.yaml'), 'w') as f:")]
 
 
+def test_a_plain_port_option_is_a_rendezvous_default_only_where_the_script_builds_tcp_from_it():
+    body = """
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--ip', default='10.0.0.5', type=str)
+    parser.add_argument('--port', default='23456', type=str)
+    args = parser.parse_args()
+    dist.init_process_group('nccl', init_method='tcp://' + args.ip + ':' + args.port, world_size=2, rank=0)
+    """
+    found = [(f.id, f.code) for f in lint_source(HEAD + textwrap.dedent(body) + END)]
+    assert ("hard-coded-rendezvous", "parser.add_argument('--port', default='23456', type=str)") in found
+    web = """
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--port', default='8080', type=str)  # a dashboard's port, no tcp:// rendezvous
+    dist.init_process_group('nccl')
+    """
+    assert "hard-coded-rendezvous" not in [f.id for f in lint_source(HEAD + textwrap.dedent(web) + END)]
+
+
 def test_a_loader_read_once_needs_no_set_epoch():
     head = """
     dist.init_process_group('nccl')

@@ -82,6 +82,10 @@ class LintFinding:
         return asdict(self)
 
 
+# A tcp:// address the script puts together itself: 'tcp://' + ip + ':' + port, f"tcp://{ip}:{port}".
+_BUILDS_TCP = re.compile(r"""['"]tcp://(?:['"{]|$)""", re.M)
+
+
 def lint_source(source: str, filename: str = "<script>", path=None, select=None, ignore=None,
                 tree: ast.AST | None = None) -> list[LintFinding]:
     """The findings for one script, in line order. A syntax error is reported as bad input.
@@ -273,8 +277,11 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             if "destroy_process_group" not in names and not destroys_in_modules:
                 add("no-destroy-process-group", call, "init_process_group with no destroy_process_group: the group is torn down at interpreter exit",
                     "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
-        if short == "add_argument" and any(isinstance(a, ast.Constant) and isinstance(a.value, str)
-                                           and re.search(r"dist[-_]url|master[-_]port|init[-_]method", a.value) for a in call.args):
+        # A rendezvous option with a fixed default: --dist-url/--master-port/--init-method, or a plain
+        # --port in a script that builds its own tcp:// address from it.
+        if short == "add_argument" and any(isinstance(a, ast.Constant) and isinstance(a.value, str) and (
+                re.search(r"dist[-_]url|master[-_]port|init[-_]method", a.value)
+                or (re.fullmatch(r"--?(?:\w+[-_])?port", a.value) and _BUILDS_TCP.search(text))) for a in call.args):
             default = _kw(call, "default")
             if default is not None and isinstance(default.value, ast.Constant) and isinstance(default.value.value, str) \
                     and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", default.value.value):
