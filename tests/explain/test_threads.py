@@ -210,3 +210,14 @@ def test_the_shipped_tokens_fit_the_threads_and_the_code():
     0.3 s); after any change to the threads or to the tokenising code, `calibrate` writes it again."""
     key = th.tokens_key(th.read_case_lines())
     assert th._shipped_tokens(key) is not None, "tokens.json is stale: run `python -m gpurig.diagnose.threads calibrate`"
+
+
+def test_a_log_of_known_harmless_notices_needs_a_sure_thread_to_be_called_a_failure():
+    """A pasted TensorRT probe warning (a development thread: the user asked what it means) shares
+    its wording with threads about missing CUDA libraries; the catalogue knows the line is a
+    harmless notice, so a thread that is not sure does not turn it into a failure."""
+    cases = [c for c in th.load_cases() if c.split == "dev"]
+    target = next(c for c in cases if c.id == "tensorflow-075")
+    result = explain_text(target.log, index=th.ThreadIndex(cases), exclude=target.id)
+    assert not result.matches
+    assert [th.canonical(m.cls or m.id) for m in result.benign][:1] == ["tf-benign-library-warning"]

@@ -309,7 +309,9 @@ def explain_text(text: str, index: Any = "default", exclude: str | None = None) 
         # when the thread is about that very warning: the score must say "sure".
         # The same for a pasted collect_env / nvidia-smi report: its lines ("Could not collect")
         # are not errors, and the doctor's rules have judged it.
-        floor = None if has_failure(text) and facts is None else SURE
+        # And a log whose only lines the catalogue knows are harmless notices (a missing optional
+        # library, NCCL's plugin search): a thread must be sure to say those lines are the failure.
+        floor = None if has_failure(text) and facts is None and (ranked or not harmless) else SURE
         merged = _with_threads(ranked, index.search(text, exclude=exclude), floor)
         said = {m.cls or m.id for m in harmless}  # a notice the catalogue named is said once, with its thread
         for m in merged:
