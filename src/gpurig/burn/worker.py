@@ -168,14 +168,14 @@ class Burner:
                     "seconds": 0.0, "gbps": None, "copy_gbps": None, "vs_copy": None, "compiled": False, "errors": [],
                     "note": f"not one block of {chunk_bytes >> 20} MiB could be allocated: the memory was not tested"}
         kernels = PatternKernels(self.cuda)
-        # The plain rate to compare with: a device-to-device copy of one chunk (read + write), the
-        # best of three, measured after the pattern kernels are built (a first call compiles them).
+        for warm in ("zeros", "random"):  # both kernels (plain and hashed) built before anything is timed
+            row = kernels.params(warm, 0, 1, words, self.dev)[0]
+            kernels.fill(chunks[0], row, warm)
+            int(kernels.count_wrong(chunks[0], row, warm))
+        # The plain rate to compare with: a device-to-device copy of one block (read + write), the
+        # best of three.
         copy_gbps = None
         if len(chunks) >= 2:
-            for warm in ("zeros", "random"):  # both kernels (plain and hashed) built before anything is timed
-                row = kernels.params(warm, 0, 1, words, self.dev)[0]
-                kernels.fill(chunks[0], row, warm)
-                int(kernels.count_wrong(chunks[0], row, warm))
             rates = []
             for _ in range(3):
                 self.sync()
@@ -195,7 +195,7 @@ class Burner:
                 params = kernels.params(pattern, passes, len(chunks), words, self.dev)
                 for ch, p in zip(chunks, params, strict=True):
                     kernels.fill(ch, p, pattern)
-                if pattern == "address" and self.fault("mem") and chunks:
+                if pattern == "address" and self.fault("mem"):
                     chunks[0][12345] ^= 0x10  # one word goes bad after it was written
                 # One fused read of every word against its regenerated value; one host sync per pattern.
                 wrong = torch.stack([kernels.count_wrong(ch, p, pattern) for ch, p in zip(chunks, params, strict=True)]).tolist()
