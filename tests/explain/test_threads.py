@@ -221,3 +221,12 @@ def test_a_log_of_known_harmless_notices_needs_a_sure_thread_to_be_called_a_fail
     result = explain_text(target.log, index=th.ThreadIndex(cases), exclude=target.id)
     assert not result.matches
     assert [th.canonical(m.cls or m.id) for m in result.benign][:1] == ["tf-benign-library-warning"]
+
+
+def test_a_thread_of_the_cause_the_catalogue_named_under_another_id_supports_it_instead_of_repeating_it():
+    """`multi-gpu-hang-reported` is folded into `hang-after-nccl-init` (classes.toml, same_as): a
+    resolved thread of that class is the catalogue answer's support, not a second answer."""
+    result = explain_text("Single machine multi-gpus ddp training stuck after NCCL init\n")
+    assert result.matches[0].id == "multi-gpu-hang-reported"
+    assert [th.canonical(m.cls or m.id) for m in result.matches].count("hang-after-nccl-init") == 1
+    assert any(u.startswith("https://") for u in result.matches[0].see_also)

@@ -357,7 +357,7 @@ def _with_threads(ranked: list[Match], hits: list, floor: float | None = None) -
     consequence or a generic reading (how the process ended), or something less sure; otherwise it
     is offered after, as another possible cause. `floor` overrides the least confidence of a
     thread that may lead (a log with no failure in it needs a sure one)."""
-    from gpurig.diagnose.threads import ALTERNATIVE, FLOOR, SURE
+    from gpurig.diagnose.threads import ALTERNATIVE, FLOOR, SURE, canonical
 
     lead_floor = FLOOR if floor is None else floor
     other_floor = ALTERNATIVE if floor is None else floor
@@ -365,7 +365,7 @@ def _with_threads(ranked: list[Match], hits: list, floor: float | None = None) -
     new: list[Match] = []
     for hit in hits:
         t = _thread_match(hit)
-        holder = next((m for m in out if (m.cls or m.id) == t.cls or HIDES.get(m.id) == t.cls), None)
+        holder = next((m for m in out if canonical(m.cls or m.id) == t.cls or HIDES.get(m.id) == t.cls), None)
         if holder is not None:
             if hit.confidence >= other_floor:
                 holder.see_also.append(t.source)
