@@ -113,7 +113,7 @@ def test_bad_options_exit_2_naming_them(run_cli, facts_file, args, named):
 def test_help_teaches(run_cli):
     result = run_cli("env", "slurm", "--help")
     assert result.returncode == 0
-    assert "Example:" in result.stdout and "--rdzv-endpoint" in result.stdout
+    assert "Examples:" in result.stdout and "--rdzv-endpoint" in result.stdout and "--gpus-per-node 0" in result.stdout
 
 
 @pytest.mark.gpu

@@ -137,7 +137,10 @@ def test_torchrun_entry(command, entry):
 
 @pytest.mark.parametrize("opts, match", [
     (ClusterOptions(nodes=0, gpus_per_node=1, command=["t.py"]), "--nodes"),
-    (ClusterOptions(nodes=2, gpus_per_node=0, command=["t.py"]), "--gpus-per-node"),
+    (ClusterOptions(nodes=2, gpus_per_node=-1, command=["t.py"]), "--gpus-per-node"),
+    (ClusterOptions(nodes=2, gpus_per_node=0, command=["t.py"], procs_per_node=0), "--procs-per-node"),
+    (ClusterOptions(nodes=2, gpus_per_node=8, command=["t.py"], procs_per_node=2), "--procs-per-node"),
+    (ClusterOptions(nodes=2, gpus_per_node=0, command=["t.py"], framework="tf"), "--gpus-per-node"),
     (ClusterOptions(nodes=2, gpus_per_node=1, command=[]), "after `--`"),
     (ClusterOptions(nodes=2, gpus_per_node=1, command=["torchrun", "t.py"]), "torchrun"),
     (ClusterOptions(nodes=2, gpus_per_node=1, command=["t.py"], framework="jax"), "--framework"),
@@ -150,6 +153,17 @@ def test_torchrun_entry(command, entry):
 def test_bad_options_name_the_flag(opts, match):
     with pytest.raises(BadInput, match=match):
         slurm_recipe(H200, opts)
+
+
+def test_cpu_nodes_run_gloo_processes_and_ask_slurm_for_no_gpu(tmp_path):
+    recipe = slurm_recipe(CPU, ClusterOptions(nodes=2, gpus_per_node=0, procs_per_node=3, command=["t.py"]))
+    assert "--gpus-per-node" not in recipe.text.split("set -eu")[0]
+    assert flag(torchrun_argv(recipe.text), "--nproc-per-node") == "3"
+    assert "OMP_NUM_THREADS=$(( cpus / 3 > 0 ? cpus / 3 : 1 ))" in recipe.text
+    train = slurm_recipe(CPU, ClusterOptions(nodes=1, gpus_per_node=0, command=["gpurig", "train"]))
+    assert "--device cpu \\\n  --nproc-per-node 2" in train.text
+    with pytest.raises(BadInput, match="--gpus-per-node"):
+        k8s_recipe(CPU, ClusterOptions(nodes=2, gpus_per_node=0, command=["t.py"]))
 
 
 def test_gpus_per_node_defaults_to_this_hosts_and_needs_a_value_without_gpus():
@@ -236,7 +250,12 @@ def test_gpurig_launch_runs_once_per_node_with_the_multi_node_flags(tmp_path):
 
 def test_gpurig_train_runs_on_one_node_and_is_refused_across_nodes():
     one = slurm_recipe(H200, ClusterOptions(nodes=1, gpus_per_node=2, command=["gpurig", "train", "--preset", "demo"]))
-    assert "srun --kill-on-bad-exit=1 gpurig train \\\n  --preset demo" in one.text
+    # The requeue path: one run directory for every run of the job, resumed from its newest checkpoint.
+    assert "srun --kill-on-bad-exit=1 gpurig train \\\n  --out runs/gpurig-train \\\n  --resume auto \\\n  --preset demo" in one.text
+    assert "#SBATCH --requeue" in one.text
+    mine = slurm_recipe(H200, ClusterOptions(nodes=1, gpus_per_node=2,
+                                             command=["gpurig", "train", "--out=/shared/r1", "--resume", "auto"]))
+    assert "gpurig train \\\n  --out=/shared/r1 --resume auto" in mine.text  # the user's own, not twice
     with pytest.raises(BadInput, match="single-node"):
         slurm_recipe(H200, ClusterOptions(nodes=2, gpus_per_node=2, command=["gpurig", "train"]))
     with pytest.raises(BadInput, match="--nnodes"):

@@ -244,7 +244,10 @@ def register(app: typer.Typer) -> None:
         command: list[str] | None = typer.Argument(None, metavar="-- COMMAND...",
                                                    help="What each worker runs, e.g. -- train.py --epochs 10."),
         nodes: int = typer.Option(..., "--nnodes", "--nodes", help="Number of machines."),
-        gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs per machine (default: this host's)."),
+        gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs per machine (default: this host's); "
+                                                 "0: CPU nodes, gloo."),
+        procs_per_node: int | None = typer.Option(None, "--procs-per-node", metavar="N",
+                                                  help="Worker processes per CPU node (with --gpus-per-node 0; default 2)."),
         framework: str = typer.Option("torch", "--framework", help="torch (torchrun) or tf (MultiWorkerMirroredStrategy)."),
         job_name: str = typer.Option("gpurig-train", "--job-name", help="The job's name."),
         port: int = typer.Option(29500, "--port", help="Rendezvous port on the first node (torch), or each TensorFlow worker's port."),
@@ -261,15 +264,19 @@ def register(app: typer.Typer) -> None:
 
         torchrun gets --nnodes N --nproc-per-node G --rdzv-backend c10d --rdzv-endpoint <first node>:PORT;
         the first node comes from `scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1`. With
-        --framework tf: one worker per node, each with its own TF_CONFIG.
+        --framework tf: one worker per node, each with its own TF_CONFIG. With `-- gpurig train ...`
+        the job is requeueable: one --out for every run of it and --resume auto, so a job requeued
+        after preemption (or submitted again after scancel) continues from its newest checkpoint.
 
-        Example: gpurig env slurm --nodes 2 --gpus-per-node 8 --out train.sbatch -- train.py --epochs 10
+        Examples:
+          gpurig env slurm --nodes 2 --gpus-per-node 8 --out train.sbatch -- train.py --epochs 10
+          gpurig env slurm --nodes 1 --gpus-per-node 0 --out demo.sbatch -- gpurig train --preset demo
         """
         from gpurig.recipes.cluster import slurm_recipe
 
         _, host = load_host(facts_file, out, force)
         opts = cluster_options(nodes, gpus_per_node, command, framework, job_name, port=port,
-                               cpus_per_node=cpus_per_node, time=time, partition=partition, max_restarts=max_restarts)
+                               procs_per_node=procs_per_node, cpus_per_node=cpus_per_node, time=time, partition=partition, max_restarts=max_restarts)
         render(slurm_recipe(host, opts), json_out, out, force)
 
     @env_app.command("k8s", context_settings={"allow_interspersed_args": False})
@@ -282,6 +289,9 @@ def register(app: typer.Typer) -> None:
         job_name: str = typer.Option("gpurig-train", "--job-name", help="The job's name (a Kubernetes name)."),
         image: str = typer.Option("gpurig-train", "--image", help="The image every pod runs (from your registry)."),
         max_restarts: int = typer.Option(0, "--max-restarts", help="torchrun restarts of the worker group."),
+        min_nodes: int | None = typer.Option(None, "--min-nodes", metavar="N",
+                                             help="An elastic PyTorchJob: train with N to --nnodes pods "
+                                                  "(spec.elasticPolicy; torchrun --nnodes N:MAX)."),
         workers: int = typer.Option(4, "--workers", help="DataLoader workers per process (sizes /dev/shm)."),
         batch: int = typer.Option(256, "--batch", help="Samples per batch per process (sizes /dev/shm)."),
         sample_mb: float = typer.Option(0.6, "--sample-mb", help="MB per decoded sample (sizes /dev/shm)."),
@@ -293,7 +303,8 @@ def register(app: typer.Typer) -> None:
         """A Kubeflow PyTorchJob (Master + Workers, torchrun in each pod) or TFJob manifest.
 
         Each pod asks for nvidia.com/gpu G, mounts a memory-backed /dev/shm sized from workers x batch,
-        runs as the image's non-root user; torchrun meets at the Master through c10d.
+        runs as the image's non-root user; torchrun meets at the Master through c10d. With --min-nodes N
+        the job is elastic: Workers only, spec.elasticPolicy N..--nnodes, torchrun --nnodes N:MAX.
 
         Example: gpurig env k8s --nodes 2 --gpus-per-node 8 --image registry.example.com/train:1 -- train.py
         """
@@ -307,7 +318,8 @@ def register(app: typer.Typer) -> None:
             raise BadInput(f"--sample-mb must be more than 0, got {sample_mb}")
         _, host = load_host(facts_file, out, force)
         opts = cluster_options(nodes, gpus_per_node, command, framework, job_name, image=image,
-                               max_restarts=max_restarts, workers=workers, batch=batch, sample_mb=sample_mb)
+                               max_restarts=max_restarts, workers=workers, batch=batch, sample_mb=sample_mb,
+                               min_nodes=min_nodes)
         render(k8s_recipe(host, opts), json_out, out, force)
 
     app.add_typer(env_app, name="env")

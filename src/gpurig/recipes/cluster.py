@@ -29,7 +29,7 @@ class ClusterOptions:
 
     nodes: int
     command: list[str]
-    gpus_per_node: int | None = None  # None: as many as this host has
+    gpus_per_node: int | None = None  # None: as many as this host has; 0 (Slurm): CPU nodes, gloo
     framework: str = "torch"
     job_name: str = "gpurig-train"
     port: int = 29500  # Slurm: the c10d rendezvous port on the first node, or every TensorFlow worker's port
@@ -41,17 +41,27 @@ class ClusterOptions:
     workers: int = 4  # DataLoader workers per process, to size /dev/shm on Kubernetes
     batch: int = 256
     sample_mb: float = 0.6
+    procs_per_node: int | None = None  # Slurm, CPU nodes: workers per node (None: 2)
+    min_nodes: int | None = None  # Kubernetes, PyTorch: an elastic job of min_nodes..nodes pods (None: fixed size)
 
 
 @dataclass
 class _Job:
     nodes: int
-    gpus: int
+    gpus: int  # 0: CPU nodes (Slurm only)
     cpus: int | None
     reasons: list[str]
+    procs: int = 0  # worker processes per node
+
+    @property
+    def devices(self) -> str:
+        return f"{self.gpus} GPU(s)" if self.gpus else f"{self.procs} CPU process(es)"
 
 
-def _check(host: HostSummary, opts: ClusterOptions) -> _Job:
+CPU_PROCS = 2  # workers per CPU node by default, as `gpurig train --device cpu` runs
+
+
+def _check(host: HostSummary, opts: ClusterOptions, cpu_nodes: bool = False) -> _Job:
     if opts.framework not in FRAMEWORKS:
         raise BadInput(f"--framework must be one of {', '.join(FRAMEWORKS)}, got {opts.framework!r}")
     require_positive(opts.nodes, "--nodes")
@@ -78,15 +88,22 @@ def _check(host: HostSummary, opts: ClusterOptions) -> _Job:
                            "(or pass --facts FILE from a cluster node)")
         gpus = host.gpu_count
         reasons.append(f"--gpus-per-node {gpus}: the number of GPUs on this host ({host.describe()})")
+    elif cpu_nodes and opts.gpus_per_node == 0:
+        gpus = 0
+        reasons.append("--gpus-per-node 0: CPU nodes, the workers talk through gloo")
     else:
         gpus = require_positive(opts.gpus_per_node, "--gpus-per-node")
+    if opts.procs_per_node is not None and gpus:
+        raise BadInput("--procs-per-node is for CPU nodes (--gpus-per-node 0): with GPUs there is one worker per GPU")
+    procs = gpus or require_positive(CPU_PROCS if opts.procs_per_node is None else opts.procs_per_node,
+                                     "--procs-per-node")
     cpus = opts.cpus_per_node
     if cpus is not None:
         require_positive(cpus, "--cpus-per-node")
     elif host.cpu_count:
         cpus = host.cpu_count
         reasons.append(f"--cpus-per-task {cpus}: the cores of this host; pass --cpus-per-node if the nodes differ")
-    return _Job(opts.nodes, gpus, cpus, reasons)
+    return _Job(opts.nodes, gpus, cpus, reasons, procs)
 
 
 def torchrun_entry(command: list[str]) -> tuple[list[str], str]:
@@ -126,8 +143,31 @@ _LAUNCH_OWNED = ("--nnodes", "--nproc-per-node", "--nproc_per_node", "--rdzv-end
                  "--rdzv-id", "--rdzv_id", "--node-rank", "--node_rank", "--max-restarts", "--max_restarts")
 
 
-def agent_plan(opts: ClusterOptions, nodes: int, gpus: int, endpoint: str, rdzv_id: str) -> _Agent:
-    """The per-node agent for a PyTorch job; `endpoint` and `rdzv_id` as the scheduler spells them."""
+def _requeue_flags(opts: ClusterOptions, args: list[str], gpus: int, procs: int) -> list[tuple[str, str, str]]:
+    """`gpurig train` flags that make a requeued or resubmitted job continue instead of starting over."""
+    given = {a.split("=", 1)[0] for a in args}
+    flags = []
+    if "--out" not in given:
+        flags.append(("--out", f"runs/{opts.job_name}",
+                      "one run directory for every run of this job, on a file system the nodes share: "
+                      "a requeued job finds its checkpoints there"))
+    if "--resume" not in given:
+        flags.append(("--resume", "auto", "continue from the newest checkpoint in --out when there is one "
+                                          "(a requeue after preemption or scancel), else start fresh"))
+    if not gpus and not given & {"--device", "--nproc-per-node", "--nproc_per_node", "--nproc"}:
+        flags += [("--device", "cpu", "CPU nodes: gloo between the processes"),
+                  ("--nproc-per-node", str(procs), f"{procs} worker processes on the node's CPUs")]
+    return flags
+
+
+def agent_plan(opts: ClusterOptions, nodes: int, gpus: int, endpoint: str, rdzv_id: str,
+               procs: int | None = None) -> _Agent:
+    """The per-node agent for a PyTorch job; `endpoint` and `rdzv_id` as the scheduler spells them.
+
+    gpus 0: CPU nodes with `procs` gloo workers each (Slurm); otherwise one worker per GPU.
+    """
+    procs = procs or gpus
+    nproc_why = "one worker process per GPU" if gpus else f"{procs} gloo worker processes on the node's CPUs"
     restarts_why = "restarts of the whole worker group after a failure" + (
         " (resume from your last checkpoint)" if opts.max_restarts else " (none: fail fast)")
     command = opts.command
@@ -140,7 +180,7 @@ def agent_plan(opts: ClusterOptions, nodes: int, gpus: int, endpoint: str, rdzv_
                                "them for every node")
             flags = [
                 ("--nnodes", str(nodes), f"every node waits until {nodes} node(s) have joined"),
-                ("--nproc-per-node", str(gpus), "one worker process per GPU"),
+                ("--nproc-per-node", str(procs), nproc_why),
                 ("--rdzv-endpoint", endpoint, "the first node: gpurig launch hands torchrun a c10d rendezvous there"),
                 ("--rdzv-id", rdzv_id, "a rendezvous name no other job shares"),
                 ("--max-restarts", str(opts.max_restarts), restarts_why),
@@ -152,14 +192,16 @@ def agent_plan(opts: ClusterOptions, nodes: int, gpus: int, endpoint: str, rdzv_
                 raise BadInput(f"`gpurig {sub}` starts its own single-node torchrun, so it cannot span {nodes} nodes: "
                                f"give the training script instead (`-- train.py ...`) or run it through "
                                f"`-- gpurig launch train.py ...`; `--nodes 1` runs `gpurig {sub}` as it is")
-            return _Agent(list(command[:2]), [], command[2:],
-                          f"gpurig {sub} starts one worker per GPU of the node itself")
+            flags = _requeue_flags(opts, command[2:], gpus, procs) if sub == "train" else []
+            return _Agent(list(command[:2]), flags, command[2:],
+                          f"gpurig {sub} starts one worker per GPU of the node itself" if gpus else
+                          f"gpurig {sub} starts the node's CPU workers itself")
         raise BadInput(f"`gpurig {sub}` after `--` is not a training command: give `gpurig launch SCRIPT`, "
                        "`gpurig train`, or your script")
     entry, why = torchrun_entry(command)
     flags = [
         ("--nnodes", str(nodes), f"every agent waits until {nodes} agent(s) have joined"),
-        ("--nproc-per-node", str(gpus), "one worker process per GPU"),
+        ("--nproc-per-node", str(procs), nproc_why),
         ("--rdzv-backend", "c10d", "the agents meet through a store torchrun runs on the first node; no etcd needed"),
         ("--rdzv-endpoint", endpoint, "the first node (Slurm) or the Master pod (Kubernetes)"),
         ("--rdzv-id", rdzv_id, "a rendezvous name no other job shares"),
@@ -170,24 +212,27 @@ def agent_plan(opts: ClusterOptions, nodes: int, gpus: int, endpoint: str, rdzv_
 
 def slurm_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
     """An sbatch script: one task per node (the torchrun agent, or the TensorFlow worker)."""
-    job = _check(host, opts)
-    n, g = job.nodes, job.gpus
+    job = _check(host, opts, cpu_nodes=opts.framework == "torch")
+    n, g, p = job.nodes, job.gpus, job.procs
     what = "one torchrun agent per node" if opts.framework == "torch" else "one TensorFlow worker per node"
+    agent = agent_plan(opts, n, g, f'"$head_node:{opts.port}"', '"$SLURM_JOB_ID"', procs=p) \
+        if opts.framework == "torch" else None
     s: list[str] = [
         "#!/bin/bash",
-        f"# sbatch script: {n} node(s) x {g} GPU(s), {what}; made by `gpurig env slurm`.",
+        f"# sbatch script: {n} node(s) x {job.devices}, {what}; made by `gpurig env slurm`.",
         "# Submit with: sbatch THIS_FILE",
         "# The name squeue shows.",
         f"#SBATCH --job-name={opts.job_name}",
         "# The number of machines.",
         f"#SBATCH --nodes={n}",
-        "# One task per node: " + ("the torchrun agent, which starts one worker per GPU and watches them."
+        "# One task per node: " + (("the torchrun agent, which starts one worker per GPU and watches them." if g else
+                                   f"the torchrun agent, which starts {p} worker processes and watches them.")
                                   if opts.framework == "torch" else
                                   "MultiWorkerMirroredStrategy drives every GPU of its node from one process."),
         "#SBATCH --ntasks-per-node=1",
-        "# Every GPU of each node goes to that task (older Slurm: --gres=gpu:N).",
-        f"#SBATCH --gpus-per-node={g}",
     ]
+    if g:
+        s += ["# Every GPU of each node goes to that task (older Slurm: --gres=gpu:N).", f"#SBATCH --gpus-per-node={g}"]
     if job.cpus:
         s += ["# The cores of each node, for the workers and their DataLoader processes.",
               f"#SBATCH --cpus-per-task={job.cpus}"]
@@ -196,6 +241,10 @@ def slurm_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
     if opts.partition:
         s += ["# The partition (queue) with the GPU nodes.", f"#SBATCH --partition={opts.partition}"]
     s += ["# One log file per job: %x is the job name, %j the job id.", "#SBATCH --output=%x-%j.out"]
+    if agent is not None and agent.launcher == ["gpurig", "train"]:
+        s += ["# A job stopped by preemption or a failed node goes back in the queue; gpurig train --resume auto",
+              "# (below) then continues from the newest checkpoint, and the log is appended to, not replaced.",
+              "#SBATCH --requeue", "#SBATCH --open-mode=append"]
     s += [
         "",
         "# Stop at the first failing command or unset variable, instead of training half-configured.",
@@ -204,15 +253,14 @@ def slurm_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
         "",
         "# Threads per process: the task's cores shared by the processes on the node, so they do not",
         "# fight over the CPU (torchrun would otherwise set 1).",
-        f"cpus=${{SLURM_CPUS_PER_TASK:-{g}}}",
+        f"cpus=${{SLURM_CPUS_PER_TASK:-{p}}}",
     ]
-    if opts.framework == "torch":
-        s.append(f"export OMP_NUM_THREADS=$(( cpus / {g} > 0 ? cpus / {g} : 1 ))")
+    if agent is not None:
+        s.append(f"export OMP_NUM_THREADS=$(( cpus / {p} > 0 ? cpus / {p} : 1 ))")
         s += [
             "# The first node of the allocation: it hosts the rendezvous the other nodes meet at.",
             'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
         ]
-        agent = agent_plan(opts, n, g, f'"$head_node:{opts.port}"', '"$SLURM_JOB_ID"')
         flags = [(f"{name} {value}", why) for name, value, why in agent.flags]
         s += [
             "",
@@ -228,7 +276,7 @@ def slurm_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
         s += [f"  {f} \\" for f, _ in flags]
         s.append("  " + shlex.join(agent.entry) if agent.entry else "  # (no arguments)")
         reasons = job.reasons + [
-            f"{n} node(s) x {g} GPU(s): world size {n * g}",
+            f"{n} node(s) x {job.devices}: world size {n * p}",
             "c10d rendezvous on the first node of the allocation (scontrol show hostnames | head -n1)",
             agent.why,
         ] + [f"{f}: {why}" for f, why in flags]
@@ -263,10 +311,56 @@ def _q(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid YAML double-quoted scalar
 
 
+def _k8s_check(opts: ClusterOptions, nodes: int) -> None:
+    """What the training operator (v1) refuses beyond `_check`, and --min-nodes."""
+    if not opts.job_name[0].isalpha():
+        # The operator's admission webhook checks metadata.name as a DNS-1035 label: a letter first.
+        raise BadInput(f"--job-name must start with a letter (the training operator's rule for job names), "
+                       f"got {opts.job_name!r}")
+    if opts.min_nodes is None:
+        return
+    if opts.framework != "torch":
+        raise BadInput("--min-nodes makes an elastic PyTorchJob; a TFJob has no elastic policy: "
+                       "leave --min-nodes out with --framework tf")
+    if not 1 <= opts.min_nodes <= nodes:
+        raise BadInput(f"--min-nodes must be between 1 and --nnodes ({nodes}), got {opts.min_nodes}")
+
+
+def _elastic_agent(opts: ClusterOptions, nodes: int, gpus: int) -> _Agent:
+    """The per-pod agent of an elastic PyTorchJob: `--nnodes MIN:MAX`, meeting where the operator says.
+
+    With `spec.elasticPolicy` the operator sets PET_RDZV_ENDPOINT to the first Worker pod
+    (`<job>-worker-0`) at its `pytorchjob-port`, and PET_NNODES to `MIN:MAX`; torchrun's flags say the same.
+    """
+    agent = agent_plan(opts, nodes, gpus, "$(PET_RDZV_ENDPOINT)", opts.job_name)
+    if agent.launcher != ["torchrun"] and agent.launcher != ["gpurig", "launch"]:
+        raise BadInput(f"--min-nodes: `{' '.join(agent.launcher)}` runs a fixed single-node job; give the "
+                       "training script (`-- train.py ...`) or `-- gpurig launch train.py ...`")
+    low = opts.min_nodes
+    whys = {
+        "--nnodes": (f"elastic: training starts once {low} pod(s) have joined (up to {nodes} join), and a restart "
+                     f"carries on with the pods that remain while at least {low} do"),
+        "--rdzv-endpoint": (f"{opts.job_name}-worker-0:{PYTORCHJOB_PORT}, the first Worker pod's pytorchjob-port: "
+                            "the operator sets PET_RDZV_ENDPOINT to it for elastic jobs"),
+    }
+    flags = [(name, f"{low}:{nodes}" if name == "--nnodes" else value, whys.get(name, why))
+             for name, value, why in agent.flags]
+    return _Agent(agent.launcher, flags, agent.entry, agent.why)
+
+
 def k8s_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
-    """A Kubeflow `PyTorchJob` (Master + Workers, torchrun in each pod) or `TFJob` manifest."""
+    """A Kubeflow `PyTorchJob` (Master + Workers, torchrun in each pod) or `TFJob` manifest.
+
+    With `opts.min_nodes` the PyTorchJob is elastic: `spec.elasticPolicy`, Workers only, `--nnodes MIN:MAX`.
+    """
     job = _check(host, opts)
     n, g = job.nodes, job.gpus
+    _k8s_check(opts, n)
+    low = opts.min_nodes  # not None: an elastic PyTorchJob of low..n Worker pods
+    agent = None
+    if opts.framework == "torch":
+        agent = (_elastic_agent(opts, n, g) if low is not None
+                 else agent_plan(opts, n, g, "$(MASTER_ADDR):$(MASTER_PORT)", opts.job_name))
     shm_need = shm_bytes_needed(g, opts.workers, opts.batch, opts.sample_mb)
     shm_gib = gib_ceil(2 * shm_need)
     shm_why = (f"{g} process(es) x {opts.workers} workers x {PREFETCH_FACTOR} batches x {opts.batch} samples "
@@ -276,18 +370,30 @@ def k8s_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
     else:
         kind, specs, container, port_name, port = "TFJob", "tfReplicaSpecs", "tensorflow", "tfjob-port", TFJOB_PORT
 
+    pods = f"{low} to {n} pod(s)" if low is not None else f"{n} pod(s)"
     y: list[str] = [
-        f"# Kubeflow {kind}: {n} pod(s) x {g} GPU(s); made by `gpurig env k8s`.",
+        f"# Kubeflow {kind}: {pods} x {g} GPU(s); made by `gpurig env k8s`.",
         "# Needs the Kubeflow training operator and the NVIDIA device plugin; apply with: kubectl apply -f THIS_FILE",
         "apiVersion: kubeflow.org/v1  # the training operator's API group",
         f"kind: {kind}  # the operator creates the pods and " + (
-            "sets MASTER_ADDR/MASTER_PORT in each" if kind == "PyTorchJob" else "sets TF_CONFIG in each"),
+            "sets TF_CONFIG in each" if kind == "TFJob" else
+            "sets the PET_* rendezvous variables in each" if low is not None else
+            "sets MASTER_ADDR/MASTER_PORT in each"),
         "metadata:",
         f"  name: {opts.job_name}",
         "spec:",
     ]
     if kind == "PyTorchJob":
         y.append(f"  nprocPerNode: \"{g}\"  # workers per pod, one per GPU (the operator passes it to torchrun)")
+    if low is not None:
+        y += [
+            "  elasticPolicy:  # an elastic job: torchrun trains with whichever of the Worker pods have joined",
+            "    rdzvBackend: c10d  # the pods meet at a store torchrun runs on the first Worker pod; no etcd needed",
+            f"    minReplicas: {low}  # the fewest pods training starts or goes on with",
+            f"    maxReplicas: {n}  # the most pods that take part (the Worker replicas below)",
+            f"    maxRestarts: {opts.max_restarts}  # torchrun restarts of the worker group after a failure "
+            "(a pod that leaves counts) before it gives up",
+        ]
     y += [
         "  runPolicy:",
         "    cleanPodPolicy: Running  # remove pods still running once the job has finished or failed",
@@ -306,8 +412,7 @@ def k8s_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
             f"            - name: {container}  # the operator looks for this container name",
             f"              image: {_q(opts.image)}  # built from `gpurig env dockerfile`, pushed where the cluster pulls",
         ]
-        if kind == "PyTorchJob":
-            agent = agent_plan(opts, n, g, "$(MASTER_ADDR):$(MASTER_PORT)", opts.job_name)
+        if agent is not None:
             out.append(f"              command:  # {agent.why}")
             out += [f"                - {_q(a)}" for a in agent.launcher]
             out += [f"                - {_q(f'{name}={value}')}  # {why}" for name, value, why in agent.flags]
@@ -338,7 +443,11 @@ def k8s_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
         ]
         return out
 
-    if kind == "PyTorchJob":
+    if low is not None:
+        # Elastic jobs have Workers only: the operator puts the rendezvous on worker-0 and
+        # counts the Workers between minReplicas and maxReplicas.
+        y += replica("Worker", n, f"up to {n} pod(s), one per node; training needs at least {low}")
+    elif kind == "PyTorchJob":
         y += replica("Master", 1, "the first node: hosts the rendezvous")
         if n > 1:
             y += replica("Worker", n - 1, f"the other {n - 1} node(s)")
@@ -346,13 +455,23 @@ def k8s_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
         y += replica("Worker", n, f"{n} worker(s), one per node, each driving its {g} GPU(s)")
     # Cores matter to Slurm's --cpus-per-task; a pod's CPU is left to the cluster's defaults.
     reasons = [r for r in job.reasons if not r.startswith("--cpus-per-task")] + [
-        f"{n} pod(s) x {g} GPU(s): world size {n * g}" if kind == "PyTorchJob" else
-        f"{n} TensorFlow worker(s) x {g} GPU(s), MultiWorkerMirroredStrategy",
+        f"{n} TensorFlow worker(s) x {g} GPU(s), MultiWorkerMirroredStrategy" if kind == "TFJob" else
+        f"{n} pod(s) x {g} GPU(s): world size {n * g}" if low is None else
+        f"elastic: {low} to {n} Worker pod(s) x {g} GPU(s): world size {low * g} to {n * g}, "
+        "rendezvous on the first Worker pod",
         f"/dev/shm as a memory-backed emptyDir of {shm_gib} GiB: {shm_why}",
     ]
+    warnings: list[str] = []
+    if low is not None and opts.max_restarts == 0:
+        warnings.append(f"--min-nodes with --max-restarts 0: when a pod fails or leaves, torchrun in the other pods "
+                        f"does not restart the workers with the pods that remain, so they fail too and the job "
+                        f"relies on Kubernetes restarting the pods (backoffLimit {max(3, opts.max_restarts)}); "
+                        "give --max-restarts N so torchrun carries on at the new size")
     return Recipe(
         kind="k8s",
         text="\n".join(y) + "\n",
         reasons=reasons,
-        facts_used=host.to_dict() | {"nodes": n, "gpus_per_node": g},
+        facts_used=host.to_dict() | {"nodes": n, "gpus_per_node": g}
+        | ({"min_nodes": low} if low is not None else {}),
+        warnings=warnings,
     )

@@ -1,0 +1,100 @@
+"""The sbatch script `gpurig env slurm` writes, run by a real Slurm (slurmctld, slurmd, slurmdbd, MUNGE).
+
+The cluster is one CPU node on this machine (tests/slurm_cluster.py); the job trains gpurig's demo
+on two gloo processes. What a user relies on: the job runs to its summary and the accounting says
+COMPLETED; `scancel` reaches the workers as SIGTERM, the newest checkpoint is whole, and the same
+job submitted again (the recipe's `--out ... --resume auto`) continues from it to the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from slurm_cluster import slurm_cluster, slurm_unavailable
+
+from gpurig.train.torch import checkpoint as ckpt
+
+REASON = slurm_unavailable()
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm"),
+              pytest.mark.skipif(REASON is not None, reason=REASON or "")]
+ROOT = Path(__file__).resolve().parents[2]
+QUIET = ["--set", "eval.enabled=false", "--set", "train.log_every=50"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as c:
+        bin_dir = str(Path(sys.executable).parent)  # gpurig's console script sits beside this Python
+        c.env["PATH"] = f"{bin_dir}{os.pathsep}{c.env.get('PATH', '')}"
+        c.env["PYTHONPATH"] = str(ROOT / "src")
+        yield c
+
+
+def write_job(folder: Path, *train_args: str) -> Path:
+    """The sbatch script, written by the command a user types."""
+    script = folder / "demo.sbatch"
+    subprocess.run([sys.executable, "-m", "gpurig", "env", "slurm", "--nodes", "1", "--gpus-per-node", "0",
+                    "--job-name", "demo", "--time", "00:10:00", "--out", str(script), "--force",
+                    "--", "gpurig", "train", *train_args],
+                   check=True, capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    return script
+
+
+def job_log(folder: Path, job: str) -> str:
+    path = folder / f"demo-{job}.out"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def test_the_generated_job_trains_to_its_summary_and_slurm_accounts_it_completed(cluster, tmp_path):
+    script = write_job(tmp_path, "--set", "train.steps=60", *QUIET)
+    job = cluster.sbatch(script, cwd=tmp_path)
+    state = cluster.wait(job, timeout=400)
+    log = job_log(tmp_path, job)
+    assert state == "COMPLETED", log[-3000:] + cluster.logs()
+    summary = json.loads((tmp_path / "runs" / "demo" / "summary.json").read_text())
+    assert summary["steps"] == 60 and not summary.get("stopped")
+    assert summary["world_size"] == 2 and summary["device"] == "cpu"
+    assert "done: 60 steps" in log and "throughput:" in log  # rank 0's summary, in the job's log
+    # The accounting database, as a user asks it: the job and its step both completed with exit 0.
+    lines = cluster.cmd("sacct", "-n", "-P", "-j", job, "-o", "JobID,State,ExitCode").stdout.split()
+    assert f"{job}|COMPLETED|0:0" in lines and f"{job}.0|COMPLETED|0:0" in lines, lines
+
+
+def test_scancel_stops_the_workers_with_a_checkpoint_and_the_resubmitted_job_finishes_it(cluster, tmp_path):
+    script = write_job(tmp_path, "--set", "train.steps=1000000", "--set", "checkpoint.every_steps=100", *QUIET)
+    job = cluster.sbatch(script, cwd=tmp_path)
+    end = time.monotonic() + 300
+    while "step 200/" not in job_log(tmp_path, job):
+        assert time.monotonic() < end and cluster.sacct_state(job) in (None, "PENDING", "RUNNING"), \
+            job_log(tmp_path, job)[-3000:] + cluster.logs()
+        time.sleep(0.5)
+    cluster.cmd("scancel", job)
+    assert cluster.wait(job, timeout=120) == "CANCELLED"
+    run = tmp_path / "runs" / "demo"
+    end = time.monotonic() + 60  # the step may still be writing after the accounting says CANCELLED
+    while "continue with:" not in job_log(tmp_path, job) and time.monotonic() < end:
+        time.sleep(0.5)
+    log = job_log(tmp_path, job)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stopped"] and "SIGTERM" in summary["stop_reason"], log[-3000:]
+    newest = ckpt.list_checkpoints(run)[-1]
+    stopped_at = ckpt.step_of(newest)
+    assert stopped_at == summary["steps"] >= 200  # rank 0 checkpointed where it stopped, not only every 100
+    assert ckpt.load_checkpoint_file(newest)["step"] == stopped_at  # whole and loadable (weights only)
+    assert f"stopped by SIGTERM at step {stopped_at}" in log and "--resume auto" in log, log[-3000:]
+
+    # Submitted again, with the end moved to 60 steps on (a resumed run keeps its config plus any --set).
+    target = stopped_at + 60
+    script = write_job(tmp_path, "--set", f"train.steps={target}", "--set", "checkpoint.every_steps=100", *QUIET)
+    again = cluster.sbatch(script, cwd=tmp_path)
+    assert cluster.wait(again, timeout=400) == "COMPLETED", job_log(tmp_path, again)[-3000:]
+    log = job_log(tmp_path, again)
+    assert f"at step {stopped_at}" in log, log[-3000:]  # resumed from the checkpoint scancel left
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == target and not summary.get("stopped")
