@@ -5,20 +5,29 @@
     ['no-nvidia-gpu']
 
 Each rule lives in a `rules_<area>.py` module (driver, gpus, links, system/environment,
-frameworks) and returns findings with a stable id, a severity, the facts it used as evidence and a
-concrete fix. Unknown facts (`None`) never raise a finding. Rules run in a fixed order so that a
-later rule can stay quiet about a symptom an earlier finding already explains (`Context.made`):
-no fabric manager explains NVLinks that are down and a torch that cannot start CUDA.
+frameworks; network, over the rendezvous facts of `gpurig doctor --master-addr`) and returns
+findings with a stable id, a severity, the facts it used as evidence and a concrete fix. Unknown
+facts (`None`) never raise a finding. Rules run in a fixed order so that a later rule can stay
+quiet about a symptom an earlier finding already explains (`Context.made`): no fabric manager
+explains NVLinks that are down and a torch that cannot start CUDA.
 """
 
 from __future__ import annotations
 
 import traceback
 
-from gpurig.diagnose import rules_driver, rules_frameworks, rules_gpus, rules_links, rules_system
+from gpurig.diagnose import (
+    rules_driver,
+    rules_frameworks,
+    rules_gpus,
+    rules_links,
+    rules_network,
+    rules_system,
+)
 from gpurig.diagnose.findings import Finding
 from gpurig.diagnose.rules_context import Context, Rule
 from gpurig.probe.facts import RigFacts
+from gpurig.probe.network import RendezvousFacts
 
 # Every finding id the rules can make, with its area and what it means. Ids are stable: tools and
 # people grep for them, so a rule that changes meaning gets a new id.
@@ -94,6 +103,15 @@ FINDINGS: dict[str, tuple[str, str]] = {
     "tf-gpu-unsupported": ("frameworks", "a GPU too old for TensorFlow's cuDNN"),
     "tf-sees-no-gpu": ("frameworks", "TensorFlow sees no GPU (CUDA/cuDNN libraries missing)"),
     "tf-ok": ("frameworks", "TensorFlow sees the GPUs"),
+    # network: only with `gpurig doctor --master-addr` (rules_network.py, over RendezvousFacts)
+    "rendezvous-port-open": ("network", "the master's rendezvous port accepts a connection"),
+    "rendezvous-port-refused": ("network", "nothing listens on the rendezvous port (this machine the master: info)"),
+    "rendezvous-port-timeout": ("network", "no answer from the rendezvous port: a firewall drops it"),
+    "rendezvous-host-unresolved": ("network", "the master address does not resolve"),
+    "rendezvous-no-route": ("network", "no route to the master (network or host unreachable)"),
+    "rendezvous-port-error": ("network", "connecting to the rendezvous failed otherwise"),
+    "socket-ifname-matches-nothing": ("network", "NCCL_/GLOO_SOCKET_IFNAME names no usable interface"),
+    "socket-ifname-not-route": ("network", "NCCL_/GLOO_SOCKET_IFNAME selects other than the route to the master"),
     # the doctor itself
     "doctor-rule-failed": ("general", "a rule crashed on this snapshot; the others ran"),
 }
@@ -108,13 +126,17 @@ RULES: list[Rule] = [
 ]
 
 
-def judge(facts: RigFacts) -> list[Finding]:
-    """All findings for a snapshot, in rule order (callers sort with `sort_findings`)."""
+def judge(facts: RigFacts, network: RendezvousFacts | None = None) -> list[Finding]:
+    """All findings for a snapshot, in rule order (callers sort with `sort_findings`); with
+    `network` (the rendezvous facts of `--master-addr`), the network rules too."""
     ctx = Context(facts)
     findings: list[Finding] = []
-    for rule in RULES:
+    runs = [(rule, ctx) for rule in RULES]
+    if network is not None:
+        runs += [(rule, network) for rule in rules_network.RULES]
+    for rule, subject in runs:
         try:
-            made = rule(ctx)
+            made = rule(subject)
         except Exception as exc:  # a rule bug must not hide every other finding; it is reported instead
             where = traceback.extract_tb(exc.__traceback__)[-1]
             made = [Finding(
