@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_cluster import slurm_cluster, slurm_unavailable
 
 from gpurig.train.torch import checkpoint as ckpt
+from slurm_cluster import slurm_cluster, slurm_unavailable
 
 REASON = slurm_unavailable()
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm"),

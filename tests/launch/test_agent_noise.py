@@ -49,3 +49,12 @@ def test_a_traceback_cut_off_at_the_end_is_shown_unless_it_is_torchruns():
         "Traceback (most recent call last):", '  File "train.py", line 3']
     assert _shown(["Traceback (most recent call last):",
                    '  File "/venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1142']) == []
+
+
+def test_c10ds_reverse_lookup_warning_is_not_shown_but_a_workers_warning_is():
+    lines = ["[W1202 14:46:10.182177095 socket.cpp:207] [c10d] The hostname of the client socket cannot be "
+             "retrieved. err=-3",
+             "[default0]:[W1202 14:46:14.854749177 socket.cpp:207] [c10d] The hostname of the client socket cannot "
+             "be retrieved. err=-3",
+             "[default0]:[W1202 14:46:15.1 socket.cpp:540] [c10d] The client socket has timed out after 60s"]
+    assert _shown(lines) == lines[2:]

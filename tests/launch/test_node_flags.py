@@ -32,3 +32,42 @@ def test_every_command_says_a_bad_node_rank_the_same_way(run_cli, tmp_path, argv
     assert proc.returncode == 2, proc.stderr + proc.stdout
     assert "--node-rank: 5 is outside 0..1 (--nnodes 2)" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["verify", "--nnodes", "2"], "--nnodes 2 needs --master-addr HOST"),
+    (["bench", "comm", "--nnodes", "2", "--node-rank", "1"], "--nnodes 2 needs --master-addr HOST"),
+    (["verify", "--iface", "eth0"], "--iface chooses the network between machines"),
+    (["verify", "--nnodes", "2", "--master-addr", "10.0.0.1", "--master-port", "70000"],
+     "--master-port must be between 1 and 65535, got 70000"),
+    (["bench", "comm", "--nnodes", "2", "--node-rank", "2", "--master-addr", "10.0.0.1"],
+     "--node-rank: 2 is outside 0..1 (--nnodes 2)"),
+    (["verify", "--nnodes", "2", "--master-addr", " "], "--master-addr: give a host name or an address"),
+    (["train", "--device", "cpu", "--iface", "eth0"], "--iface chooses the network between machines"),
+])
+def test_verify_and_bench_comm_check_their_node_flags_before_starting(run_cli, argv, message):
+    proc = run_cli(*argv, timeout=120)
+    assert proc.returncode == 2, proc.stderr + proc.stdout
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_plan_across_machines_tells_torchrun_where_this_node_is(monkeypatch):
+    from gpurig.launch import nodes as nodes_mod
+    from gpurig.launch.plan import Nodes, plan_torchrun
+
+    monkeypatch.setattr(nodes_mod, "interface_env", lambda addr, iface=None, environ=None: nodes_mod.Network(
+        {"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "=eth1"}, "network interface eth1: test", False, "10.0.0.2"))
+    monkeypatch.setattr("gpurig.launch.plan.interface_env", nodes_mod.interface_env)
+    plan = plan_torchrun(["-m", "x"], 2, "cpu", nodes=Nodes(2, 1, "10.0.0.1").check(), rdzv_id="gpurig-verify")
+    assert "--nnodes=2" in plan.argv and "--rdzv-endpoint=10.0.0.1:29400" in plan.argv
+    assert "--local-addr=10.0.0.2" in plan.argv and "--rdzv-conf=is_host=false" in plan.argv
+    assert "--rdzv-id=gpurig-verify" in plan.argv
+    assert plan.env["GLOO_SOCKET_IFNAME"] == "eth1" and plan.env["NCCL_SOCKET_IFNAME"] == "=eth1"
+    assert plan.network == "network interface eth1: test"
+
+
+def test_a_loopback_master_changes_nothing():
+    from gpurig.launch.nodes import interface_env
+
+    net = interface_env("127.0.0.1")
+    assert net.env == {} and net.is_host is None and net.local_addr is None

@@ -22,10 +22,11 @@ from typing import Any
 
 from gpurig.comm.metrics import OPS, algbw_gbps, busbw_gbps, human_bytes, size_sweep
 from gpurig.comm.progress import diagnose_hang, read_progress
-from gpurig.comm.verify import STARTUP_SECONDS, live_facts, make_run_dir, read_rank_results
+from gpurig.comm.verify import STARTUP_SECONDS, live_facts, make_run_dir, read_node, read_rank_results
 from gpurig.diagnose.links import LinkCapability, judge_host_and_memory, judge_p2p, link_capability
 from gpurig.errors import BadInput
 from gpurig.findings import Finding
+from gpurig.launch.nodes import Nodes
 from gpurig.launch.plan import plan_torchrun, resolve_device
 from gpurig.launch.runner import raise_if_interrupted, run_plan
 
@@ -75,10 +76,14 @@ def run_bench_comm(
     facts: Any = None,
     short: bool = False,
     echo: Callable[[str], None] | None = None,
+    nodes: Nodes | None = None,
 ) -> dict[str, Any]:
     """Sweep the message sizes for each op; returns every data point, the p2p matrix and findings.
 
-    short: a few sizes of all-reduce only (for `gpurig check`). Raises `BadInput` for bad arguments.
+    short: a few sizes of all-reduce only (for `gpurig check`). nodes: a run across machines (every
+    node calls this with its own node_rank): the collectives span every rank, the links judged are
+    the network's, and `node` in the result says which node this was. Raises `BadInput` for bad
+    arguments.
     """
     if graph not in ("auto", "on", "off"):
         raise BadInput(f"--graph must be auto, on or off, got {graph!r}")
@@ -88,7 +93,8 @@ def run_bench_comm(
             raise BadInput(f"--ops: unknown op {op!r} (choose from {', '.join(OPS)})")
     choice = resolve_device(device, nproc)
     cuda = choice.device == "cuda"
-    one_gpu = cuda and choice.nproc == 1
+    world = choice.nproc * (nodes.nnodes if nodes else 1)
+    one_gpu = cuda and world == 1
     if one_gpu:
         ops = []  # a collective on one rank moves nothing: measure the host link and memory instead
     if graph == "on" and not cuda:
@@ -108,7 +114,7 @@ def run_bench_comm(
         "ops": ops, "sizes": sizes, "dtype": dtype, "graph": graph,
         "iters": iters or defaults["iters"], "warmup": defaults["warmup"] if warmup is None else warmup,
         "repeats": repeats or defaults["repeats"],
-        "p2p_bytes": P2P_BYTES if (p2p and cuda and choice.nproc >= 2) else 0,
+        "p2p_bytes": P2P_BYTES if (p2p and cuda and choice.nproc >= 2 and not nodes) else 0,
         "memory_host_bytes": MEMORY_HOST_BYTES if one_gpu else 0,
         "memory_device_bytes": MEMORY_DEVICE_BYTES if one_gpu else 0,
     }
@@ -116,7 +122,8 @@ def run_bench_comm(
     (run_dir / "bench-config.json").write_text(json.dumps(config, indent=1))
     entry = ["-m", "gpurig.comm.workers.worker", "bench", "--run-dir", str(run_dir), "--device", choice.device,
              "--timeout", f"{timeout:g}", "--config", str(run_dir / "bench-config.json")]
-    plan = plan_torchrun(entry, choice.nproc, choice.device, run_dir=str(run_dir))
+    plan = plan_torchrun(entry, choice.nproc, choice.device, run_dir=str(run_dir), nodes=nodes,
+                         rdzv_id="gpurig-bench-comm")
     if cuda and facts is None:
         facts = live_facts()
 
@@ -127,7 +134,9 @@ def run_bench_comm(
     run = run_plan(plan, timeout=STARTUP_SECONDS + timeout * (len(ops) * len(sizes) + 3 + (2 if one_gpu else 0)),
                    echo=on_line)
     raise_if_interrupted(run)
-    data = summarise(run_dir, choice, run, config, facts, timeout, plan.full_env())
+    data = summarise(run_dir, choice, run, config, facts, timeout, plan.full_env(), world=world)
+    if data.get("node") is not None:
+        data["node"]["network"] = plan.network
     if out_dir is None and data["ok"]:
         # Every figure is in the result; the temporary folder goes unless the run failed.
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -138,10 +147,16 @@ def run_bench_comm(
 
 
 def summarise(run_dir: Path, choice: Any, run: Any, config: dict[str, Any], facts: Any, timeout: float,
-              env: dict[str, str]) -> dict[str, Any]:
-    n = choice.nproc
+              env: dict[str, str], world: int | None = None) -> dict[str, Any]:
+    n = world or choice.nproc
     ranks = read_rank_results(run_dir, n)
-    cap = ring_capability(facts, n) if choice.device == "cuda" else LinkCapability(None, None, "n/a on CPU (gloo)")
+    node = read_node(run_dir)
+    if node:  # across machines the slowest link of the ring is the network, which the facts do not rate
+        cap = LinkCapability(None, None, "the network between the nodes (not rated)")
+    elif choice.device == "cuda":
+        cap = ring_capability(facts, n)
+    else:
+        cap = LinkCapability(None, None, "n/a on CPU (gloo)")
     per_rank_points = {r: (d.get("bench") or {}).get("points", []) for r, d in ranks.items()}
     points = []
     base = per_rank_points.get(0, [])
@@ -186,6 +201,7 @@ def summarise(run_dir: Path, choice: Any, run: Any, config: dict[str, Any], fact
         "ok": run.returncode == 0,
         "error": error,
         "device": choice.device, "nproc": n, "backend": choice.backend, "reason": choice.reason,
+        **({"node": node} if node else {}),
         "dtype": config["dtype"], "graph": config["graph"], "iters": config["iters"], "warmup": config["warmup"],
         "repeats": config["repeats"],
         "nccl": {"version": meta.get("nccl_version"),

@@ -44,12 +44,14 @@ class VerifyResult:
     seconds: float = 0.0
     reason: str = ""  # why this device was chosen
     findings: list[dict[str, Any]] = field(default_factory=list)
+    node: dict[str, Any] | None = None  # across machines: {"node", "nnodes", "world_size", "ranks", "hosts"}
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "passed": self.passed,
             "device": self.device,
             "nproc": self.nproc,
+            **({"node": self.node} if self.node else {}),
             "backend": self.backend,
             "seconds": round(self.seconds, 2),
             "checks": [c.to_dict() for c in self.checks],

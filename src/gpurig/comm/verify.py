@@ -28,6 +28,7 @@ from gpurig.comm.nccl_log import judge_transport, parse_nccl_log, read_nccl_logs
 from gpurig.comm.progress import diagnose_hang, read_progress
 from gpurig.comm.results import CheckResult, VerifyResult
 from gpurig.errors import BadInput
+from gpurig.launch.nodes import Nodes
 from gpurig.launch.plan import plan_torchrun, resolve_device
 from gpurig.launch.runner import raise_if_interrupted, run_plan
 
@@ -67,6 +68,14 @@ def live_facts() -> Any:
     try:
         return collect_facts(frameworks=False)
     except Exception:  # the topology is then unknown, and the transport check says so
+        return None
+
+
+def read_node(run_dir: Path) -> dict[str, Any] | None:
+    """This node's place in a run across machines (`node.json`, written by its local rank 0), or None."""
+    try:
+        return json.loads((run_dir / "node.json").read_text())
+    except (OSError, ValueError):
         return None
 
 
@@ -146,6 +155,7 @@ def run_verify(
     echo: Callable[[str], None] | None = None,
     checks: tuple[str, ...] = WORKER_CHECKS,
     quick: bool = False,
+    nodes: Nodes | None = None,
 ) -> VerifyResult:
     """Run every check and return the verdict; raises `BadInput` for bad arguments.
 
@@ -156,6 +166,8 @@ def run_verify(
     profile: "full" (GPU messages up to 400 MB) or "quick" (up to 64 MB), for `gpurig check`.
     echo: receives a line as each check finishes (rank 0's progress).
     quick: the same as profile="quick".
+    nodes: a run across machines (every node calls this with its own node_rank); each node's
+      result covers every rank, and `result.node` says which node this was.
     """
     if quick:
         profile = "quick"
@@ -172,7 +184,9 @@ def run_verify(
     env = nccl_debug_env(run_dir) if choice.device == "cuda" else {}
     entry = ["-m", "gpurig.comm.workers.worker", "verify", "--run-dir", str(run_dir), "--device", choice.device,
              "--timeout", f"{timeout:g}", "--profile", profile, "--checks", ",".join(checks)]
-    plan = plan_torchrun(entry, choice.nproc, choice.device, run_dir=str(run_dir), env=env)
+    plan = plan_torchrun(entry, choice.nproc, choice.device, run_dir=str(run_dir), env=env, nodes=nodes,
+                         rdzv_id="gpurig-verify")
+    world = choice.nproc * (nodes.nnodes if nodes else 1)
 
     def on_line(line: str) -> None:
         if echo and line.startswith("gpurig-progress: "):
@@ -183,7 +197,9 @@ def run_verify(
         facts = live_facts()
     run = run_plan(plan, timeout=overall, echo=on_line)
     raise_if_interrupted(run)
-    result = collect_verify(run_dir, choice, run, facts, timeout, checks, plan.full_env())
+    result = collect_verify(run_dir, choice, run, facts, timeout, checks, plan.full_env(), world=world)
+    if result.node is not None:
+        result.node["network"] = plan.network
     if out_dir is None and result.passed:
         # Nothing to inspect: the temporary folder goes. A failed run keeps it, and says where.
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -194,9 +210,9 @@ def run_verify(
 
 
 def collect_verify(run_dir: Path, choice: Any, run: Any, facts: Any, timeout: float,
-                   checks: tuple[str, ...], env: dict[str, str]) -> VerifyResult:
+                   checks: tuple[str, ...], env: dict[str, str], world: int | None = None) -> VerifyResult:
     """Turn the run folder's files (and the launcher's exit) into a `VerifyResult`."""
-    ws = choice.nproc
+    ws = world or choice.nproc
     ranks = read_rank_results(run_dir, ws)
     hangs = [dict(d["hang"], rank=r) for r, d in ranks.items() if d.get("hang")]
     hang = None
@@ -241,5 +257,5 @@ def collect_verify(run_dir: Path, choice: Any, run: Any, facts: Any, timeout: fl
     return VerifyResult(
         passed=passed, device=choice.device, nproc=ws, backend=choice.backend, checks=results,
         transport=transport, hang=hang, run_dir=str(run_dir), seconds=run.seconds, reason=choice.reason,
-        findings=findings,
+        findings=findings, node=read_node(run_dir),
     )

@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from gpurig.comm.metrics import normalise_dtype, normalise_op, parse_bytes
+from gpurig.commands import nodes as node_opts
 from gpurig.errors import BadInput
 from gpurig.report.output import console_for, emit_json
 
@@ -33,6 +34,12 @@ Examples:
   gpurig bench comm
   gpurig bench comm --ops allreduce --min-bytes 1MiB --max-bytes 1GiB --json
   gpurig bench comm --device cpu --max-bytes 64KiB
+  gpurig bench comm --nnodes 2 --node-rank 0 --master-addr 10.0.0.1    on node0, and the same with
+                                                                       --node-rank 1 on node1
+
+Across machines the collectives span every rank of every node: the figures are the network's (the
+slowest link of the ring), node 0 prints them, and the peer-to-peer matrix (within one machine) is
+left out. The interface is the one on the route to --master-addr unless --iface NAME says otherwise.
 
 Exit status: 0 measured with no finding, 1 a finding (slow link) or a failed run, 2 bad usage.
 """
@@ -65,7 +72,8 @@ def render(console, data: dict[str, Any]) -> None:
                       f"{mem.get('host_bytes', 0) >> 20} MiB and a device copy of {mem.get('device_bytes', 0) >> 20} MiB, "
                       f"{mem.get('copies')} copies × {mem.get('repeats')} samples after a warm-up")
     else:
-        console.print(f"[bold]gpurig bench comm[/bold]: {data['nproc']} × {data['device']} ({data['backend']}), {data['dtype']}, "
+        nodes = f"{data['node']['nnodes']} nodes, " if data.get("node") else ""
+        console.print(f"[bold]gpurig bench comm[/bold]: {nodes}{data['nproc']} × {data['device']} ({data['backend']}), {data['dtype']}, "
                       f"{data['iters']} calls × {data['repeats']} samples after {data['warmup']} warm-ups")
     nccl = data["nccl"]
     settings = ", ".join(f"{k}={v}" for k, v in nccl["settings"].items()) or "none set (NCCL chooses algorithm and protocol)"
@@ -75,6 +83,8 @@ def render(console, data: dict[str, Any]) -> None:
     if data.get("memory"):
         render_memory(console, data["memory"])
     elif data["results"] or data["device"] == "cpu":
+        if data.get("node") and data["node"].get("network"):
+            console.print(data["node"]["network"], markup=False, highlight=False)
         console.print(f"link bounding the collectives: {cap['how']}" + (f" = {cap['gbps']:.0f} GB/s per direction" if cap["gbps"] else ""))
     for op in dict.fromkeys(p["op"] for p in data["results"]):
         table = Table(title=op, title_justify="left")
@@ -96,6 +106,8 @@ def render(console, data: dict[str, Any]) -> None:
         console.print(table)
     elif data["device"] == "cpu":
         console.print("peer-to-peer copies: n/a on CPU")
+    elif data.get("node"):
+        console.print("peer-to-peer copies: left out across machines (run `gpurig bench comm` on one node for them)")
     for f in data["findings"]:
         console.print(f"[yellow]{f['title']}[/yellow]\n  fix: {f['fix']}")
     if data.get("error"):
@@ -151,6 +163,11 @@ def register(bench_app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="One JSON document with every data point."),
         out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Keep the run folder under DIR."),
         timeout: float = typer.Option(120.0, "--timeout", metavar="SECONDS", help="How long one timed step may wait before it is a hang."),
+        nnodes: int = node_opts.NNODES,
+        node_rank: int = node_opts.NODE_RANK,
+        master_addr: str | None = node_opts.MASTER_ADDR,
+        master_port: int | None = node_opts.MASTER_PORT,
+        iface: str | None = node_opts.IFACE,
     ) -> None:
         from gpurig.errors import require_torch
 
@@ -167,15 +184,22 @@ def register(bench_app: typer.Typer) -> None:
             raise BadInput(str(exc)) from None
         if timeout <= 0:
             raise BadInput(f"--timeout must be a positive number of seconds, got {timeout:g}")
+        nodes = node_opts.nodes_from(nnodes, node_rank, master_addr, master_port, iface)
         console = console_for(json_out)
         with console.status("starting the workers...") as status:
+            if nodes is not None:
+                status.update(f"bench comm: node {nodes.node_rank} of {nodes.nnodes}, waiting at {nodes.endpoint} "
+                              "until every node has joined")
             data = run_bench_comm(
                 device=device, nproc=nproc, ops=_parse_ops(ops), min_bytes=lo, max_bytes=hi, dtype=dt,
                 iters=iters, warmup=warmup, repeats=repeats, graph=graph, p2p=not no_p2p, out_dir=out,
-                timeout=timeout, short=short, echo=lambda line: status.update(f"bench comm: {line}"),
+                timeout=timeout, short=short, echo=lambda line: status.update(f"bench comm: {line}"), nodes=nodes,
             )
         if json_out:
             emit_json(data)
+        elif data.get("node") and data["node"].get("node") not in (0, None):
+            state = "[green]measured[/green]" if data["ok"] else f"[bold red]failed[/bold red]: {data.get('error')}"
+            console.print(f"{node_opts.node_line(data['node'])}: {state}")
         else:
             render(console, data)
         raise typer.Exit(0 if data["ok"] and not data["findings"] else 1)

@@ -79,6 +79,8 @@ class Renderer:
             c.print(f"  run directory: {p['run_dir']}")
             if p.get("config_sources"):
                 c.print(f"  config: {p['config_sources']}", markup=False)
+            if p.get("network"):
+                c.print(f"  {p['network']}", markup=False, highlight=False)
             if p.get("nnodes"):
                 c.print(f"  node {p['node_rank']} of {p['nnodes']}: waiting at {p['rdzv_endpoint']} until every node "
                         "has joined (start the same command on the others with their --node-rank)")
@@ -246,6 +248,10 @@ def register(app: typer.Typer) -> None:
                                    "--master-addr, run directory on a shared file system; TensorFlow: "
                                    "MultiWorkerMirroredStrategy from a TF_CONFIG gpurig writes)."),
         node_rank: int = typer.Option(0, "--node-rank", help="This machine's index, 0 .. nnodes-1."),
+        iface: str | None = typer.Option(None, "--iface", metavar="NAME",
+                                         help="Across machines (PyTorch): the network interface to the other nodes "
+                                              "(GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME); default: the one on the "
+                                              "route to --master-addr."),
         master_addr: str | None = typer.Option(None, "--master-addr", help="Host of worker 0 (with --nnodes > 1)."),
         master_port: int | None = typer.Option(None, "--master-port", help="Port of worker 0 (default: a free one "
                                                "on a single machine; across machines 29400 for PyTorch's "
@@ -276,6 +282,10 @@ def register(app: typer.Typer) -> None:
             return
         console = console_for(json_out)
         check_nodes(nnodes, node_rank)
+        if iface is not None and (nnodes == 1 or cfg.framework == "tf"):
+            raise BadInput("--iface chooses the network between machines for PyTorch runs: it needs --nnodes 2 or "
+                           "more" + (" and a PyTorch config (TensorFlow's workers are told theirs by TF_CONFIG)"
+                                     if cfg.framework == "tf" else ""))
         if cfg.framework != "tf":
             from gpurig.errors import require_torch
 
@@ -325,7 +335,7 @@ def register(app: typer.Typer) -> None:
                                            resume_fallback=resume_fallback, timeout=max_time, on_event=renderer,
                                            env={"GPURIG_COLLECTIVE_TIMEOUT": f"{timeout:g}"} if timeout else None,
                                            max_restarts=max_restarts, nnodes=nnodes, node_rank=node_rank,
-                                           rdzv_endpoint=endpoint, config_sources=sources)
+                                           rdzv_endpoint=endpoint, config_sources=sources, iface=iface)
             except KeyboardInterrupt as exc:  # stopped before rank 0 wrote a summary or a checkpoint
                 renderer.close()
                 signame = getattr(exc, "signame", "SIGINT")

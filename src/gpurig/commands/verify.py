@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from gpurig.comm.results import VerifyResult
+from gpurig.commands import nodes as node_opts
 from gpurig.errors import BadInput
 from gpurig.report.output import console_for, emit_json
 
@@ -34,6 +35,12 @@ Examples:
   gpurig verify
   gpurig verify --device cpu --json
   gpurig verify --nproc 2 --out runs/        keep the run folder (NCCL log, per-rank results)
+  gpurig verify --nnodes 2 --node-rank 0 --master-addr 10.0.0.1     on node0 (10.0.0.1), and on node1:
+  gpurig verify --nnodes 2 --node-rank 1 --master-addr 10.0.0.1     every check across both machines
+
+Across machines every node runs the same command; the checks span every rank of every node, and
+node 0 (where rank 0 runs) prints the result. The network interface is the one on the route to
+--master-addr unless --iface NAME (or your GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME) says otherwise.
 
 Exit status: 0 every check passed, 1 a check failed, 2 bad usage.
 """
@@ -48,7 +55,8 @@ def verify_document(result: VerifyResult) -> dict:
 def render(console, result: VerifyResult) -> None:
     from rich.table import Table
 
-    table = Table(title=f"gpurig verify: {result.nproc} × {result.device} ({result.backend})", title_justify="left")
+    nodes = f"{result.node['nnodes']} nodes, " if result.node else ""
+    table = Table(title=f"gpurig verify: {nodes}{result.nproc} × {result.device} ({result.backend})", title_justify="left")
     table.add_column("check")
     table.add_column("result")
     table.add_column("seconds", justify="right")
@@ -57,6 +65,8 @@ def render(console, result: VerifyResult) -> None:
         secs = f"{c.seconds:.1f}" if c.seconds is not None else "-"
         table.add_row(c.name, _MARK.get(c.status, c.status), secs, c.detail)
     console.print(table)
+    if result.node and result.node.get("network"):
+        console.print(result.node["network"], markup=False, highlight=False)
     for f in result.findings:
         console.print(f"[bold red]{f['title']}[/bold red]\n  fix: {f['fix']}")
     verdict = "[green]all checks passed[/green]" if result.passed else "[bold red]verification failed[/bold red]"
@@ -76,12 +86,20 @@ def register(app: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="Largest GPU message 64 MB instead of 400 MB."),
         framework: str = typer.Option("torch", "--framework", help="torch (DDP over torchrun) or tf "
                                       "(MirroredStrategy replicas equal and equal to one device)."),
+        nnodes: int = node_opts.NNODES,
+        node_rank: int = node_opts.NODE_RANK,
+        master_addr: str | None = node_opts.MASTER_ADDR,
+        master_port: int | None = node_opts.MASTER_PORT,
+        iface: str | None = node_opts.IFACE,
     ) -> None:
         from gpurig.comm.verify import run_verify
         from gpurig.errors import require_torch
 
         if framework not in ("torch", "tf"):
             raise BadInput(f"--framework must be torch or tf, got {framework!r}")
+        nodes = node_opts.nodes_from(nnodes, node_rank, master_addr, master_port, iface)
+        if nodes is not None and framework == "tf":
+            raise BadInput("--nnodes/--master-addr: verify across machines runs PyTorch workers (--framework torch)")
         if framework == "torch":
             require_torch("verify")
         console = console_for(json_out)
@@ -96,12 +114,18 @@ def register(app: typer.Typer) -> None:
                     echo=lambda line: status.update(f"verify: {line}"),
                 ))
             else:
+                if nodes is not None:
+                    status.update(f"verify: node {nodes.node_rank} of {nodes.nnodes}, waiting at {nodes.endpoint} "
+                                  "until every node has joined")
                 result = run_verify(
-                    device=device, nproc=nproc, out_dir=out, timeout=timeout, quick=quick,
+                    device=device, nproc=nproc, out_dir=out, timeout=timeout, quick=quick, nodes=nodes,
                     echo=lambda line: status.update(f"verify: {line}"),
                 )
         if json_out:
             emit_json(verify_document(result))
+        elif result.node and result.node.get("node") not in (0, None):
+            verdict = "[green]every check passed[/green]" if result.passed else "[bold red]verification failed[/bold red]"
+            console.print(f"{node_opts.node_line(result.node)}: {verdict}")
         else:
             render(console, result)
         raise typer.Exit(0 if result.passed else 1)

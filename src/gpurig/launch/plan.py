@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 
 from gpurig.errors import BadInput
+from gpurig.launch.nodes import Nodes, check_nodes, interface_env  # noqa: F401 (check_nodes: for the commands)
 from gpurig.probe.visible import torch_cuda_build, torch_installed, visible_gpu_count
 
 DEVICES = ("auto", "cuda", "cpu")
@@ -63,6 +64,11 @@ class LaunchPlan:
     run_dir: str | None = None
     notes: list[str] = field(default_factory=list)  # why each default was chosen, for --dry-run
 
+    @property
+    def network(self) -> str | None:
+        """Across machines: the note on the network interface chosen, if any."""
+        return next((n for n in self.notes if n.startswith("network interface")), None)
+
     def command_line(self) -> str:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
         return (env + " " if env else "") + shlex.join(self.argv)
@@ -73,13 +79,6 @@ class LaunchPlan:
         return merged
 
 
-
-def check_nodes(nnodes: int, node_rank: int, nnodes_text: str | None = None) -> None:
-    """--nnodes and --node-rank, checked the same way by every command (one wording)."""
-    if nnodes < 1:
-        raise BadInput(f"--nnodes: must be at least 1, got {nnodes}")
-    if not 0 <= node_rank < nnodes:
-        raise BadInput(f"--node-rank: {node_rank} is outside 0..{nnodes - 1} (--nnodes {nnodes_text or nnodes})")
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that was free a moment ago (the OS picks it), so no 'Address already in use'."""
@@ -213,28 +212,48 @@ def plan_torchrun(
     max_restarts: int = 0,
     port: int | None = None,
     python: str | None = None,
+    nodes: Nodes | None = None,
+    rdzv_id: str = "gpurig",
 ) -> LaunchPlan:
-    """Plan a single-node torchrun: `entry` is `["-m", "module", args...]` or `["script.py", args...]`.
+    """Plan a torchrun: `entry` is `["-m", "module", args...]` or `["script.py", args...]`.
 
-    The rendezvous is c10d on 127.0.0.1 with a port the OS just handed out.
+    One node: the rendezvous is c10d on 127.0.0.1 with a port the OS just handed out. With `nodes`
+    (nnodes > 1): c10d at the master's address, `rdzv_id` shared by every node, and the network
+    interface chosen (`interface_env`).
     """
-    port = port or free_port()
+    plan_env = dict(env or {})
+    if nodes is not None and nodes.nnodes > 1:
+        endpoint = nodes.endpoint
+        net = interface_env(nodes.master_addr, nodes.iface)
+        plan_env = {**net.env, **plan_env}
+        notes = [f"node {nodes.node_rank} of {nodes.nnodes}: the nodes meet at {endpoint} (rendezvous id {rdzv_id!r})"]
+        notes += [net.note] if net.note else []
+        notes += [f"this node's address for the workers: {net.local_addr} (torchrun --local-addr)"] if net.local_addr else []
+        node_flags = [f"--nnodes={nodes.nnodes}", f"--rdzv-id={rdzv_id}"]
+        if net.local_addr:
+            node_flags.append(f"--local-addr={net.local_addr}")
+        if net.is_host is not None:
+            node_flags.append(f"--rdzv-conf=is_host={str(net.is_host).lower()}")
+            notes.append("this machine holds the master address: it hosts the rendezvous store" if net.is_host else
+                         "the rendezvous store runs on the master")
+    else:
+        endpoint = f"127.0.0.1:{port or free_port()}"
+        notes = [f"rendezvous on {endpoint} (a free port)"]
+        node_flags = ["--nnodes=1"]
     argv = [
         python or sys.executable,
         "-m",
         "torch.distributed.run",
-        "--nnodes=1",
+        *node_flags,
         f"--nproc-per-node={nproc}",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{port}",
+        f"--rdzv-endpoint={endpoint}",
         f"--max-restarts={max_restarts}",
     ]
     if entry and entry[0] == "-m":
         argv.append("--module")
         entry = entry[1:]
     argv += entry
-    plan_env = dict(env or {})
-    notes = [f"rendezvous on 127.0.0.1:{port} (a free port)"]
     if "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in plan_env:
         threads = max(1, (os.cpu_count() or 1) // max(1, nproc))
         plan_env["OMP_NUM_THREADS"] = str(threads)
@@ -277,6 +296,7 @@ class LaunchOptions:
     use_slurm: bool = True
     rdzv_backend: str = "c10d"
     torchrun_args: list[str] = field(default_factory=list)  # torchrun options passed through as given
+    iface: str | None = None  # across machines: the network interface to the other nodes (--iface)
 
 
 @dataclass
@@ -472,6 +492,7 @@ def plan_launch(
         check_nodes(max_nodes, node_rank, nnodes_text)
 
     multi_node = max_nodes > 1
+    net = None
     if multi_node:
         if not endpoint:
             raise BadInput(
@@ -483,6 +504,8 @@ def plan_launch(
             endpoint = f"{host}:29500"
         rdzv_id = rdzv_id or "gpurig"
         notes.append(f"{nnodes_text} nodes meet at {endpoint} (rendezvous id {rdzv_id!r})")
+        net = interface_env(host, options.iface, environ)
+        notes += [net.note] if net.note else []
     elif endpoint:
         host, ep_port = _parse_endpoint(endpoint)
         if ep_port is None:
@@ -507,6 +530,12 @@ def plan_launch(
         argv.append(f"--rdzv-id={rdzv_id}")
     if node_rank is not None and multi_node:
         argv.append(f"--node-rank={node_rank}")
+    if net is not None:
+        given = {a.split("=", 1)[0].replace("_", "-") for a in options.torchrun_args}
+        if net.local_addr and "--local-addr" not in given:
+            argv.append(f"--local-addr={net.local_addr}")  # the address the workers meet at, not the host name's
+        if net.is_host is not None and "--rdzv-conf" not in given:
+            argv.append(f"--rdzv-conf=is_host={str(net.is_host).lower()}")
     if options.max_restarts < 0:
         raise BadInput(f"--max-restarts must be 0 or more, got {options.max_restarts}")
     argv += [
@@ -532,6 +561,9 @@ def plan_launch(
     defaults = _environment_defaults(
         choice.device, nproc, run_dir, options.collective_timeout_s, environ, cpu_count, torch_version
     )
+    for name, value in (net.env if net is not None else {}).items():
+        defaults = [d for d in defaults if d.name != name]
+        defaults.append(EnvDefault(name, value, "--iface" if options.iface else "gpurig", net.note or ""))
     for name, value in options.env_overrides.items():
         defaults = [d for d in defaults if d.name != name]
         defaults.append(EnvDefault(name, value, "--env", "asked for with --env"))

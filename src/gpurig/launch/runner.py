@@ -81,6 +81,10 @@ def sigterm_stops(on_term=None):
 
 _AGENT_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S*torch/distributed/\S+\.py:\d+\] ")
 _TABLE_RULE = re.compile(r"^={20,}\s*$")
+# c10d's reverse lookup of a peer's address, which fails wherever the nodes' addresses have no DNS
+# name (common between machines, and harmless: the connection is made by address).
+_C10D_NO_HOSTNAME = re.compile(r"^(\[\w+\]:)?\[W\d{4} [\d:.]+ socket\.cpp:\d+\] \[c10d\] The hostname of the "
+                               r"client socket cannot be retrieved")
 
 
 class AgentNoise:
@@ -123,7 +127,7 @@ class AgentNoise:
         if line.startswith("Traceback (most recent call last):"):
             self.held = [line]
             return []
-        if _AGENT_LOG.match(line):
+        if _AGENT_LOG.match(line) or _C10D_NO_HOSTNAME.match(line):
             return []
         return [line]
 

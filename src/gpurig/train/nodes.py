@@ -67,6 +67,7 @@ def plan_node(
     log_dir: str | os.PathLike | None = None,
     env: dict[str, str] | None = None,
     extra_args: list[str] | None = None,
+    iface: str | None = None,
 ) -> tuple[LaunchPlan, dict]:
     """The torchrun plan of one node of a multi-node training run (see the module docstring)."""
     from gpurig.launch.plan import plan_launch
@@ -88,6 +89,7 @@ def plan_node(
         run_dir=str(log_dir or Path(run_dir) / f"node{node_rank}"),
         use_slurm=False,
         env_overrides={**fresh_store_per_round(), **(env or {})},
+        iface=iface,
     )
     plan, description = plan_launch(options, device_choice=choice)
     # torchrun's c10d rendezvous numbers the nodes as they join and warns that --node-rank is

@@ -119,6 +119,7 @@ def run_training(
     node_rank: int = 0,
     rdzv_endpoint: str | None = None,
     config_sources: str | None = None,
+    iface: str | None = None,
 ) -> dict[str, Any]:
     """Train `config` on `nproc` processes of `device`; return the summary (also in <out>/summary.json).
 
@@ -171,15 +172,15 @@ def run_training(
         from gpurig.train.nodes import plan_node
 
         plan, _ = plan_node(cfg, run_dir, nnodes, node_rank, rdzv_endpoint, nproc_per_node=nproc_here,
-                            device=device, max_restarts=max_restarts, env=env, extra_args=flags)
+                            device=device, max_restarts=max_restarts, env=env, extra_args=flags, iface=iface)
     else:
         plan = plan_torchrun(args, nproc_here, device, run_dir=str(run_dir), env=env, max_restarts=max_restarts)
     if on_event:
         on_event("launch", {"device": device, "nproc": nproc_here, "reason": reason,
                             "run_dir": str(run_dir), "command": plan.command_line(),
                             "config_sources": config_sources,
-                            **({"nnodes": nnodes, "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint}
-                               if nnodes > 1 else {})})
+                            **({"nnodes": nnodes, "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint,
+                                "network": plan.network} if nnodes > 1 else {})})
     started = time.time()
     result = run_plan(plan, timeout=timeout, echo=_handler(on_event), grace=parent_grace(env), hide_agent=True)
     launched = {"device": device, "nproc": nproc_here, "reason": reason,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -35,6 +36,10 @@ NCCL_ENV_KEYS = (
 
 def result_path(run_dir: str | Path, rank: int) -> Path:
     return Path(run_dir) / f"result-rank{rank}.json"
+
+
+def node_path(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "node.json"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -162,7 +167,8 @@ def _environment(ctx: Context) -> dict[str, Any]:
     import torch
 
     env = {k: os.environ[k] for k in NCCL_ENV_KEYS if k in os.environ}
-    info: dict[str, Any] = {"device": str(ctx.device), "backend": ctx.backend, "torch": torch.__version__, "env": env}
+    info: dict[str, Any] = {"device": str(ctx.device), "backend": ctx.backend, "torch": torch.__version__, "env": env,
+                            "host": socket.gethostname(), "node": int(os.environ.get("GROUP_RANK", 0))}
     if ctx.is_cuda:
         try:
             v = torch.cuda.nccl.version()
@@ -218,6 +224,31 @@ def _run_bench(ctx: Context, config: dict[str, Any]) -> int:
     return 0
 
 
+def _share_results(ctx: Context) -> None:
+    """Across machines: every rank's record to every node, so the parent on each node judges the whole
+    run from its own run folder (shared or not). Local rank 0 writes the other nodes' records and
+    `node.json` (this node's index among the nodes, its ranks, and the hosts)."""
+    import torch.distributed as dist
+
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
+    if local_world >= ctx.world_size:
+        return
+    records: list[Any] = [None] * ctx.world_size
+    ctx.collective("teardown", "all_gather_object", "every rank's results to every node",
+                   lambda: dist.all_gather_object(records, ctx.record, group=ctx.cpu_group))
+    if ctx.local_rank != 0:
+        return
+    first = ctx.rank - ctx.local_rank
+    mine = range(first, first + local_world)
+    for r, record in enumerate(records):
+        if r not in mine and record is not None:
+            write_json_atomic(result_path(ctx.run_dir, r), record)
+    write_json_atomic(node_path(ctx.run_dir), {
+        "node": ctx.record.get("node", 0), "nnodes": ctx.world_size // local_world, "world_size": ctx.world_size,
+        "ranks": list(mine), "hosts": {str(r): (rec or {}).get("host") for r, rec in enumerate(records)},
+    })
+
+
 TEARDOWN_SECONDS = 30.0
 
 
@@ -246,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             config = json.loads(Path(args.config).read_text()) if args.config else {}
             rc = _run_bench(ctx, config)
+        _share_results(ctx)
         # Every rank leaves together, so no rank tears down NCCL while a peer still talks to it.
         ctx.collective("teardown", "barrier", "end of run", lambda: dist.barrier(group=ctx.cpu_group))
     finally:
