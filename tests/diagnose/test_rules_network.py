@@ -207,7 +207,7 @@ def test_json_carries_the_network_facts(run_cli):
 # --- for real, between two network namespaces ----------------------------------------------------------
 
 needs_netns = pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable()))
-PORT = 29500
+PORT = 29400  # the default of `doctor --master-port` (gpurig's rendezvous across machines)
 LISTEN = ("import socket, sys, time\n"
           "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
           "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(8); print('listening', flush=True); time.sleep(120)\n")
@@ -244,7 +244,7 @@ def exit_code_follows(code, doc) -> bool:
 def test_netns_listener_on_host0_is_ok():
     with two_hosts() as hosts:
         listen_on_host0(hosts)
-        code, doc = doctor_on(hosts, 1, "--json", port=None)  # 29500 is the default
+        code, doc = doctor_on(hosts, 1, "--json", port=None)  # 29400 is the default
         found = network_findings(doc)
         assert list(found) == ["rendezvous-port-open"] and "wire0" in found["rendezvous-port-open"]["title"]
         net = doc["network"]

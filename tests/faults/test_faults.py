@@ -502,3 +502,63 @@ def test_without_a_shared_directory_the_node_without_rank_0_says_where_the_summa
     other = has.index(False)
     assert f"node {other} of 2 finished; the node that holds global rank 0 writes summary.json" in outs[other]
     assert "summary: " in outs[has.index(True)] and "throughput" in outs[has.index(True)]
+
+
+# --- an elastic run: a node that leaves for good -----------------------------------------------
+
+
+def test_an_elastic_run_goes_on_without_a_node_killed_for_good_as_a_run_resumed_by_hand(reference, tmp_path):
+    """`--nnodes 1:2`: node 1 (agent and worker) is SIGKILLed after step 25 and never comes back.
+    Node 0's agent restarts its worker with the one node left; it resumes from the newest
+    checkpoint (step 20) with the global batch kept (2 micro-batches of 16 a step instead of one per
+    node) and finishes. The result is bit for bit the run resumed the same way by hand: that
+    checkpoint and `gpurig train --resume auto` on one process."""
+    from gpurig.launch.plan import free_port
+    from gpurig.train.nodes import plan_node
+    from gpurig.train.plan import plan_training
+
+    cfg = plan_training(_cfg(), device="cpu", nproc=1, nnodes=2, rdzv_endpoint="127.0.0.1:1", min_nodes=1,
+                        out_dir=tmp_path / "unused").config
+    assert cfg.data.global_batch_size == 32 and cfg.train.grad_accum == 1  # 16 x 1 process x 2 nodes
+    shared = tmp_path / "shared"
+    endpoint = f"127.0.0.1:{free_port()}"
+    plans = [plan_node(cfg, shared, nnodes=2, node_rank=r, endpoint=endpoint, nproc_per_node=1, device="cpu",
+                       max_restarts=3, log_dir=tmp_path / f"node{r}", env=SAME_THREADS, min_nodes=1)[0]
+             for r in (0, 1)]
+    assert "--nnodes=1:2" in plans[0].argv
+    stuck = {"GPURIG_TRAIN_FAULT": "hang:step=25:rank=0,hang:step=25:rank=1"}  # whichever rank node 1 gets
+    agents = [_start_node(plans[0])]
+    try:
+        time.sleep(1)
+        doomed = _start_node(plans[1], env=stuck)
+        agents.append(doomed)
+        _wait_for_log(tmp_path / "node1" / "agent.log", "stops taking part after step 25", doomed)
+        _kill_tree(doomed)  # gone for good
+        agents[0].wait(timeout=240)
+        log = (tmp_path / "node0" / "agent.log").read_text()
+        assert agents[0].returncode == 0, log[-3000:]
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                _kill_tree(a)
+    summary = json.loads((shared / "summary.json").read_text())
+    assert summary["world_size"] == 1 and summary["steps"] == 40 and summary["faults"]["restart_count"] >= 1
+    assert summary["global_batch_size"] == 32 and summary["grad_accum"] == 2  # the global batch kept
+    assert summary["resumed_from"].endswith("step-000000020.pt")
+    assert "checkpoint was written by 2 processes, resuming on 1" in log  # the change, said
+
+    by_hand = tmp_path / "by_hand"
+    (by_hand / "checkpoints").mkdir(parents=True)
+    shutil.copy(shared / "checkpoints" / "step-000000020.pt", by_hand / "checkpoints")
+    again = run_training(_cfg("data.global_batch_size=32"), device="cpu", nproc=1, out_dir=by_hand, resume="auto",
+                         timeout=240, env=SAME_THREADS)
+    assert again["steps"] == 40 and again["world_size"] == 1 and again["resumed_from"].endswith("step-000000020.pt")
+    _assert_bitwise(by_hand / "checkpoints" / "step-000000040.pt", shared / "checkpoints" / "step-000000040.pt")
+    assert_no_process_left(str(shared))
+
+
+def test_an_elastic_range_whose_node_counts_cannot_keep_the_global_batch_is_refused():
+    from gpurig.train.plan import plan_training
+
+    with pytest.raises(BadInput, match=r"--nnodes 2:3: the global batch 48 cannot be kept on 2 node\(s\)"):
+        plan_training(_cfg(), device="cpu", nproc=1, nnodes=3, rdzv_endpoint="h:1", min_nodes=2, out_dir="unused")

@@ -8,6 +8,7 @@ import typer
 
 from gpurig.diagnose.findings import has_error
 from gpurig.errors import BadInput, check_output_file
+from gpurig.launch.nodes import RDZV_PORT
 from gpurig.report.output import console_for, emit_json
 from gpurig.suite.doctor import doctor_data, doctor_document, gather, gather_network
 
@@ -31,8 +32,8 @@ Examples:
   gpurig doctor --save-facts rig.json  keep the snapshot to share
   gpurig doctor --facts rig.json       judge a saved snapshot
   gpurig doctor --refresh              import the frameworks again (after fixing something)
-  gpurig doctor --master-addr node0    on every other node: can it reach node 0's rendezvous (port 29500)?
-  gpurig doctor --master-addr 10.0.0.1 --master-port 29400 --json   the same on another port, as JSON
+  gpurig doctor --master-addr node0    on every other node: can it reach node 0's rendezvous (port 29400)?
+  gpurig doctor --master-addr 10.0.0.1 --master-port 29500 --json   torchrun --master-port's default, as JSON
 
 Exit status: 0 no error finding, 1 at least one error finding, 2 bad usage or an unreadable facts file.
 """
@@ -68,7 +69,8 @@ def register(app: typer.Typer) -> None:
         ),
         master_port: int | None = typer.Option(
             None, "--master-port", metavar="PORT",
-            help="The rendezvous port on node 0 (default 29500, torchrun's); needs --master-addr.",
+            help="The rendezvous port on node 0 (default 29400: gpurig train/verify/bench across machines and "
+                 "torchrun --rdzv-endpoint; torchrun --master-port's is 29500); needs --master-addr.",
         ),
     ) -> None:
         if save_facts is not None:
@@ -116,8 +118,8 @@ def _check_master(addr: str | None, port: int | None, facts_file: Path | None) -
             ipaddress.IPv6Address(host.strip("[]"))
         except ValueError:
             raise BadInput(f"--master-addr {addr}: give the host alone and the port with --master-port "
-                           "(e.g. --master-addr node0 --master-port 29500)") from None
-    port = 29500 if port is None else port
+                           "(e.g. --master-addr node0 --master-port 29400)") from None
+    port = RDZV_PORT if port is None else port
     if not 1 <= port <= 65535:
         raise BadInput(f"--master-port {port}: not a TCP port (1-65535)")
     return host, port

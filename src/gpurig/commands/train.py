@@ -81,6 +81,10 @@ class Renderer:
                 c.print(f"  config: {p['config_sources']}", markup=False)
             if p.get("network"):
                 c.print(f"  {p['network']}", markup=False, highlight=False)
+            if p.get("min_nodes"):
+                c.print(f"  elastic: {p['min_nodes']} to {p['nnodes']} nodes; global batch {p['global_batch']} kept "
+                        "(data.global_batch_size): with fewer nodes each step accumulates more micro-batches; a node "
+                        "that leaves is waited for, then training goes on without it (needs --max-restarts)")
             if p.get("nnodes"):
                 c.print(f"  node {p['node_rank']} of {p['nnodes']}: waiting at {p['rdzv_endpoint']} until every node "
                         "has joined (start the same command on the others with their --node-rank)")
@@ -200,7 +204,7 @@ def _node_done(console: Any, summary: dict, json_out: bool) -> None:
 
 def _show_plan(cfg: Any, sources: str, out: Path | None, device: str, nproc: str, resume: str | None,
                resume_fallback: bool, nnodes: int, node_rank: int, master_addr: str | None,
-               master_port: int | None) -> None:
+               master_port: int | None, min_nodes: int | None = None) -> None:
     """`--show-plan`: every check a run gets before it starts, and what it would be, as JSON."""
     from gpurig.launch.plan import default_run_dir
 
@@ -215,7 +219,8 @@ def _show_plan(cfg: Any, sources: str, out: Path | None, device: str, nproc: str
     from gpurig.train.plan import plan_training
 
     endpoint = f"{master_addr}:{master_port or TORCH_RDZV_PORT}" if master_addr else None
-    planned = plan_training(cfg, device, nproc, out, resume, resume_fallback, nnodes, node_rank, endpoint, sources)
+    planned = plan_training(cfg, device, nproc, out, resume, resume_fallback, nnodes, node_rank, endpoint, sources,
+                            min_nodes=min_nodes)
     emit_json(planned.to_dict())
 
 
@@ -243,15 +248,18 @@ def register(app: typer.Typer) -> None:
         timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS", help="How long one collective may wait for the other ranks before the run is stopped as hung, naming the rank that did not arrive (PyTorch; default 600)."),
         max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the workers up to K times after a failure, "
                                          "resuming from the newest checkpoint (torchrun's --max-restarts)."),
-        nnodes: int = typer.Option(1, "--nnodes", help="Machines in the job: run the same command on each with its "
-                                   "--node-rank (PyTorch: torchrun agents meeting at a c10d rendezvous on "
-                                   "--master-addr, run directory on a shared file system; TensorFlow: "
-                                   "MultiWorkerMirroredStrategy from a TF_CONFIG gpurig writes)."),
+        nnodes_text: str = typer.Option("1", "--nnodes", metavar="N|MIN:MAX",
+                                        help="Machines in the job: run the same command on each with its "
+                                        "--node-rank (PyTorch: torchrun agents meeting at a c10d rendezvous on "
+                                        "--master-addr, run directory on a shared file system; TensorFlow: "
+                                        "MultiWorkerMirroredStrategy from a TF_CONFIG gpurig writes). PyTorch "
+                                        "MIN:MAX: elastic, training goes on while MIN nodes remain (with "
+                                        "--max-restarts), the global batch kept."),
         node_rank: int = typer.Option(0, "--node-rank", help="This machine's index, 0 .. nnodes-1."),
         iface: str | None = typer.Option(None, "--iface", metavar="NAME",
                                          help="Across machines (PyTorch): the network interface to the other nodes "
-                                              "(GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME); default: the one on the "
-                                              "route to --master-addr."),
+                                              "(sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME); default: the one on "
+                                              "the route to --master-addr."),
         master_addr: str | None = typer.Option(None, "--master-addr", help="Host of worker 0 (with --nnodes > 1)."),
         master_port: int | None = typer.Option(None, "--master-port", help="Port of worker 0 (default: a free one "
                                                "on a single machine; across machines 29400 for PyTorch's "
@@ -281,7 +289,13 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"# {sources}\n" + to_toml(cfg), nl=False)
             return
         console = console_for(json_out)
+        from gpurig.launch.nodes import node_range
+
+        min_nodes, nnodes = node_range(nnodes_text)
         check_nodes(nnodes, node_rank)
+        if min_nodes < nnodes and cfg.framework == "tf":
+            raise BadInput(f"--nnodes {nnodes_text}: an elastic range is for PyTorch runs; TensorFlow's "
+                           "MultiWorkerMirroredStrategy has a fixed set of workers (give --nnodes N)")
         if iface is not None and (nnodes == 1 or cfg.framework == "tf"):
             raise BadInput("--iface chooses the network between machines for PyTorch runs: it needs --nnodes 2 or "
                            "more" + (" and a PyTorch config (TensorFlow's workers are told theirs by TF_CONFIG)"
@@ -295,7 +309,7 @@ def register(app: typer.Typer) -> None:
                            "take none here (use --max-time for a wall-clock limit)")
         if show_plan:
             _show_plan(cfg, sources, out, device, nproc, resume, resume_fallback, nnodes, node_rank, master_addr,
-                       master_port)
+                       master_port, min_nodes)
             return
         if cfg.framework == "tf":
             from gpurig.launch.plan import default_run_dir
@@ -335,7 +349,8 @@ def register(app: typer.Typer) -> None:
                                            resume_fallback=resume_fallback, timeout=max_time, on_event=renderer,
                                            env={"GPURIG_COLLECTIVE_TIMEOUT": f"{timeout:g}"} if timeout else None,
                                            max_restarts=max_restarts, nnodes=nnodes, node_rank=node_rank,
-                                           rdzv_endpoint=endpoint, config_sources=sources, iface=iface)
+                                           rdzv_endpoint=endpoint, config_sources=sources, iface=iface,
+                                           min_nodes=min_nodes)
             except KeyboardInterrupt as exc:  # stopped before rank 0 wrote a summary or a checkpoint
                 renderer.close()
                 signame = getattr(exc, "signame", "SIGINT")

@@ -15,6 +15,18 @@ from dataclasses import dataclass
 from gpurig.errors import BadInput
 
 
+def node_range(value: str | int) -> tuple[int, int]:
+    """`--nnodes` as torchrun takes it: "2" -> (2, 2), "1:4" -> (1, 4); BadInput naming the flag."""
+    text = str(value).strip()
+    try:
+        nums = [int(p) for p in text.split(":")]
+    except ValueError:
+        raise BadInput(f"--nnodes must be N or MIN:MAX, got {value!r}") from None
+    if len(nums) > 2 or any(n < 1 for n in nums) or (len(nums) == 2 and nums[0] > nums[1]):
+        raise BadInput(f"--nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, got {value!r}")
+    return nums[0], nums[-1]
+
+
 def check_nodes(nnodes: int, node_rank: int, nnodes_text: str | None = None) -> None:
     """--nnodes and --node-rank, checked the same way by every command (one wording)."""
     if nnodes < 1:

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 
 from gpurig.errors import BadInput
-from gpurig.launch.nodes import Nodes, check_nodes, interface_env  # noqa: F401 (check_nodes: for the commands)
+from gpurig.launch.nodes import Nodes, check_nodes, interface_env, node_range  # noqa: F401 (check_nodes: for the commands)
 from gpurig.probe.visible import torch_cuda_build, torch_installed, visible_gpu_count
 
 DEVICES = ("auto", "cuda", "cpu")
@@ -356,15 +356,7 @@ def _parse_nnodes(value: str | int | None) -> tuple[str, int]:
     """torchrun's `--nnodes` ("2" or "1:4") and the largest node count it allows."""
     if value is None:
         return "1", 1
-    text = str(value).strip()
-    parts = text.split(":")
-    try:
-        nums = [int(p) for p in parts]
-    except ValueError:
-        raise BadInput(f"--nnodes must be N or MIN:MAX, got {value!r}") from None
-    if len(nums) > 2 or any(n < 1 for n in nums) or (len(nums) == 2 and nums[0] > nums[1]):
-        raise BadInput(f"--nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, got {value!r}")
-    return text, nums[-1]
+    return str(value).strip(), node_range(value)[1]
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:

@@ -1,6 +1,6 @@
 """The network between this machine and the rendezvous (MASTER_ADDR:MASTER_PORT), as plain facts.
 
-    python -m gpurig.probe.network 10.0.0.1 29500     # the rendezvous facts as JSON
+    python -m gpurig.probe.network 10.0.0.1 29400     # the rendezvous facts as JSON
 
 What it reads: this host's interfaces (`socket.if_nameindex()`, their flags and MTU through
 `ioctl`, addresses from `ip -j addr` where iproute2 is installed, else `ioctl` and
@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_PORT = 29500  # torchrun's default --master-port
+DEFAULT_PORT = 29400  # the c10d rendezvous port of torchrun --rdzv-endpoint and of gpurig across machines
 SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 PORT_STATUSES = ("open", "refused", "timeout", "unresolved", "unreachable", "error")
 

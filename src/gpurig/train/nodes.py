@@ -16,12 +16,34 @@ newest checkpoint.
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 
+from gpurig.errors import BadInput
 from gpurig.launch.plan import LaunchOptions, LaunchPlan, resolve_device
 from gpurig.train.config import TrainConfig, to_toml, validate
 from gpurig.train.plan import TrainPlan, plan_file
+
+
+def keep_global_batch(cfg: TrainConfig, nproc: int, min_nodes: int, max_nodes: int) -> tuple[TrainConfig, str]:
+    """An elastic run (--nnodes MIN:MAX): the global batch fixed, so a node leaving changes how many
+    micro-batches make a step, not the optimisation; the note says so. BadInput naming --nnodes when
+    a node count in the range cannot hold that batch."""
+    cfg = copy.deepcopy(cfg)
+    per_node = cfg.data.batch_size * nproc
+    g = cfg.data.global_batch_size or per_node * max_nodes * cfg.train.grad_accum
+    bad = [n for n in range(min_nodes, max_nodes + 1) if g % (per_node * n)]
+    if bad:
+        raise BadInput(f"--nnodes {min_nodes}:{max_nodes}: the global batch {g} cannot be kept on {bad[0]} node(s) "
+                       f"({cfg.data.batch_size} x {nproc} process(es) x {bad[0]} = {per_node * bad[0]} per micro-batch "
+                       f"does not divide it); choose node counts that divide {max_nodes}, or set "
+                       "data.global_batch_size to a multiple of every count's micro-batch")
+    if not cfg.data.global_batch_size:
+        cfg.train.grad_accum = 1  # the global batch now says it; validate() turns it back into micro-batches
+    cfg.data.global_batch_size = g
+    return cfg, (f"elastic: {min_nodes} to {max_nodes} nodes; global batch {g} kept (data.global_batch_size): with "
+                 f"fewer nodes each step accumulates more micro-batches of {per_node} per node")
 
 
 def fresh_store_per_round() -> dict[str, str]:
@@ -42,13 +64,14 @@ def fresh_store_per_round() -> dict[str, str]:
 
 
 def prepare_run_dir(config: TrainConfig, run_dir: str | os.PathLike, device: str, nproc_per_node: int,
-                    nnodes: int, node_rank: int, endpoint: str, reason: str = "multi-node plan") -> Path:
+                    nnodes: int, node_rank: int, endpoint: str, reason: str = "multi-node plan",
+                    min_nodes: int | None = None) -> Path:
     """Write what every worker reads (`plan.json`, `config.toml`), as `run_training` does."""
     cfg = validate(config, nproc_per_node * nnodes)
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
     plan = TrainPlan(config=cfg, device=device, nproc_per_node=nproc_per_node, device_reason=reason, run_dir=str(run),
-                     nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=endpoint, resume="auto")
+                     nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=endpoint, resume="auto", min_nodes=min_nodes)
     plan_file(run).write_text(plan.to_json())
     (run / "config.toml").write_text(to_toml(cfg))
     return run
@@ -68,20 +91,23 @@ def plan_node(
     env: dict[str, str] | None = None,
     extra_args: list[str] | None = None,
     iface: str | None = None,
+    min_nodes: int | None = None,
 ) -> tuple[LaunchPlan, dict]:
     """The torchrun plan of one node of a multi-node training run (see the module docstring)."""
     from gpurig.launch.plan import plan_launch
 
     choice = resolve_device(device, nproc_per_node, flag="--nproc-per-node")
+    elastic = min_nodes is not None and min_nodes < nnodes
     prepare_run_dir(config, run_dir, choice.device, choice.nproc, nnodes, node_rank, endpoint,
-                    reason=f"{nnodes} nodes x {choice.nproc} processes ({choice.reason})")
+                    reason=f"{f'{min_nodes} to ' if elastic else ''}{nnodes} nodes x {choice.nproc} processes "
+                           f"({choice.reason})", min_nodes=min_nodes if elastic else None)
     options = LaunchOptions(
         script="gpurig.train.torch.worker",
         module=True,
         script_args=["--run-dir", str(run_dir), "--resume", "auto", *(extra_args or [])],
         nproc_per_node=choice.nproc,
         device=choice.device,
-        nnodes=nnodes,
+        nnodes=f"{min_nodes}:{nnodes}" if elastic else nnodes,
         node_rank=node_rank,
         rdzv_endpoint=endpoint,
         rdzv_id=rdzv_id,

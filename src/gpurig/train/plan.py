@@ -32,9 +32,10 @@ class TrainPlan:
     nproc_per_node: int  # worker processes on this machine
     device_reason: str  # why this device and this many processes (resolve_device's words)
     run_dir: str  # the run directory (created when the run starts)
-    nnodes: int = 1
+    nnodes: int = 1  # the most nodes (elastic runs: MAX of --nnodes MIN:MAX)
     node_rank: int = 0
     rdzv_endpoint: str | None = None  # host:port of node 0 (several nodes only)
+    min_nodes: int | None = None  # elastic runs: the fewest nodes training goes on with
     resume: str | None = None  # "auto", "none", a checkpoint file, or None for a fresh run
     config_sources: str | None = None  # where the config came from, in words
     framework: str = "torch"  # "torch" or "tf": which backend's worker reads this plan
@@ -79,9 +80,10 @@ def plan_training(
     node_rank: int = 0,
     rdzv_endpoint: str | None = None,
     config_sources: str | None = None,
+    min_nodes: int | None = None,
 ) -> TrainPlan:
     """Every check a PyTorch run gets before a process starts; BadInput (exit 2) naming the flag or
-    key. Writes nothing."""
+    key. Writes nothing. `min_nodes` < `nnodes`: an elastic run, its global batch kept."""
     if config.framework != "torch":
         raise BadInput(f"framework: {config.framework!r} runs through the TensorFlow trainer, not the PyTorch one")
     check_nodes(nnodes, node_rank)
@@ -91,6 +93,12 @@ def plan_training(
         resume = resume or "auto"  # a node started again must continue, not refuse the run's checkpoints
     choice = resolve_device(device, nproc)
     check_data_path(config)
+    if min_nodes is not None and min_nodes < nnodes:
+        from gpurig.train.nodes import keep_global_batch
+
+        config, _ = keep_global_batch(config, choice.nproc, min_nodes, nnodes)
+    else:
+        min_nodes = None
     cfg = validate(config, choice.nproc * nnodes)
     if cfg.optim.fused == "on" and cfg.train.strategy == "fsdp":  # needs torch: only then
         from gpurig.train.torch.choices import check_fused_for_fsdp
@@ -116,7 +124,7 @@ def plan_training(
     _check_resume_archive(run_dir, resume, resume_fallback)
     return TrainPlan(config=cfg, device=choice.device, nproc_per_node=choice.nproc, device_reason=choice.reason,
                      run_dir=str(run_dir), nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                     resume=resume, config_sources=config_sources, entries=found)
+                     resume=resume, config_sources=config_sources, entries=found, min_nodes=min_nodes)
 
 
 def _check_resume_archive(run_dir: Path, resume: str | None, fallback: bool) -> None:

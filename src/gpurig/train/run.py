@@ -120,6 +120,7 @@ def run_training(
     rdzv_endpoint: str | None = None,
     config_sources: str | None = None,
     iface: str | None = None,
+    min_nodes: int | None = None,
 ) -> dict[str, Any]:
     """Train `config` on `nproc` processes of `device`; return the summary (also in <out>/summary.json).
 
@@ -141,7 +142,7 @@ def run_training(
     if max_restarts < 0:
         raise BadInput(f"--max-restarts must be 0 or more, got {max_restarts}")
     planned = plan_training(config, device, nproc, out_dir, resume, resume_fallback, nnodes, node_rank, rdzv_endpoint,
-                            config_sources)
+                            config_sources, min_nodes=min_nodes)
     cfg, run_dir, resume = planned.config, Path(planned.run_dir), planned.resume
     device, nproc_here, reason = planned.device, planned.nproc_per_node, planned.device_reason
     if resume and nnodes == 1:
@@ -172,7 +173,8 @@ def run_training(
         from gpurig.train.nodes import plan_node
 
         plan, _ = plan_node(cfg, run_dir, nnodes, node_rank, rdzv_endpoint, nproc_per_node=nproc_here,
-                            device=device, max_restarts=max_restarts, env=env, extra_args=flags, iface=iface)
+                            device=device, max_restarts=max_restarts, env=env, extra_args=flags, iface=iface,
+                            min_nodes=planned.min_nodes)
     else:
         plan = plan_torchrun(args, nproc_here, device, run_dir=str(run_dir), env=env, max_restarts=max_restarts)
     if on_event:
@@ -180,7 +182,8 @@ def run_training(
                             "run_dir": str(run_dir), "command": plan.command_line(),
                             "config_sources": config_sources,
                             **({"nnodes": nnodes, "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint,
-                                "network": plan.network} if nnodes > 1 else {})})
+                                "network": plan.network, "min_nodes": planned.min_nodes,
+                                "global_batch": cfg.data.global_batch_size} if nnodes > 1 else {})})
     started = time.time()
     result = run_plan(plan, timeout=timeout, echo=_handler(on_event), grace=parent_grace(env), hide_agent=True)
     launched = {"device": device, "nproc": nproc_here, "reason": reason,

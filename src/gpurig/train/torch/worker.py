@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from gpurig.diagnose.verdicts import judge_run
 from gpurig.errors import BadInput
-from gpurig.train.config import from_dict
+from gpurig.train.config import from_dict, validate
 from gpurig.train.plan import plan_file
 from gpurig.train.torch import faults
 from gpurig.train.torch.base import _on_signal, quiet_known_torch_notices
@@ -66,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     trainer = None
     try:
+        if cfg.data.global_batch_size and ctx.world != plan.get("world_size"):
+            # An elastic run going on with fewer (or more) nodes: the same global batch, in more (or
+            # fewer) micro-batches per step.
+            cfg.train.grad_accum = 1
+            cfg = validate(cfg, ctx.world)
         trainer = Trainer(cfg, ctx, run_dir, args.resume, args.resume_fallback, args.record_indices,
                           plan.get("entries"))
         trainer.build()
