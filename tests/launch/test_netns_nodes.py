@@ -58,8 +58,8 @@ def test_train_across_two_hosts_runs_to_one_summary_on_node_0(tmp_path):
                                             "--set", "train.steps=30", "--set", "eval.enabled=false"])
     for run in runs:
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "network interface wire0: it holds it (10.200.0.1)" in runs[0].stdout
-    assert "network interface wire0: it is on the route to it (10.200.0.1)" in runs[1].stdout
+    assert "network interface wire0 (this machine's 10.200.0.1): GLOO_SOCKET_IFNAME=wire0" in runs[0].stdout
+    assert "network interface wire0 (the route to 10.200.0.1): GLOO_SOCKET_IFNAME=wire0" in runs[1].stdout
     summary = json.loads((tmp_path / "node0" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 30 and not summary["stopped"]
     assert not (tmp_path / "node1" / "summary.json").exists()

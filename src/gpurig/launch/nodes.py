@@ -81,7 +81,7 @@ def interface_env(master_addr: str, iface: str | None = None,
         if named is not None and named.ipv4:
             local_addr = named.ipv4[0].split("/")[0]
         return Network({"GLOO_SOCKET_IFNAME": iface, "NCCL_SOCKET_IFNAME": f"={iface}"},
-                       f"network interface {iface} (--iface): GLOO_SOCKET_IFNAME={iface} NCCL_SOCKET_IFNAME=={iface}",
+                       f"network interface {iface} (--iface): GLOO_SOCKET_IFNAME={iface} NCCL_SOCKET_IFNAME=\"={iface}\"",
                        is_host, local_addr)
     missing = [v for v in SOCKET_IFNAME_VARS if not environ.get(v)]
     yours = [f"{v}={environ[v]}" for v in SOCKET_IFNAME_VARS if environ.get(v)]
@@ -94,9 +94,10 @@ def interface_env(master_addr: str, iface: str | None = None,
         return Network({}, None)  # every node on this machine: loopback is right
     chosen = {"GLOO_SOCKET_IFNAME": route.interface, "NCCL_SOCKET_IFNAME": f"={route.interface}"}
     env = {v: chosen[v] for v in missing}
-    where = "holds it" if route.local else "is on the route to it"
-    return Network(env, f"network interface {route.interface}: it {where} ({master_addr}); "
-                   + " ".join(f"{k}={v}" for k, v in env.items()) + (f", yours kept: {' '.join(yours)}" if yours else "")
+    where = f"this machine's {master_addr}" if route.local else f"the route to {master_addr}"
+    shown = " ".join(f'{k}="{v}"' if v.startswith("=") else f"{k}={v}" for k, v in env.items())
+    return Network(env, f"network interface {route.interface} ({where}): {shown}"
+                   + (f", yours kept: {' '.join(yours)}" if yours else "")
                    + " (--iface NAME chooses another)", is_host, local_addr)
 
 

@@ -255,12 +255,15 @@ def slurm_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
         "# fight over the CPU (torchrun would otherwise set 1).",
         f"cpus=${{SLURM_CPUS_PER_TASK:-{p}}}",
     ]
+    # `gpurig train` and the like on one node start their own torchrun: no rendezvous between nodes.
+    one_node_gpurig = agent is not None and agent.launcher[0] == "gpurig" and agent.launcher[1] in GPURIG_SELF_LAUNCHING
     if agent is not None:
         s.append(f"export OMP_NUM_THREADS=$(( cpus / {p} > 0 ? cpus / {p} : 1 ))")
-        s += [
-            "# The first node of the allocation: it hosts the rendezvous the other nodes meet at.",
-            'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
-        ]
+        if not one_node_gpurig:
+            s += [
+                "# The first node of the allocation: it hosts the rendezvous the other nodes meet at.",
+                'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
+            ]
         flags = [(f"{name} {value}", why) for name, value, why in agent.flags]
         s += [
             "",
@@ -277,7 +280,8 @@ def slurm_recipe(host: HostSummary, opts: ClusterOptions) -> Recipe:
         s.append("  " + shlex.join(agent.entry) if agent.entry else "  # (no arguments)")
         reasons = job.reasons + [
             f"{n} node(s) x {job.devices}: world size {n * p}",
-            "c10d rendezvous on the first node of the allocation (scontrol show hostnames | head -n1)",
+            *([] if one_node_gpurig else
+              ["c10d rendezvous on the first node of the allocation (scontrol show hostnames | head -n1)"]),
             agent.why,
         ] + [f"{f}: {why}" for f, why in flags]
     else:
