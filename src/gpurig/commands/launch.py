@@ -228,6 +228,7 @@ def register(app: typer.Typer) -> None:
         start_method: str = typer.Option(None, "--start-method", "--start_method", help="Passed to torchrun (spawn, fork, forkserver)."),
         torchrun_arg: list[str] = typer.Option([], "--torchrun-arg", metavar="OPTION", help="Any other torchrun option, passed as given before the script, e.g. --torchrun-arg=--local-addr=IP (repeatable; write it with '=' so its own value stays attached)."),
         role: str = typer.Option(None, "--role", help="Passed to torchrun."),
+        iface: str = typer.Option(None, "--iface", metavar="NAME", help="Across machines: the network interface to the other nodes (sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME); default: the one on the route to the rendezvous host."),
     ) -> None:
         from gpurig.launch.plan import LaunchOptions, parse_env_assignments, plan_launch
 
@@ -293,6 +294,7 @@ def register(app: typer.Typer) -> None:
             use_slurm=not no_slurm,
             rdzv_backend=rdzv_backend,
             torchrun_args=torchrun_args,
+            iface=iface,
         )
         plan, desc = plan_launch(options)
         _check_run_dir(desc["run_dir"], given=run_dir is not None, force=force, try_create=not dry_run)

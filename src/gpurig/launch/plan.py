@@ -485,6 +485,8 @@ def plan_launch(
 
     multi_node = max_nodes > 1
     net = None
+    if options.iface is not None and not multi_node:
+        raise BadInput("--iface chooses the network between machines: it needs --nnodes 2 or more")
     if multi_node:
         if not endpoint:
             raise BadInput(
@@ -526,7 +528,7 @@ def plan_launch(
         given = {a.split("=", 1)[0].replace("_", "-") for a in options.torchrun_args}
         if net.local_addr and "--local-addr" not in given:
             argv.append(f"--local-addr={net.local_addr}")  # the address the workers meet at, not the host name's
-        if net.is_host is not None and "--rdzv-conf" not in given:
+        if net.is_host is not None and "--rdzv-conf" not in given and options.rdzv_backend == "c10d":
             argv.append(f"--rdzv-conf=is_host={str(net.is_host).lower()}")
     if options.max_restarts < 0:
         raise BadInput(f"--max-restarts must be 0 or more, got {options.max_restarts}")
