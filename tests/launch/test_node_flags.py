@@ -71,3 +71,47 @@ def test_a_loopback_master_changes_nothing():
 
     net = interface_env("127.0.0.1")
     assert net.env == {} and net.is_host is None and net.local_addr is None
+
+
+def _fake_network(monkeypatch, route, names=("lo", "eth0", "ib0")):
+    from gpurig.probe import network
+
+    ifaces = [network.InterfaceFacts(name=n, ipv4=[f"10.0.{i}.2/24"]) for i, n in enumerate(names)]
+    monkeypatch.setattr(network, "route_interface", lambda addr, *a, **k: route)
+    monkeypatch.setattr(network, "interfaces", lambda: ifaces)
+
+
+def test_the_interface_on_the_route_fills_only_the_variables_the_user_left_unset(monkeypatch):
+    from gpurig.launch.nodes import interface_env
+    from gpurig.probe.network import RouteFacts
+
+    _fake_network(monkeypatch, RouteFacts(destination="10.0.1.1", interface="eth0", source="10.0.1.2", local=False))
+    net = interface_env("10.0.1.1", environ={})
+    assert net.env == {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "=eth0"}
+    assert (net.local_addr, net.is_host) == ("10.0.1.2", False)
+    mine = interface_env("10.0.1.1", environ={"NCCL_SOCKET_IFNAME": "ib"})
+    assert mine.env == {"GLOO_SOCKET_IFNAME": "eth0"} and "yours kept: NCCL_SOCKET_IFNAME=ib" in mine.note
+    both = interface_env("10.0.1.1", environ={"NCCL_SOCKET_IFNAME": "ib", "GLOO_SOCKET_IFNAME": "ib0"})
+    assert both.env == {} and both.local_addr == "10.0.1.2"
+
+
+def test_iface_names_the_interface_and_its_address_is_given_to_torchrun(monkeypatch):
+    from gpurig.errors import BadInput
+    from gpurig.launch.nodes import interface_env
+    from gpurig.probe.network import RouteFacts
+
+    _fake_network(monkeypatch, RouteFacts(destination="10.0.1.1", interface="eth0", source="10.0.1.2", local=False))
+    net = interface_env("10.0.1.1", iface="ib0", environ={"GLOO_SOCKET_IFNAME": "eth0"})
+    assert net.env == {"GLOO_SOCKET_IFNAME": "ib0", "NCCL_SOCKET_IFNAME": "=ib0"} and net.local_addr == "10.0.2.2"
+    with pytest.raises(BadInput, match=r"--iface eth9: no interface of that name on this host \(it has lo, eth0, ib0\)"):
+        interface_env("10.0.1.1", iface="eth9", environ={})
+
+
+def test_a_route_that_cannot_be_told_leaves_the_choice_to_gloo_and_nccl_and_says_so(monkeypatch):
+    from gpurig.launch.nodes import interface_env
+    from gpurig.probe.network import RouteFacts
+
+    _fake_network(monkeypatch, RouteFacts(reason="cannot resolve node0: no address for this name"))
+    net = interface_env("node0", environ={})
+    assert net.env == {} and net.is_host is None and net.local_addr is None
+    assert "cannot resolve node0" in net.note and "--iface NAME" in net.note
