@@ -44,6 +44,7 @@ def test_every_command_says_a_bad_node_rank_the_same_way(run_cli, tmp_path, argv
      "--node-rank: 2 is outside 0..1 (--nnodes 2)"),
     (["verify", "--nnodes", "2", "--master-addr", " "], "--master-addr: give a host name or an address"),
     (["train", "--device", "cpu", "--iface", "eth0"], "--iface chooses the network between machines"),
+    (["bench", "comm", "--master-addr", "10.0.0.1"], "--master-addr/--master-port say where the machines"),
 ])
 def test_verify_and_bench_comm_check_their_node_flags_before_starting(run_cli, argv, message):
     proc = run_cli(*argv, timeout=120)

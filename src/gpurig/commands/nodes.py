@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from gpurig.errors import BadInput
 from gpurig.launch.nodes import RDZV_PORT, Nodes
 
 NNODES = typer.Option(1, "--nnodes", help="Machines in the run: start the same command on each, with its own "
@@ -22,7 +23,10 @@ def nodes_from(nnodes: int, node_rank: int, master_addr: str | None, master_port
                iface: str | None) -> Nodes | None:
     """The checked `Nodes` of a run across machines, or None for one machine (exit 2 on a bad value)."""
     nodes = Nodes(nnodes, node_rank, master_addr, master_port, iface).check()
-    if nnodes == 1 and master_addr is None and master_port is None:
+    if nnodes == 1:
+        if master_addr is not None or master_port is not None:
+            raise BadInput("--master-addr/--master-port say where the machines of a run meet: give --nnodes 2 or "
+                           "more with them (on one machine the run picks a free local port itself)")
         return None
     return nodes
 
