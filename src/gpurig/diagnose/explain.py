@@ -312,12 +312,21 @@ def explain_text(text: str, index: Any = "default", exclude: str | None = None) 
         # And a log whose only lines the catalogue knows are harmless notices (a missing optional
         # library, NCCL's plugin search): a thread must be sure to say those lines are the failure.
         floor = None if has_failure(text) and facts is None and (ranked or not harmless) else SURE
-        merged = _with_threads(ranked, index.search(text, exclude=exclude), floor)
+        from gpurig.diagnose.threads import ALTERNATIVE, canonical
+
+        hits = index.search(text, exclude=exclude)
+        merged = _with_threads(ranked, hits, floor)
         said = {m.cls or m.id for m in harmless}  # a notice the catalogue named is said once, with its thread
+        for hit in hits:  # resolved threads about a notice the catalogue named go beside it
+            holder = next((h for h in harmless if canonical(h.cls or h.id) == hit.case.cls), None)
+            if holder is not None and hit.confidence >= ALTERNATIVE and hit.case.url not in holder.see_also:
+                holder.see_also.append(hit.case.url)
         for m in merged:
             if m.cls in benign_classes and m not in ranked:
                 if m.cls in said:
-                    next((h for h in harmless if (h.cls or h.id) == m.cls), m).see_also.append(m.source)
+                    holder = next((h for h in harmless if (h.cls or h.id) == m.cls), m)
+                    if m.source not in holder.see_also:
+                        holder.see_also.append(m.source)
                 else:
                     harmless.append(m)
                     said.add(m.cls)
@@ -367,7 +376,7 @@ def _with_threads(ranked: list[Match], hits: list, floor: float | None = None) -
         t = _thread_match(hit)
         holder = next((m for m in out if canonical(m.cls or m.id) == t.cls or HIDES.get(m.id) == t.cls), None)
         if holder is not None:
-            if hit.confidence >= other_floor:
+            if hit.confidence >= ALTERNATIVE:  # a thread of the answer's own cause changes no answer
                 holder.see_also.append(t.source)
             continue
         new.append(t)
