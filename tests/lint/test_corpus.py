@@ -21,11 +21,11 @@ from gpurig.diagnose.lint import DEFAULT_RULES, RULES
 MANIFEST = lc.load_manifest()
 CACHED = [name for name, entry in MANIFEST.items() if lc.present(entry)]
 
-# Targets: precision >= 90%, recall >= 85%. Precision is met on the development part; the test
-# part's precision and both recalls are below (docs/lint.md, 63 scripts since 2026-12-02); these
-# floors keep them from losing ground.
-DEV_PRECISION, DEV_RECALL = 0.95, 0.75
-TEST_PRECISION, TEST_RECALL = 0.72, 0.68
+# Targets: precision >= 90%, recall >= 85%. Both are met on the development part; the test part is
+# below both (docs/lint.md, 126 scripts since the second round of 2026-12-02); these floors keep
+# them from losing ground.
+DEV_PRECISION, DEV_RECALL = 0.95, 0.88
+TEST_PRECISION, TEST_RECALL = 0.80, 0.75
 
 
 def test_the_manifest_names_real_scripts_and_judged_mistakes():
@@ -35,8 +35,11 @@ def test_the_manifest_names_real_scripts_and_judged_mistakes():
         assert re.fullmatch(r"[0-9a-f]{40}", e["commit"]) and re.fullmatch(r"[0-9a-f]{64}", e["sha256"]), name
         assert e["url"].startswith(f"https://github.com/{e['repo']}/blob/{e['commit']}/"), name
         assert e["file"].startswith(f"{name}/") and e["file"].endswith(e["path"]), name
+        assert e.get("judged", "all") in ("all", "default"), name
         for m in e["mistakes"]:
             assert m["rule"] in RULES and isinstance(m["line"], int) and m["line"] >= 0 and m["why"], (name, m)
+            if e.get("judged") == "default":
+                assert not RULES[m["rule"]].cosmetic, (name, m)  # only the default rules were judged there
     splits = [lc.split_of(e) for e in MANIFEST.values()]
     assert splits.count("test") >= 8 and splits.count("dev") >= 30
 

@@ -78,8 +78,13 @@ def measure(rules: set[str], manifest: dict[str, dict[str, Any]] | None = None, 
             continue
         score.scripts += 1
         script = cache / entry["file"]
-        findings = lint_file(str(script), select=rules)
-        mistakes = [m for m in entry.get("mistakes", []) if m["rule"] in rules]
+        judged = rules
+        if entry.get("judged") == "default":  # only the rules on by default were judged for this script
+            from gpurig.diagnose.lint import DEFAULT_RULES
+
+            judged = rules & DEFAULT_RULES
+        findings = lint_file(str(script), select=judged)
+        mistakes = [m for m in entry.get("mistakes", []) if m["rule"] in judged]
         used: set[int] = set()
         for f in findings:
             # A mistake judged at this line first; then one judged as missing (line 0) or judged in

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import ast
 
-from gpurig.diagnose.lint_scan import (
+from gpurig.diagnose.lint_guards import _mentions_rank
+from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
     _SILENCERS,
     GPU_NAMES,
+    _constant_defaults,
     _dotted,
     _is_const,
-    _mentions_rank,
     _name_of,
+    _port_param,
+    _sampler_shuffle,
 )
 
 # --- what the script's own project does elsewhere -------------------------------------------
@@ -70,7 +73,7 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
 
     for name in names:
         rel = Path(*name.split("."))
-        for root in (base, base.parent):
+        for root in (base, base.parent, base.parent.parent):  # a script in app/vjepa/ importing src.utils
             for cand in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
                 module = add(cand)
                 if module is not None and cand.name == "__init__.py":
@@ -102,6 +105,23 @@ def _downloading_functions(modules: list) -> dict[str, str]:
                 if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines:
                     out[fn.name] = f"{_name_of(_dotted(n.func))} at line {n.lineno} of its module"
                     break
+    # A function that calls one of those (find_model -> download_model -> download_url) downloads too.
+    functions = [fn for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    grown = True
+    while grown:
+        grown = False
+        for fn in functions:
+            if fn.name in out:
+                continue
+            guarded_lines = {n.lineno for stmt in ast.walk(fn) if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)
+                             for b in stmt.body for n in ast.walk(b) if hasattr(n, "lineno")}
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call) and n.lineno not in guarded_lines and isinstance(n.func, (ast.Name, ast.Attribute)) \
+                        and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls")) \
+                        and _name_of(_dotted(n.func)) in out and _name_of(_dotted(n.func)) != fn.name:
+                    out[fn.name] = f"through {_name_of(_dotted(n.func))}(): {out[_name_of(_dotted(n.func))]}"
+                    grown = True
+                    break
     return out
 
 
@@ -126,3 +146,81 @@ def _mentions_rank_value(node: ast.AST) -> bool:
         isinstance(n, ast.Name) and n.id.lower() in GPU_NAMES for n in ast.walk(node))
 
 
+
+
+def _sampler_functions(modules: list) -> dict:
+    """Functions of the project's own modules that build a DistributedSampler: name -> how it
+    shuffles (`_sampler_shuffle`)."""
+    out: dict = {}
+    for module in modules:
+        for fn in ast.walk(module):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+                for n in ast.walk(fn):
+                    if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "DistributedSampler":
+                        how = _sampler_shuffle(n, params)
+                        if how != "no":
+                            out[fn.name] = how
+    return out
+
+
+def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int]]:
+    """Functions of the project's own modules that set MASTER_PORT from a parameter with a fixed
+    default: name -> (parameter, its position, the line of the assignment)."""
+    out: dict[str, tuple[str, int, int]] = {}
+    for module in modules:
+        for fn in ast.walk(module):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            defaults = _constant_defaults(fn)
+            params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Assign) and any(
+                        isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant)
+                        and t.slice.value == "MASTER_PORT" for t in n.targets):
+                    param = _port_param(n.value, defaults)
+                    if param is not None:
+                        out[fn.name] = (param, params.index(param), n.lineno)
+    return out
+
+
+
+def _saving_functions(modules: list) -> dict[str, str]:
+    """Functions of the project's own modules that torch.save to a file without a rank check (nor
+    the rank in the file name): name -> where. A call of one on every rank writes that file at once."""
+    out: dict[str, str] = {}
+    for module in modules:
+        for fn in ast.walk(module):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if any(isinstance(stmt, ast.If) and _mentions_rank(stmt.test) for stmt in fn.body):
+                continue  # `if not is_main_process(): return` and the like: it decides itself
+            guarded_lines = {n.lineno for stmt in ast.walk(fn) if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)
+                             for b in stmt.body + stmt.orelse for n in ast.walk(b) if hasattr(n, "lineno")}
+            buffers = _buffer_names(fn)
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call) and _dotted(n.func) == "torch.save" and n.lineno not in guarded_lines \
+                        and len(n.args) > 1 and not _mentions_rank_value(n.args[1]) \
+                        and not (isinstance(n.args[1], ast.Name) and n.args[1].id in buffers):
+                    out[fn.name] = f"torch.save at line {n.lineno} of its module"
+                    break
+                # `def yaml_save(file, data): with open(file, "w")`: the file the caller names
+                if isinstance(n, ast.Call) and _dotted(n.func) == "open" and n.lineno not in guarded_lines \
+                        and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and str(n.args[1].value)[:1] in ("w", "a") \
+                        and isinstance(n.args[0], ast.Name) and n.args[0].id in [a.arg for a in fn.args.args]:
+                    out[fn.name] = f"open(..., {n.args[1].value!r}) at line {n.lineno} of its module, on the path it is given"
+                    break
+    return out
+
+
+def _buffer_names(fn: ast.AST) -> set[str]:
+    """Names a function binds to an in-memory file: `buf = io.BytesIO()`, `with io.BytesIO() as f`."""
+    names = set()
+    for node in ast.walk(fn):
+        pairs = [(t, node.value) for t in node.targets] if isinstance(node, ast.Assign) else (
+            [(node.optional_vars, node.context_expr)] if isinstance(node, ast.withitem) else [])
+        for target, value in pairs:
+            if isinstance(target, ast.Name) and isinstance(value, ast.Call) \
+                    and _name_of(_dotted(value.func)) in ("BytesIO", "StringIO"):
+                names.add(target.id)
+    return names

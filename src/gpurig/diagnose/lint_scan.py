@@ -10,19 +10,30 @@ import ast
 import re
 from typing import Any
 
-RANK_WORDS = ("rank", "is_main", "main_process", "master", "is_master", "is_primary", "primary", "local_zero", "global_zero")
-RANK_NAMES = {"main", "leader", "is_leader", "zero"}  # whole names that only make sense as "the rank that speaks"
-# Names of the process's GPU index: `if gpu == 0` / `if self.gpu_id == 0` picks one process as well.
-GPU_NAMES = {"gpu", "gpu_id", "gpu_idx", "device_id", "local_gpu", "cuda_id", "gpu_index", "device_index"}
-# Calls that fetch from the network into a shared cache (the Hub, torch.hub, dataset hubs).
-_DOWNLOADERS = {"from_pretrained", "load_dataset", "load_state_dict_from_url", "hf_hub_download", "snapshot_download",
-                "download_url", "download_and_extract_archive"}
-OUTPUT_LOG_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
-
-
-# A helper that silences every rank but one (DETR/MoCo's setup_for_distributed, YOLOv5's logging).
-_SILENCERS = {"setup_for_distributed", "setup_print", "suppress_print", "silence_print", "disable_print",
-              "is_master_print", "set_logging", "setup_logger", "init_distributed_mode", "init_distributed"}
+from gpurig.diagnose.lint_guards import (
+    _RANK_CACHE,
+    _all_but_one,
+    _asks_for_gpu,
+    _bypassed,
+    _env_tests,
+    _exits,
+    _holds_global_rank,
+    _is_main_test,
+    _mentions_rank,
+)
+from gpurig.diagnose.lint_nodes import (
+    _DOWNLOADERS,
+    _SILENCERS,
+    OUTPUT_LOG_METHODS,
+    _constant_defaults,
+    _dotted,
+    _leaf_name,
+    _name_of,
+    _names_a_gpu,
+    _path_like,
+    _port_param,
+    _sampler_shuffle,
+)
 
 # Every call some rule judges, by its last name (`_lint_scanned`); a call named otherwise matters
 # only as a fact (`short_names`, `cuda_call`, ...) or as a call of the file's own functions.
@@ -30,95 +41,18 @@ _JUDGED_CALLS = frozenset({
     "DataParallel", "data_parallel", "DistributedDataParallel", "DDP", "set_device", "set_device_index", "to", "cuda",
     "load", "list", "init_process_group", "destroy_process_group", "add_argument", "print", "save", "SummaryWriter",
     "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "setLevel", "basicConfig", "disable",
+    "save_pretrained", "Trainer", "Fabric", "write_text", "write_bytes",
 }) | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS
 
 _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
+# A context manager that lets one rank run its body first while the others wait for it.
+# A file lock serializes the ranks the same way: the first downloads, the others find the files.
+_RANK_FIRST = re.compile(r"(?:main_process|rank|zero|master)_first$|(?:^|\.)\w*(?:FileLock|file_lock)$")
 
 
-def _dotted(node: ast.AST) -> str:
-    """`torch.nn.parallel.DistributedDataParallel` for an attribute chain; '' when not a name."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    if isinstance(node, ast.Call):  # logging.getLogger(__name__).info -> "getLogger().info"
-        inner = _dotted(node.func)
-        return ".".join([inner + "()"] + list(reversed(parts))) if inner else ""
-    return ""
+_BRANCHING = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
-
-def _kw(call: ast.Call, name: str) -> ast.keyword | None:
-    return next((k for k in call.keywords if k.arg == name), None)
-
-
-def _is_const(node: ast.AST | None, value: Any) -> bool:
-    return isinstance(node, ast.Constant) and node.value is value
-
-
-def _leaf_name(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    return None
-
-
-def _not_distributed(node: ast.AST) -> bool:
-    """`not args.distributed`, `not args.multiprocessing_distributed`: true on every rank of a run
-    started another way (torchrun without the flag), so it does not pick one rank."""
-    return isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and "distributed" in _dotted(node.operand).lower()
-
-
-def _bypassed(test: ast.AST, word: str = "distributed") -> bool:
-    """`not args.multiprocessing_distributed or rank % ngpus == 0`: an `or` that every rank passes
-    when the run was started without that flag (torchrun, one process per node). `word`: what the
-    negated flag must be named after."""
-    return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(
-        _not_distributed(v) and word in _dotted(v.operand).lower() for v in test.values)
-
-
-_RANK_CACHE: dict[int, tuple[ast.AST, bool]] = {}
-
-
-def _mentions_rank(test: ast.AST) -> bool:
-    """`_rank_check(test)`, remembered per node for the current lint (the same tests are asked about
-    several times: by the scanner, by each rule)."""
-    hit = _RANK_CACHE.get(id(test))
-    if hit is not None and hit[0] is test:
-        return hit[1]
-    answer = _rank_check(test)
-    _RANK_CACHE[id(test)] = (test, answer)
-    return answer
-
-
-def _rank_check(test: ast.AST) -> bool:
-    """Whether a condition picks ranks: it names a rank (`rank == 0`, `dist.get_rank() != 0`,
-    `args.rank % ngpus_per_node == 0`, `accelerator.is_main_process`, `trainer.is_global_zero`),
-    or compares the process's GPU index with 0 (`if self.gpu_id == 0`). `not distributed or rank == 0`
-    does not: launched without that flag, every rank passes it."""
-    if _bypassed(test):
-        return False
-    for node in ast.walk(test):
-        name = _leaf_name(node)
-        if name is None and isinstance(node, ast.Constant) and isinstance(node.value, str):
-            name = node.value if node.value in ("RANK", "LOCAL_RANK") else None
-        if name and (any(w in name.lower() for w in RANK_WORDS) or name.lower() in RANK_NAMES):
-            return True
-        if isinstance(node, ast.Compare):
-            sides = [node.left, *node.comparators]
-            zero = any(isinstance(x, ast.Constant) and x.value in (0, -1) for x in sides) or any(
-                isinstance(x, (ast.List, ast.Tuple, ast.Set)) and any(isinstance(e, ast.Constant) and e.value in (0, -1) for e in x.elts)
-                for x in sides)
-            if zero and any((_leaf_name(x) or "").lower() in GPU_NAMES for x in sides):
-                return True
-    return False
-
-
-def _exits(body: list[ast.stmt]) -> bool:
-    return bool(body) and isinstance(body[-1], (ast.Return, ast.Continue, ast.Raise))
+_VARIES = object()  # a setting assigned something other than a constant
 
 
 class _Scanner(ast.NodeVisitor):
@@ -164,6 +98,35 @@ class _Scanner(ast.NodeVisitor):
         self.local_roots: set[str] = set()  # the project's own modules, as imported
         self.keep_plain = False
         self.script_dir = None
+        self.local_rank_names: set[str] = set()  # names assigned the rank within the node (LOCAL_RANK)
+        self.env_fallback: set[int] = set()  # ids of `os.environ[K] = v` run only where K is not set
+        self._env_absent: list[frozenset[str]] = []  # per open `if`: environment keys known to be unset
+        self.own_methods: set[tuple[str, str]] = set()  # (class, method) defined in this file
+        self.spawns_in: set[str] = set()  # functions that start the workers (mp.spawn) themselves
+        self.settings: dict[str, set] = {}  # last name -> the constant values the script assigns it (x = 1, x: int = 1)
+        self.buffers: set[str] = set()  # names bound to an in-memory file (io.BytesIO())
+        # (function, name) -> the path expression a name is given once there (`log = os.path.join(out, "log.txt")`);
+        # None where the function gives it more than one value.
+        self.path_vars: dict[tuple[str, str], ast.AST | None] = {}
+        self.touch_only: set[int] = set()  # ids of open() calls of a `with` whose body is just `pass`
+        # Models moved to a device before DDP wraps them: (model's name, the device expression, the
+        # open blocks, line): `model.cuda(args.gpu)`, `model = Net().to(device)`.
+        self.moves: list[tuple[str, ast.AST, tuple[int, ...], int]] = []
+        self.device_vars: dict[str, ast.AST] = {}  # `device = torch.device("cuda", local_rank)`: name -> value
+        self._blocks: list[int] = []  # the open blocks (a statement's path: a move counts for a DDP under it)
+        self._block_count = 0
+        self.blocks_of: dict[int, tuple[int, ...]] = {}  # id(DDP call) -> its open blocks
+        self.referenced: set[str] = set()  # every name read, and every attribute named (a function used anywhere)
+        # Functions of this file that build a DistributedSampler: name -> how it shuffles (see `_sampler_shuffle`).
+        self.sampler_functions: dict[str, tuple[str, int] | None] = {}
+        self._params: list[list[str]] = []
+        self._defaults: list[ast.FunctionDef | ast.AsyncFunctionDef] = []  # the open functions (for their defaults)
+        # `os.environ["MASTER_PORT"] = str(port)` with `port=29500` a parameter's default: (assign, function, parameter, index)
+        self.port_params: list[tuple[ast.Assign, str, str, int]] = []
+        self.main_calls: set[int] = set()  # ids of calls in the `if __name__ == "__main__":` block
+        self.main_spawns = False  # that block starts the workers itself
+        self._main = 0
+        self._classes: list[str] = []
 
     def visit(self, node: ast.AST) -> Any:
         # NodeVisitor's own dispatch builds a method name for every node; a table per class is
@@ -194,6 +157,8 @@ class _Scanner(ast.NodeVisitor):
     # top-level statement at a time (a big file, see `_stream_scan`) is walked as one block.
     def block_start(self) -> list[int]:
         self._path.append(False)
+        self._block_count += 1
+        self._blocks.append(self._block_count)
         return [0, 0]  # (guards raised, rank-0-first sections raised) in this block
 
     def block_step(self, state: list[int], stmt: ast.stmt) -> None:
@@ -216,6 +181,7 @@ class _Scanner(ast.NodeVisitor):
 
     def block_end(self, state: list[int]) -> None:
         self._path.pop()
+        self._blocks.pop()
         self._guard -= state[0]
         self._first -= state[1]
 
@@ -229,6 +195,8 @@ class _Scanner(ast.NodeVisitor):
         outer, self._guard = self._guard, 0
         outer_path, self._path = self._path, []
         self._functions.append(node.name)
+        self._params.append([a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs])
+        self._defaults.append(node)  # its constant defaults are read only where MASTER_PORT is set
         self.defined.add(node.name)
         if node.name == "prepare_data":  # Lightning calls it on one process per node (or globally) only
             self._guard += 1
@@ -236,31 +204,75 @@ class _Scanner(ast.NodeVisitor):
             self.silenced = True
         self._block(node.body)
         self._functions.pop()
+        self._params.pop()
+        self._defaults.pop()
         self._guard = outer
         self._path = outer_path
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for stmt in node.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.own_methods.add((node.name, stmt.name))
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Load):
+            self.referenced.add(node.id)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        self.referenced.add(node.attr)
+        self.visit(node.value)
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        """`SummaryWriter(log_dir) if rank == 0 else None`: the chosen side runs on one rank."""
+        self.visit(node.test)
+        guarded = self._rank_test(node.test)
+        all_but_one = guarded and _all_but_one(node.test)
+        self._guard += guarded and not all_but_one
+        self.visit(node.body)
+        self._guard += all_but_one - (guarded and not all_but_one)
+        self.visit(node.orelse)
+        self._guard -= all_but_one
+
     def visit_If(self, node: ast.If) -> None:
         self.visit(node.test)
         guarded = self._rank_test(node.test)
-        self._guard += guarded
+        # `if rank != 0:` / `if not is_main_process():` runs on every rank but one: its body is not
+        # one-rank code (its `else` is).
+        all_but_one = guarded and _all_but_one(node.test)
+        self._guard += guarded and not all_but_one
         start = self._set_devices
         # The test's text only matters once some `if` set the device (a dump per `if` is what a big file pays for).
         test = ast.dump(node.test) if self._device_conditions else None
         again = test in self._device_conditions  # `if args.distributed:` again, after one that set the device
         if again:
             self._path.append(True)
+        # `if "MASTER_PORT" not in os.environ: os.environ["MASTER_PORT"] = ...`: a default for a run
+        # without a launcher, never used where the launcher set it.
+        unset, set_ = _env_tests(node.test)
+        self._env_absent.append(unset)
+        main = _is_main_test(node.test) and not self._functions
+        self._main += main
         self._block(node.body)
+        self._main -= main
+        self._env_absent.pop()
         if again:
             self._path.pop()
         in_body = self._set_devices > start
         if in_body:
             self._device_conditions.add(test if test is not None else ast.dump(node.test))
         middle = self._set_devices
+        self._env_absent.append(set_)
+        self._guard += all_but_one
         self._block(node.orelse)  # `else` of a rank check is also one-rank code
-        node._both_set_device = in_body and self._set_devices > middle  # type: ignore[attr-defined]
-        self._guard -= guarded
+        self._guard -= all_but_one
+        self._env_absent.pop()
+        in_else = self._set_devices > middle
+        # `if not torch.cuda.is_available(): cpu else: set_device(...)`: the branch without a GPU needs no device.
+        node._both_set_device = (in_body and in_else) or ((in_body or in_else) and _asks_for_gpu(node.test))  # type: ignore[attr-defined]
+        self._guard -= guarded and not all_but_one
 
     def _loop_body(self, node: ast.For | ast.While | ast.AsyncFor) -> None:
         self.nested_loop = self.nested_loop or self._loops > 0
@@ -284,7 +296,16 @@ class _Scanner(ast.NodeVisitor):
             self.visit(item)
         # `with accelerator.main_process_first():` / `training_args.main_process_first()`: the
         # main process runs the body first, the others after it (from its cache).
-        first = any("main_process_first" in _dotted(getattr(i.context_expr, "func", i.context_expr)) for i in node.items)
+        # Under other names too: `idist.one_rank_first()`, `fabric.rank_zero_first()`,
+        # `torch_distributed_zero_first(LOCAL_RANK)` (YOLOv5), `local_main_process_first()`.
+        first = any(_RANK_FIRST.search(_dotted(getattr(i.context_expr, "func", i.context_expr)))
+                    for i in node.items)
+        for i in node.items:
+            if isinstance(i.optional_vars, ast.Name) and isinstance(i.context_expr, ast.Call) \
+                    and _name_of(_dotted(i.context_expr.func)) in ("BytesIO", "StringIO"):
+                self.buffers.add(i.optional_vars.id)
+            if isinstance(i.context_expr, ast.Call) and len(node.body) == 1 and isinstance(node.body[0], ast.Pass):
+                self.touch_only.add(id(i.context_expr))  # `with open(log, "w"): pass` only creates or empties it
         self._first += first
         self._block(node.body)
         self._first -= first
@@ -311,12 +332,26 @@ class _Scanner(ast.NodeVisitor):
             if self._first:
                 self.first.add(id(node))
             self.enclosing[id(node)] = tuple(self._functions)
+            if self._main and not self._functions:
+                self.main_calls.add(id(node))
+        if short == "spawn" and ("multiprocessing" in func or func.startswith("mp.")):
+            if self._functions:
+                self.spawns_in.add(self._functions[-1])
+            elif self._main:
+                self.main_spawns = True
+        if short in ("to", "cuda") and isinstance(node.func, ast.Attribute) and node.args and _dotted(node.func.value):
+            self.moves.append((_dotted(node.func.value), node.args[0], tuple(self._blocks), node.lineno))
+        if short == "DistributedSampler" and self._functions:
+            shuffle = _sampler_shuffle(node, self._params[-1])
+            if shuffle != "no":
+                self.sampler_functions[self._functions[-1]] = shuffle
         if short in ("set_device", "set_device_index"):
             self._set_devices += 1
             if self._functions:
                 self.sets_device_in.add(self._functions[-1])
         elif short in ("DistributedDataParallel", "DDP"):
             self.device_before[id(node)] = any(self._path)
+            self.blocks_of[id(node)] = tuple(self._blocks)
         elif short in ("setLevel", "basicConfig") and _mentions_rank(node):
             self.silenced = True
         elif short in _SILENCERS:
@@ -328,7 +363,8 @@ class _Scanner(ast.NodeVisitor):
         return (short in _JUDGED_CALLS or short in self.keep_names or short in self.aliases
                 or (self.keep_plain and isinstance(node.func, ast.Name))
                 or short in self.local_names or func.split(".")[0] in self.local_roots
-                or any(k.arg in ("download", "pretrained") for k in node.keywords))
+                or any(k.arg in ("download", "pretrained") for k in node.keywords)
+                or any("pretrained" in (_leaf_name(a) or "").lower() for a in node.args))
 
     def _note_local(self, node: ast.Import | ast.ImportFrom) -> None:
         """Compact mode: remember the names the script takes from its own project's modules (their
@@ -342,7 +378,7 @@ class _Scanner(ast.NodeVisitor):
                 return False
             rel = Path(*name.split("."))
             return any((root / rel.with_suffix(".py")).is_file() or (root / rel / "__init__.py").is_file()
-                       for root in (self.script_dir, self.script_dir.parent))
+                       for root in (self.script_dir, self.script_dir.parent, self.script_dir.parent.parent))
 
         if isinstance(node, ast.ImportFrom):
             if node.level or local(node.module) or any(local(f"{node.module}.{a.name}") for a in node.names):
@@ -393,60 +429,61 @@ class _Scanner(ast.NodeVisitor):
         return _mentions_rank(test) or any(_dotted(n) in self.flags for n in ast.walk(test)
                                            if isinstance(n, (ast.Name, ast.Attribute)))
 
+    def _setting(self, target: ast.AST, value: ast.AST | None) -> None:
+        """Only settings that can name a device count (`devices`, `gpus`, `num_gpus`)."""
+        leaf = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else None
+        if leaf is not None and ("device" in leaf or "gpu" in leaf):
+            self.settings.setdefault(leaf, set()).add(value.value if isinstance(value, ast.Constant) else _VARIES)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self._setting(node.target, node.value)
+        self.generic_visit(node)
+
     def visit_Assign(self, node: ast.Assign) -> None:
         if not self.compact or any(_RENDEZVOUS_TARGET.search(_dotted(t).lower()) or (
                 isinstance(t, ast.Subscript) and _dotted(t.value) == "os.environ") for t in node.targets):
             self.assigns.append((node, self._guard > 0))
+        # (`ddp = int(os.environ.get("RANK", -1)) != -1` is true on every rank of a run: not a pick.)
         if len(node.targets) == 1 and not isinstance(node.value, (ast.Call, ast.Subscript, ast.Constant)) \
-                and _dotted(node.targets[0]) and _mentions_rank(node.value):
+                and _dotted(node.targets[0]) and _mentions_rank(node.value) and not _all_but_one(node.value):
             self.flags.add(_dotted(node.targets[0]))
         for t in node.targets:
             if _dotted(t) in ("builtins.print", "__builtin__.print", "__builtins__.print"):
                 self.silenced = True
+        for t in node.targets:
+            if isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant) \
+                    and any(t.slice.value in keys for keys in self._env_absent):
+                self.env_fallback.add(id(node))
+            elif isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant) \
+                    and t.slice.value == "MASTER_PORT" and self._functions:
+                param = _port_param(node.value, _constant_defaults(self._defaults[-1]))
+                if param is not None:
+                    self.port_params.append((node, self._functions[-1], param, self._params[-1].index(param)))
+        value = node.value
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and _path_like(value):
+            key = (self._functions[-1] if self._functions else "", node.targets[0].id)
+            self.path_vars[key] = None if key in self.path_vars else value
+        if len(node.targets) == 1 and isinstance(value, (ast.Call, ast.JoinedStr, ast.BinOp)):
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda") \
+                    and value.args and _dotted(node.targets[0]):
+                self.moves.append((_dotted(node.targets[0]), value.args[0], tuple(self._blocks), node.lineno))
+            elif _names_a_gpu(value) and _dotted(node.targets[0]):
+                self.device_vars[_dotted(node.targets[0])] = value
+        for t in node.targets:
+            self._setting(t, value)
+            if isinstance(t, ast.Name) and isinstance(node.value, ast.Call) \
+                    and _name_of(_dotted(node.value.func)) in ("BytesIO", "StringIO"):
+                self.buffers.add(t.id)
         if len(node.targets) == 1:
             name = _dotted(node.targets[0])
             if isinstance(node.value, ast.Constant) and isinstance(node.targets[0], ast.Name):
                 self.constants[name] = node.value.value
             elif name and _holds_global_rank(node.value):
                 self.rank_names.add(name)
+            elif name and _holds_global_rank(node.value, "LOCAL_RANK"):
+                self.local_rank_names.add(name)
         self.generic_visit(node)
-
-
-_BRANCHING = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-
-
-def _holds_global_rank(value: ast.AST) -> bool:
-    """`int(os.environ["RANK"])`, `os.environ.get("RANK")`, `os.getenv("RANK")`, `dist.get_rank()`
-    (not LOCAL_RANK). Looked at shallowly: it runs on every assignment of the file."""
-    if isinstance(value, ast.Call):
-        func = _dotted(value.func)
-        if _name_of(func) == "get_rank":
-            return True
-        if func == "int" and value.args:
-            return _holds_global_rank(value.args[0])
-        if _name_of(func) in ("get", "getenv") and value.args:
-            return isinstance(value.args[0], ast.Constant) and value.args[0].value == "RANK"
-    if isinstance(value, ast.Subscript) and _dotted(value.value).endswith("environ"):
-        return isinstance(value.slice, ast.Constant) and value.slice.value == "RANK"
-    return False
-
-
-def _name_of(func: str) -> str:
-    return func.rsplit(".", 1)[-1]
-
-
-# A function whose name says it saves: the fix for it is at its call (`if rank == 0: save_checkpoint()`).
-_SAVE_HELPER = re.compile(r"save|checkpoint|ckpt|dump|export|write|snapshot", re.IGNORECASE)
-
-
-def _calls_function(func: str, name: str) -> bool:
-    """`func` (a call's dotted name) calls this file's function or method `name`: `name(...)`,
-    `self.name(...)`, `cls.name(...)`; never `model.name(...)` on some object."""
-    if func == name:
-        return True
-    head, _, last = func.rpartition(".")
-    return last == name and head in ("self", "cls")
-
 
 
 _CHUNK_BYTES = 256 * 1024
@@ -505,55 +542,3 @@ def _stream_scan(source: str, label: str, path=None) -> _Scanner:
         _RANK_CACHE.clear()  # it holds the group's nodes
     scan.block_end(state)
     return scan
-
-
-class _no_gc:
-    """Python's cycle collector off while a syntax tree is built and walked: a big file's tree is
-    millions of objects without cycles, and each collection would scan them all again (a 1 MB
-    script lints in 1.5 s instead of 2 s, a 14 MB one in a fraction of the time). Restored after."""
-
-    def __enter__(self):
-        import gc
-
-        self.was = gc.isenabled()
-        gc.disable()
-
-    def __exit__(self, *exc) -> None:
-        import gc
-
-        if self.was:
-            gc.enable()
-
-
-def _deep(work):
-    """Run `work` in a thread with a large stack and recursion limit: valid Python with a
-    500-term expression or a long elif chain is deeper than the default limit of the tree walk."""
-    import sys
-    import threading
-
-    result: dict = {}
-
-    def run() -> None:
-        old = sys.getrecursionlimit()
-        try:
-            sys.setrecursionlimit(max(old, 50_000))
-            result["value"] = work()
-        except BaseException as exc:  # re-raised in the caller's thread
-            result["error"] = exc
-        finally:
-            sys.setrecursionlimit(old)
-
-    size = threading.stack_size()
-    try:
-        try:
-            threading.stack_size(512 * 1024 * 1024)
-        except (ValueError, RuntimeError):  # a platform that refuses the size: the default stack
-            pass
-        t = threading.Thread(target=run, name="gpurig-lint")
-        t.start()
-    finally:
-        threading.stack_size(size)
-    t.join()
-    if "error" in result:
-        raise result["error"]
-    return result["value"]

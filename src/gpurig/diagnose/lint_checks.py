@@ -1,0 +1,507 @@
+"""The checks of `gpurig lint`: every rule, judged over what one scan of a script collected
+(`_lint_scanned`, over a `_Scanner` of lint_scan.py and the project's own modules of lint_project.py),
+with the shallow tests of calls only the rules ask (a local dataset builder, a model factory, a
+file of prepared data, a dataset for evaluation, a device named by the rank, a one-device Trainer).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+
+from gpurig.diagnose.lint_guards import _mentions_rank
+from gpurig.diagnose.lint_nodes import (
+    _DOWNLOADERS,
+    _SAVE_HELPER,
+    GPU_NAMES,
+    OUTPUT_LOG_METHODS,
+    _calls_function,
+    _dotted,
+    _is_const,
+    _kw,
+    _leaf_name,
+    _name_of,
+    _passes,
+    _shuffles_at,
+)
+from gpurig.diagnose.lint_project import (
+    _downloading_functions,
+    _fixed_port_functions,
+    _is_download_call,
+    _local_modules,
+    _mentions_rank_value,
+    _reachable_call,
+    _sampler_functions,
+    _saving_functions,
+    _silences_output,
+)
+from gpurig.diagnose.lint_rules import RULES, LintFinding
+from gpurig.diagnose.lint_scan import _Scanner
+
+# A tcp:// address the script puts together itself: 'tcp://' + ip + ':' + port, f"tcp://{ip}:{port}".
+_BUILDS_TCP = re.compile(r"""['"]tcp://(?:['"{]|$)""", re.M)
+
+
+# Dataset builders that read the user's own files (`load_dataset("json", data_files=...)`): nothing to download.
+_LOCAL_BUILDERS = {"json", "csv", "text", "parquet", "arrow", "pandas", "imagefolder", "audiofolder", "videofolder",
+                   "webdataset", "xml", "sql"}
+
+
+def _reads_local_files(call: ast.Call) -> bool:
+    return _name_of(_dotted(call.func)) == "load_dataset" and bool(call.args) and isinstance(call.args[0], ast.Constant) \
+        and call.args[0].value in _LOCAL_BUILDERS
+
+
+# A model factory (create_model, build_model, create_model_and_transforms, get_model): given the name
+# of pretrained weights, it fetches them.
+_MODEL_FACTORY = re.compile(r"(?:create|build|get|make|init)_?\w*model", re.IGNORECASE)
+
+
+# A file of prepared data rather than a checkpoint: `torch.load(os.path.join(data_dir, "train.pt"))`.
+_DATA_STEM = re.compile(r"(?:\w*[_-])?(?:train|val|valid|validation|test|dev|dataset|data|tokens|features|labels)(?:[_-]\w*)?",
+                        re.IGNORECASE)
+_NOT_DATA = re.compile(r"ckpt|checkpoint|model|weight|state|snapshot|pretrain|optim|epoch", re.IGNORECASE)
+
+
+def _data_file(path: ast.AST) -> bool:
+    names = [n.value for n in ast.walk(path) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    if not names:
+        return False
+    stem = os.path.splitext(os.path.basename(names[-1]))[0]
+    return _DATA_STEM.fullmatch(stem) is not None and not _NOT_DATA.search(stem)
+
+
+# A dataset for evaluation, by its name: val_dataset, dataset_val, testset, eval_data, data.valid.
+_EVAL_DATA = re.compile(r"(?:^|[._])(?:val|valid|validation|test|eval|evaluation)(?:set|_?data(?:set)?)?(?:$|[._])"
+                        r"|^(?:val|valid|test|eval)(?:set|_?data(?:set)?)$|(?:val|test)set$", re.IGNORECASE)
+
+
+def _one_device(call: ast.Call, settings: dict) -> bool:
+    """A Lightning Trainer / Fabric given one device: devices=1 (or gpus=1), as a literal or as a
+    name the script sets to 1 (`devices = 1`, a config field `devices: int = 1`) and to nothing else."""
+    kw = _kw(call, "devices") or _kw(call, "gpus")
+    if kw is None:
+        return False  # "auto": every GPU it sees
+    if isinstance(kw.value, ast.Constant):
+        return kw.value.value == 1
+    leaf = _leaf_name(kw.value)
+    return leaf is not None and settings.get(leaf) == {1}
+
+
+def _device_from(node: ast.AST, rank_names: set[str]) -> bool:
+    """A device named by a rank: `rank`, f"cuda:{rank}", torch.device("cuda", rank)."""
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        return _dotted(node) in rank_names
+    if isinstance(node, ast.JoinedStr):
+        text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
+        return text.startswith("cuda:") and any(isinstance(v, ast.FormattedValue) and _dotted(v.value) in rank_names
+                                                for v in node.values)
+    if isinstance(node, ast.Call) and _dotted(node.func) in ("torch.device", "device") and node.args:
+        return any(_device_from(a, rank_names) for a in node.args[-1:]) and (
+            len(node.args) == 1 or isinstance(node.args[0], ast.Constant) and node.args[0].value == "cuda")
+    return False
+
+
+def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
+    """The rules, over what one scan of the whole script collected (never the tree itself: a big
+    script is scanned one top-level statement at a time and its tree never held whole)."""
+    findings: list[LintFinding] = []
+    modules = _local_modules(None, path, scan.imports)
+    starts: list = []  # where each line begins, made at the first finding (a big file's lines are not split)
+
+    def line_text(n: int) -> str:
+        if not starts:
+            from array import array
+
+            starts.append(array("q", [0]))
+            starts[0].extend(m.end() for m in re.finditer("\n", source))
+        offsets = starts[0]
+        if not 0 < n <= len(offsets):
+            return ""
+        end = source.find("\n", offsets[n - 1])
+        return source[offsets[n - 1]:end if end >= 0 else len(source)].rstrip("\r")
+
+    def add(rule: str, node: ast.AST, title: str, fix: str) -> None:
+        line = getattr(node, "lineno", 1)
+        code = line_text(line).strip()
+        findings.append(LintFinding(id=rule, severity=RULES[rule].severity, line=line, title=title, fix=fix, code=code,
+                                    why=RULES[rule].why))
+
+    # A script that starts its own workers (mp.spawn) and is never started by a launcher (it reads no
+    # RANK/WORLD_SIZE, no env://): the function that spawns, or the __main__ block that does, runs
+    # in the parent process only, once.
+    if (scan.spawns_in or scan.main_spawns) and not re.search(r"""['"](?:LOCAL_RANK|RANK|WORLD_SIZE)['"]|env://""", source):
+        scan.calls = [(c, g or (id(c) in scan.main_calls and scan.main_spawns)
+                       or bool(scan.enclosing.get(id(c))) and scan.enclosing[id(c)][-1] in scan.spawns_in)
+                      for c, g in scan.calls]
+    one_rank = scan.one_rank_functions()
+    calls = [
+        (c, _dotted(c.func), g or any(f in one_rank for f in scan.enclosing.get(id(c), ())))
+        for c, g in scan.calls
+    ]
+    names = set(scan.short_names)
+    module_calls = {_name_of(_dotted(n.func)) for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)}
+    downloading_helpers = _downloading_functions(modules)
+    saving_helpers = _saving_functions(modules)
+    reported_helpers: set[str] = set()
+    text = source
+    uses_cuda = scan.cuda_call or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
+    distributed = bool(
+        names & {"init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "get_rank",
+                 "get_world_size", "Accelerator", "init_distributed_mode", "init_distributed", "setup_distributed",
+                 "init_distributed_device"}
+    ) or "LOCAL_RANK" in text or bool(scan.aliases & names)
+    if not distributed and re.search(r"^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b", text, re.M):
+        # Launched by the framework: one process per device, unless every Trainer / Fabric the
+        # script builds asks for one device (`devices=1`, or a setting of the script equal to 1).
+        runners = [c for c, f, _ in calls if _name_of(f) in ("Trainer", "Fabric")]
+        distributed = not runners or not all(_one_device(c, scan.settings) for c in runners)
+    silenced = scan.silenced or any(_silences_output(m) for m in modules)
+    set_epoch_anywhere = scan.set_epoch_call or "set_epoch" in module_calls
+    # destroy_process_group(group) ends that subgroup only, not the default group.
+    destroys = [c for c, f, _ in calls if _name_of(f) == "destroy_process_group"]
+    if destroys and all(c.args or (_kw(c, "group") is not None and not _is_const(_kw(c, "group").value, None))
+                        for c in destroys):
+        names = names - {"destroy_process_group"}
+    # Only under a rank check (`if rank in [-1, 0]: ... else: destroy_process_group()`): the other
+    # ranks leave their group to interpreter exit.
+    if destroys and all(g for c, f, g in calls if _name_of(f) == "destroy_process_group"):
+        names = names - {"destroy_process_group"}
+    destroys_in_modules = _reachable_call(modules, "destroy_process_group", names)
+    any_set_device = scan.set_device_call or "set_device" in module_calls  # a setup helper of the project may set it
+
+    def set_device_before(call: ast.Call) -> bool:
+        """Whether torch.cuda.set_device ran on every path that reaches `call`: in a statement
+        before it in its own block or an enclosing one, not in a sibling branch. Inside a function
+        the callers' path is unknown: a set_device anywhere in the file counts."""
+        if scan.device_before.get(id(call), False):
+            return True
+        inside = scan.enclosing.get(id(call))
+        if not inside:
+            return False
+        # In a function that sets the device itself on some path, only its own paths count (the
+        # `args.gpu is None` branch of ImageNet-style scripts); otherwise the callers may have.
+        return any_set_device and inside[-1] not in scan.sets_device_in
+
+    def named_path(call: ast.Call, node: ast.AST) -> ast.AST:
+        """The path a name stands for in the call's function, when it is given exactly one."""
+        if isinstance(node, ast.Name):
+            inside = scan.enclosing.get(id(call), ())
+            value = scan.path_vars.get((inside[-1] if inside else "", node.id))
+            if value is not None:
+                return value
+        return node
+
+    def own_gpu(device: ast.AST, depth: int = 0) -> bool:
+        """A device of this process's own GPU: `local_rank`, `args.gpu`, f"cuda:{local_rank}",
+        torch.device("cuda", gpu_id), or a name assigned one of those; never the global rank."""
+        names = [n for n in ast.walk(device) if isinstance(n, (ast.Name, ast.Attribute))]
+        if any(_dotted(n) in rank_names for n in names):
+            return False
+        if isinstance(device, (ast.Name, ast.Attribute)) and _dotted(device) in scan.device_vars and depth < 3:
+            return own_gpu(scan.device_vars[_dotted(device)], depth + 1)
+        return any((_leaf_name(n) or "").lower() in GPU_NAMES or "local_rank" in (_leaf_name(n) or "").lower()
+                   for n in names)
+
+    def placed_on_own_gpu(call: ast.Call) -> bool:
+        """DDP(model) of a model already moved to this process's GPU on the path to it (in its own
+        block or an enclosing one, not a sibling branch): DDP keeps it there (a single-device module
+        needs no device_ids)."""
+        if not call.args or not _dotted(call.args[0]) or id(call) not in scan.blocks_of:
+            return False
+        model, path = _dotted(call.args[0]), scan.blocks_of[id(call)]
+        return any(m == model and path[:len(b)] == b and line <= call.lineno and own_gpu(d) for m, d, b, line in scan.moves)
+
+    rank_names = set(scan.rank_names)
+    # Under torchrun the name `rank` is the global rank (the script reads RANK/LOCAL_RANK from the
+    # environment); under mp.spawn it is the process index on this node, a fine GPU index.
+    torchrun_style = ("LOCAL_RANK" in text or "'RANK'" in text or '"RANK"' in text) and "spawn" not in names
+    if torchrun_style:
+        rank_names |= {"rank", "global_rank"}
+    # A name the script assigns the rank within the node (`rank = int(os.environ["LOCAL_RANK"])`,
+    # even with `RANK` as the fallback where LOCAL_RANK is unset) is a fine GPU index.
+    rank_names -= scan.local_rank_names
+
+    def is_global_rank(node: ast.AST) -> bool:
+        return any(_dotted(n) in rank_names for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)))
+
+    for call, func, guarded in calls:
+        short = _name_of(func)
+        if short == "DataParallel" or func.endswith("parallel.data_parallel"):
+            add(
+                "data-parallel", call,
+                "nn.DataParallel: one process drives every GPU, and the GIL and GPU 0 hold it back",
+                "Use DistributedDataParallel with one process per GPU: wrap with DDP(model, device_ids=[local_rank]) "
+                "and start with `gpurig launch script.py` (torchrun).",
+            )
+        if short in ("DistributedDataParallel", "DDP"):
+            fup = _kw(call, "find_unused_parameters")
+            if fup is not None and _is_const(fup.value, True):
+                add(
+                    "find-unused-parameters", call,
+                    "find_unused_parameters=True walks the autograd graph every step (slower)",
+                    "Leave it off unless DDP raises 'Expected to have finished reduction'; if some parameters really are "
+                    "unused, freeze them or make every output feed the loss (static_graph=True helps when the unused set is fixed).",
+                )
+            if uses_cuda and _kw(call, "device_ids") is None and not set_device_before(call) and not placed_on_own_gpu(call):
+                add(
+                    "ddp-without-device", call,
+                    "DDP built with no device_ids and no torch.cuda.set_device(local_rank) before it on this path: every rank may use GPU 0",
+                    "Call torch.cuda.set_device(local_rank) first thing (local_rank = int(os.environ['LOCAL_RANK'])) and build "
+                    "DDP(model, device_ids=[local_rank]).",
+                )
+            ids = _kw(call, "device_ids")
+            if ids is not None and is_global_rank(ids.value):
+                add("global-rank-as-device", call, "device_ids uses the global rank: on a second node there is no such GPU",
+                    "Use the local rank: local_rank = int(os.environ['LOCAL_RANK']); DDP(model, device_ids=[local_rank]).")
+        if short in ("set_device", "set_device_index") and call.args and _dotted(call.args[0]) in rank_names:
+            add("global-rank-as-device", call, "torch.cuda.set_device(global rank): on a second node there is no such GPU",
+                "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) (the rank within this node).")
+        elif short in ("to", "cuda") and isinstance(call.func, ast.Attribute) and len(call.args) == 1 \
+                and _device_from(call.args[0], rank_names):
+            add("global-rank-as-device", call, f".{short}({ast.unparse(call.args[0])[:40]}): the global rank used as the GPU index",
+                "Move to the local GPU: device = torch.device('cuda', int(os.environ['LOCAL_RANK'])); x.to(device).")
+        if func == "torch.load":
+            own_file = bool(call.args) and (_mentions_rank_value(call.args[0])  # each rank reads what it saved
+                                            or _data_file(call.args[0]))  # a prepared dataset: CPU tensors
+            if _kw(call, "map_location") is None and len(call.args) < 2 and distributed and not guarded and not own_file:
+                add(
+                    "torch-load-without-map-location", call,
+                    "torch.load without map_location: tensors saved on cuda:0 load onto GPU 0 in every rank",
+                    "torch.load(path, map_location='cpu') (then .to(device)), or map_location=f'cuda:{local_rank}'.",
+                )
+        if short == "init_process_group":
+            init = _kw(call, "init_method")
+            if init is not None and isinstance(init.value, ast.Constant) and isinstance(init.value.value, str) \
+                    and init.value.value.startswith("tcp://"):
+                add(
+                    "hard-coded-rendezvous", call,
+                    f"init_method={init.value.value!r} is hard-coded: a second job on this machine fails with 'Address already in use'",
+                    "Drop init_method (the default env:// reads MASTER_ADDR/MASTER_PORT set by torchrun) and start with "
+                    "`gpurig launch`, which picks a free port.",
+                )
+            if "destroy_process_group" not in names and not destroys_in_modules and not any(
+                    f.id == "no-destroy-process-group" for f in findings):  # one mistake per file, at its first start
+                add("no-destroy-process-group", call, "init_process_group with no destroy_process_group: the group is torn down at interpreter exit",
+                    "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
+        # A rendezvous option with a fixed default: --dist-url/--master-port/--init-method, or a plain
+        # --port in a script that builds its own tcp:// address from it.
+        if short == "add_argument" and any(isinstance(a, ast.Constant) and isinstance(a.value, str) and (
+                re.search(r"dist[-_]url|master[-_]port|init[-_]method", a.value)
+                or (re.fullmatch(r"--?(?:\w+[-_])?port", a.value) and _BUILDS_TCP.search(text))) for a in call.args):
+            default = _kw(call, "default")
+            if default is not None and isinstance(default.value, ast.Constant) and isinstance(default.value.value, str) \
+                    and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", default.value.value):
+                add("hard-coded-rendezvous", default.value,
+                    f"the rendezvous default {default.value.value!r} is fixed: two jobs on one machine collide ('Address already in use')",
+                    "Default to env:// and let the launcher choose the port (`gpurig launch` / torchrun --master-port 0).")
+        if distributed and not guarded and id(call) not in scan.first:
+            download = _kw(call, "download")
+            pretrained = _kw(call, "pretrained")
+            # `GPT.from_pretrained(...)` of a class of this file: its own body is judged, not its name.
+            head = func.rpartition(".")[0]
+            own = (head, short) in scan.own_methods or (head in ("self", "cls") and short in scan.defined)
+            fetches = (short in _DOWNLOADERS and not own and not _reads_local_files(call)) \
+                or func in ("evaluate.load", "torch.hub.load", "torch.hub.list")
+            on = lambda kw: kw is not None and not _is_const(kw.value, False) and not _is_const(kw.value, None)  # noqa: E731
+            # `create_model_and_transforms(args.model, args.pretrained)`: the weights named by a
+            # positional argument, as the `pretrained=` keyword names them.
+            by_position = short not in scan.defined and not own and _MODEL_FACTORY.match(short) is not None and any(
+                "pretrained" in (_leaf_name(a) or "").lower() for a in call.args)
+            if on(download) or ((on(pretrained) or by_position) and not own) or fetches:
+                what = ("download=True" if on(download) else "pretrained weights" if on(pretrained) or by_position
+                        else f"{short}()")
+                add(
+                    "download-on-every-rank", call,
+                    f"{what} runs in every rank at once: they race to write the same files",
+                    "Download once before training: `if local_rank == 0: <download>` then dist.barrier(), and construct "
+                    "with download=False in every rank (or download ahead of the run).",
+                )
+            is_log = (
+                short in OUTPUT_LOG_METHODS
+                and "." in func
+                and any(w in func.split(".")[0].lower() for w in ("log", "logger", "logging"))
+            )
+            # A message that names its rank, or goes to stderr, is meant to come from every rank.
+            per_rank_message = (short == "print" or is_log) and (
+                any(_mentions_rank(a) for a in call.args)
+                or (_kw(call, "file") is not None and _dotted(_kw(call, "file").value) == "sys.stderr")
+            )
+            if (short == "print" and func == "print" or is_log) and not per_rank_message and not silenced:
+                add(
+                    "print-on-every-rank", call,
+                    f"{'print' if short == 'print' else 'logging'} runs on every rank: duplicated output",
+                    "Guard it with `if rank == 0:` (rank = dist.get_rank()), or use one helper that decides which rank speaks.",
+                )
+            if func == "torch.save" or short == "SummaryWriter":
+                target = call.args[1] if func == "torch.save" and len(call.args) > 1 else (
+                    _kw(call, "f").value if func == "torch.save" and _kw(call, "f") else (call.args[0] if call.args else None))
+                in_buffer = isinstance(target, ast.Name) and target.id in scan.buffers  # io.BytesIO(): no file
+                inside = scan.enclosing.get(id(call), ())
+                # a function of this file that nothing in it calls or names: not run by this script
+                unused = bool(inside) and inside[-1] in scan.defined and inside[-1] not in scan.referenced
+                if (target is None or not _mentions_rank_value(target)) and not in_buffer and not unused:
+                    kind = "torch.save" if func == "torch.save" else "SummaryWriter"
+                    fix = ("Save from one rank: `if rank == 0: torch.save(...)` then dist.barrier() before anyone reads it "
+                           "(or put the rank in the file name when each rank saves its own shard).")
+                    # In a save helper of this file (save_checkpoint), the mistake is where it is
+                    # called on every rank: say so there. In any other function (a whole train()),
+                    # the save itself is what to guard: say so at the save.
+                    inside = scan.enclosing.get(id(call), ())
+                    helper = inside[-1] if inside and _SAVE_HELPER.search(inside[-1]) else None
+                    sites = [c for c, f2, g2 in calls if helper and _calls_function(f2, helper) and not g2]
+                    for site in sites or [call]:
+                        where = f"{_name_of(_dotted(site.func))}() saves with {kind} (line {call.lineno})" if site is not call else kind
+                        add("save-on-every-rank", site, f"{where} runs on every rank: they write the same file at once", fix)
+            # `model.save_pretrained(out)` on every rank: each writes the same files (Accelerate's
+            # form passes is_main_process=, which decides).
+            if short == "save_pretrained" and "." in func and _kw(call, "is_main_process") is None \
+                    and (not call.args or not _mentions_rank_value(call.args[0])):
+                add("save-on-every-rank", call, f"{func}() runs on every rank: they write the same files at once",
+                    "Save from one rank: `if rank == 0: model.save_pretrained(...)` (with Accelerate: "
+                    "save_pretrained(..., is_main_process=accelerator.is_main_process, save_function=accelerator.save)).")
+            names_a_file = not saving_helpers.get(short, "").startswith("open(") or any(
+                any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(a)) and not _mentions_rank_value(a)
+                for a in [*call.args, *(k.value for k in call.keywords)])
+            if short in saving_helpers and short not in scan.defined and short not in reported_helpers and names_a_file:
+                if not saving_helpers[short].startswith("open("):
+                    reported_helpers.add(short)  # once per helper, at its first call (a file-writing helper: per file)
+                add("save-on-every-rank", call,
+                    f"{short}() saves with {saving_helpers[short]} on every rank: they write the same file at once",
+                    f"Call it from one rank: `if rank == 0: {short}(...)`, then dist.barrier() before anyone reads it.")
+            if short in downloading_helpers and short not in scan.defined and short not in reported_helpers \
+                    and not _is_download_call(call):
+                reported_helpers.add(short)  # once per helper, at its first call
+                add("download-on-every-rank", call,
+                    f"{short}() downloads ({downloading_helpers[short]}) in every rank at once: they race to write the same files",
+                    "Let one rank download first: `if rank == 0: <download>` then dist.barrier() (or accelerator.main_process_first()), "
+                    "or download ahead of the run.")
+            # A file named in the script (a literal name, alone or joined to a directory) and not per
+            # rank; a path held in a variable or a parameter is not judged (its rank may be in it).
+            # A name given one such path in the same function counts as that path (`log = os.path.join(out,
+            # "log.csv")` ... `open(log, "a")`); opening only to create or empty a file writes nothing.
+            if func == "open" and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) \
+                    and str(call.args[1].value)[:1] in ("a", "w") and id(call) not in scan.touch_only:
+                path = named_path(call, call.args[0])
+                if not _mentions_rank_value(path) and any(isinstance(n, ast.Constant) and isinstance(n.value, str)
+                                                          for n in ast.walk(path)):
+                    what = repr(path.value) if isinstance(path, ast.Constant) else ast.unparse(path)[:60]
+                    add("save-on-every-rank", call, f"every rank writes {what} at once: lines interleave or the file is cut",
+                        "Write from one rank (`if rank == 0:`), or put the rank in the file name.")
+            if short in ("write_text", "write_bytes") and isinstance(call.func, ast.Attribute) \
+                    and isinstance(call.func.value, ast.Name):
+                path = named_path(call, call.func.value)
+                if path is not call.func.value and not _mentions_rank_value(path) and any(
+                        isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(path)):
+                    add("save-on-every-rank", call, f"every rank writes {ast.unparse(path)[:60]} at once: the file is cut",
+                        "Write from one rank (`if rank == 0:`), or put the rank in the file name.")
+            if short == "tqdm" and _kw(call, "disable") is None:
+                add("tqdm-on-every-rank", call, "a tqdm bar on every rank: N bars in one terminal",
+                    "tqdm(..., disable=rank != 0)")
+        if short == "DataLoader" and uses_cuda and not any(k.arg is None for k in call.keywords):
+            workers = _kw(call, "num_workers")
+            pin = _kw(call, "pin_memory")
+            missing = []
+            if workers is None or _is_const(workers.value, 0) or (isinstance(workers.value, ast.Constant) and workers.value.value == 0):
+                missing.append("num_workers")
+            if pin is None or _is_const(pin.value, False):
+                missing.append("pin_memory=True")
+            if missing:
+                add(
+                    "dataloader-starves-gpu", call,
+                    f"DataLoader feeding a GPU without {' and '.join(missing)}: the GPU waits for data",
+                    "DataLoader(..., num_workers=4 or more, pin_memory=True, persistent_workers=True) and "
+                    ".to(device, non_blocking=True) on the batch.",
+                )
+
+    constants = scan.constants
+    for assign, _guarded in scan.assigns:
+        if id(assign) in scan.env_fallback:
+            continue  # `if "MASTER_PORT" not in os.environ:` a default where no launcher set it
+        for target in assign.targets:
+            name = _dotted(target).lower()
+            if re.search(r"dist_url|init_method|master_port", name):
+                literal = assign.value.value if isinstance(assign.value, ast.Constant) else (
+                    "".join(v.value for v in assign.value.values if isinstance(v, ast.Constant))
+                    if isinstance(assign.value, ast.JoinedStr) else None)
+                if isinstance(literal, str) and re.search(r"tcp://[^\s]*:\d{3,5}$", literal):
+                    add("hard-coded-rendezvous", assign,
+                        f"{_dotted(target)} gets a fixed port ({literal.rsplit(':', 1)[-1]}): two jobs on one machine collide",
+                        "Take the port from the environment (MASTER_PORT set by the launcher) or pick a free one.")
+            if isinstance(target, ast.Subscript) and _dotted(target.value) == "os.environ":
+                key = target.slice
+                value = assign.value.value if isinstance(assign.value, ast.Constant) else (
+                    constants.get(assign.value.id) if isinstance(assign.value, ast.Name) else None)
+                # The port is what collides; a fixed address comes with it and is one mistake, not two.
+                if isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and value is not None:
+                    add(
+                        "hard-coded-rendezvous", assign,
+                        f"{key.value} is hard-coded to {value!r}: a second job fails with 'Address already in use'",
+                        "Let the launcher set MASTER_ADDR/MASTER_PORT (`gpurig launch` picks a free port); remove the assignment.",
+                    )
+
+    # MASTER_PORT set from a parameter that defaults to a fixed port (`def setup(rank, world, port=12355)`):
+    # fixed wherever a call leaves the default, at the assignment in this file or at the call of the
+    # project's own helper.
+    for assign, function, param, index in scan.port_params:
+        sites = [c for c, f, _ in calls if _calls_function(f, function)]
+        if not sites or any(not _passes(c, param, index) for c in sites):
+            add("hard-coded-rendezvous", assign, f"MASTER_PORT comes from {function}()'s default {param}: a fixed port, "
+                "two jobs on one machine collide", "Take the port from the environment (MASTER_PORT set by the launcher) "
+                "or pick a free one; drop the fixed default.")
+    port_helpers = _fixed_port_functions(modules) if "MASTER_PORT" not in text else {}
+    for call, func, _ in calls:
+        short = _name_of(func)
+        if short in port_helpers and short not in scan.defined and not _passes(call, *port_helpers[short][:2]):
+            add("hard-coded-rendezvous", call, f"{short}() sets MASTER_PORT to its fixed default {port_helpers[short][0]} "
+                f"(line {port_helpers[short][2]} of its module): two jobs on one machine collide",
+                f"Pass a free port, or let {short}() take MASTER_PORT from the launcher.")
+            break
+
+    # DistributedSampler whose epoch is never set: the same shuffle every epoch. A sampler that
+    # does not shuffle needs none; a set_epoch under any name (loader.sampler.set_epoch, a helper
+    # that receives the sampler) counts.
+    # A script that iterates its loader once (no epoch loop: no loop in a loop, no 'epoch' anywhere)
+    # has no next epoch to reshuffle for.
+    epochs = scan.nested_loop or "epoch" in text.lower()
+    # A sampler built by a helper (`data_sampler(dataset, shuffle=True, distributed=True)`, in this
+    # file or the project's own modules) is found at the helper's call that asks it to shuffle.
+    module_samplers = _sampler_functions(modules) if not set_epoch_anywhere else {}
+    if not set_epoch_anywhere and epochs:
+        for call, func, _ in calls:
+            short = _name_of(func)
+            # (A helper of this file that always shuffles is reported at its own DistributedSampler.)
+            how = (scan.sampler_functions[short] or "no") if short in scan.sampler_functions and _calls_function(func, short) \
+                else module_samplers.get(short, "no") if short not in scan.defined else "no"
+            if how != "no" and _shuffles_at(call, how):
+                add("sampler-without-set-epoch", call,
+                    f"{short}() builds a shuffling DistributedSampler and nothing calls set_epoch(epoch): every epoch sees the same order",
+                    "Call sampler.set_epoch(epoch) at the start of each epoch, before iterating the DataLoader.")
+            if short == "DistributedSampler":
+                shuffle = _kw(call, "shuffle")
+                if shuffle is not None and not _is_const(shuffle.value, True):
+                    continue
+                # A sampler over evaluation data (`DistributedSampler(val_dataset)`): its order does not matter.
+                data = call.args[0] if call.args else (_kw(call, "dataset").value if _kw(call, "dataset") else None)
+                if data is not None and _EVAL_DATA.search(_dotted(data) or ""):
+                    continue
+                add(
+                    "sampler-without-set-epoch", call,
+                    "DistributedSampler without set_epoch(epoch) in the loop: every epoch sees the same order",
+                    "Call sampler.set_epoch(epoch) at the start of each epoch, before iterating the DataLoader.",
+                )
+
+    # The process group started in the project's own module (utils.init_distributed_mode): the
+    # script still has to end it.
+    if "init_process_group" not in names and "init_process_group" in module_calls and \
+            "destroy_process_group" not in names and not destroys_in_modules:
+        add("no-destroy-process-group", scan.first_stmt if scan.first_stmt is not None else ast.Pass(),
+            "the process group starts in this project's own module and nothing ever calls destroy_process_group",
+            "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
+
+    findings.sort(key=lambda f: (f.line, f.id))
+    unique: dict[tuple[str, int], LintFinding] = {}
+    for f in findings:  # one finding per rule and line, however many ways it was reached
+        unique.setdefault((f.id, f.line), f)
+    return list(unique.values())

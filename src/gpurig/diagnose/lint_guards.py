@@ -1,0 +1,124 @@
+"""The guards around a statement, for `gpurig lint`: whether a test picks ranks (`rank == 0`,
+`accelerator.is_main_process`; remembered per node in `_RANK_CACHE`), whether it passes every rank
+but one, whether a value holds the global or the local rank, which environment keys a branch
+leaves unset, and the branches that leave a block or ask for a GPU.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from gpurig.diagnose.lint_nodes import GPU_NAMES, RANK_NAMES, RANK_WORDS, _dotted, _leaf_name, _name_of
+
+
+def _not_distributed(node: ast.AST) -> bool:
+    """`not args.distributed`, `not args.multiprocessing_distributed`: true on every rank of a run
+    started another way (torchrun without the flag), so it does not pick one rank."""
+    return isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and "distributed" in _dotted(node.operand).lower()
+
+
+def _bypassed(test: ast.AST, word: str = "distributed") -> bool:
+    """`not args.multiprocessing_distributed or rank % ngpus == 0`: an `or` that every rank passes
+    when the run was started without that flag (torchrun, one process per node). `word`: what the
+    negated flag must be named after."""
+    return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(
+        _not_distributed(v) and word in _dotted(v.operand).lower() for v in test.values)
+
+
+_RANK_CACHE: dict[int, tuple[ast.AST, bool]] = {}
+
+
+def _mentions_rank(test: ast.AST) -> bool:
+    """`_rank_check(test)`, remembered per node for the current lint (the same tests are asked about
+    several times: by the scanner, by each rule)."""
+    hit = _RANK_CACHE.get(id(test))
+    if hit is not None and hit[0] is test:
+        return hit[1]
+    answer = _rank_check(test)
+    _RANK_CACHE[id(test)] = (test, answer)
+    return answer
+
+
+def _rank_check(test: ast.AST) -> bool:
+    """Whether a condition picks ranks: it names a rank (`rank == 0`, `dist.get_rank() != 0`,
+    `args.rank % ngpus_per_node == 0`, `accelerator.is_main_process`, `trainer.is_global_zero`),
+    or compares the process's GPU index with 0 (`if self.gpu_id == 0`). `not distributed or rank == 0`
+    does not: launched without that flag, every rank passes it."""
+    if _bypassed(test):
+        return False
+    for node in ast.walk(test):
+        name = _leaf_name(node)
+        if name is None and isinstance(node, ast.Constant) and isinstance(node.value, str):
+            name = node.value if node.value in ("RANK", "LOCAL_RANK") else None
+        if name and (any(w in name.lower() for w in RANK_WORDS) or name.lower() in RANK_NAMES):
+            return True
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            zero = any(isinstance(x, ast.Constant) and x.value in (0, -1) for x in sides) or any(
+                isinstance(x, (ast.List, ast.Tuple, ast.Set)) and any(isinstance(e, ast.Constant) and e.value in (0, -1) for e in x.elts)
+                for x in sides)
+            if zero and any((_leaf_name(x) or "").lower() in GPU_NAMES for x in sides):
+                return True
+    return False
+
+
+def _exits(body: list[ast.stmt]) -> bool:
+    return bool(body) and isinstance(body[-1], (ast.Return, ast.Continue, ast.Raise))
+
+
+def _holds_global_rank(value: ast.AST, key: str = "RANK") -> bool:
+    """`int(os.environ["RANK"])`, `os.environ.get("RANK")`, `os.getenv("RANK")`, `dist.get_rank()`
+    (not LOCAL_RANK); with key="LOCAL_RANK", the same reads of the rank within the node. Looked at
+    shallowly: it runs on every assignment of the file."""
+    if isinstance(value, ast.Call):
+        func = _dotted(value.func)
+        if _name_of(func) == "get_rank" and key == "RANK":
+            return True
+        if func == "int" and value.args:
+            return _holds_global_rank(value.args[0], key)
+        if _name_of(func) in ("get", "getenv") and value.args:
+            return isinstance(value.args[0], ast.Constant) and value.args[0].value == key
+    if isinstance(value, ast.Subscript) and _dotted(value.value).endswith("environ"):
+        return isinstance(value.slice, ast.Constant) and value.slice.value == key
+    return False
+
+
+def _env_tests(test: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
+    """(keys unset where the test is true, keys unset where it is false) for `"K" not in os.environ`
+    and `"K" in os.environ` (alone or joined with `and`/`or` as far as that stays sure)."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Constant) \
+            and isinstance(test.left.value, str) and _dotted(test.comparators[0]).endswith("environ"):
+        key = frozenset({test.left.value})
+        if isinstance(test.ops[0], ast.NotIn):
+            return key, frozenset()
+        if isinstance(test.ops[0], ast.In):
+            return frozenset(), key
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return frozenset().union(*(_env_tests(v)[0] for v in test.values)), frozenset()
+    return frozenset(), frozenset()
+
+
+def _all_but_one(test: ast.AST) -> bool:
+    """A rank check true on every rank but one: `rank != 0`, `local_rank not in [-1, 0]`, `rank > 0`,
+    `not is_main_process()`."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, right = test.ops[0], test.comparators[0]
+        if isinstance(op, (ast.NotEq, ast.NotIn)):
+            return True
+        if isinstance(op, (ast.Gt, ast.GtE)) and isinstance(right, ast.Constant) and right.value in (0, 1):
+            return True
+    return False
+
+
+def _is_main_test(test: ast.AST) -> bool:
+    """`__name__ == "__main__"`."""
+    return isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and {
+        _dotted(test.left), getattr(test.comparators[0], "value", None)} >= {"__name__", "__main__"}
+
+
+def _asks_for_gpu(test: ast.AST) -> bool:
+    """`torch.cuda.is_available()` (negated or not): one branch has no GPU and needs no device."""
+    return any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "is_available"
+               for n in ast.walk(test))

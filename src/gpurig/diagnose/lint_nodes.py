@@ -1,0 +1,146 @@
+"""What one node of a script says, looked at shallowly, for `gpurig lint`: dotted names, keywords and
+constants of a call, the parameters a call passes, paths and devices an expression names; and the
+names the rules look for (rank words, GPU indices, downloaders, loggers, output silencers).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+RANK_WORDS = ("rank", "is_main", "main_process", "master", "is_master", "is_primary", "primary", "local_zero", "global_zero")
+RANK_NAMES = {"main", "leader", "is_leader", "zero"}  # whole names that only make sense as "the rank that speaks"
+# Names of the process's GPU index: `if gpu == 0` / `if self.gpu_id == 0` picks one process as well.
+GPU_NAMES = {"gpu", "gpu_id", "gpu_idx", "device_id", "local_gpu", "cuda_id", "gpu_index", "device_index"}
+# Calls that fetch from the network into a shared cache (the Hub, torch.hub, dataset hubs).
+_DOWNLOADERS = {"from_pretrained", "load_dataset", "load_state_dict_from_url", "hf_hub_download", "snapshot_download",
+                "download_url", "download_and_extract_archive"}
+OUTPUT_LOG_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
+
+
+# A helper that silences every rank but one (DETR/MoCo's setup_for_distributed, YOLOv5's logging).
+_SILENCERS = {"setup_for_distributed", "setup_print", "suppress_print", "silence_print", "disable_print",
+              "is_master_print", "set_logging", "setup_logger", "init_distributed_mode", "init_distributed"}
+
+
+def _dotted(node: ast.AST) -> str:
+    """`torch.nn.parallel.DistributedDataParallel` for an attribute chain; '' when not a name."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    if isinstance(node, ast.Call):  # logging.getLogger(__name__).info -> "getLogger().info"
+        inner = _dotted(node.func)
+        return ".".join([inner + "()"] + list(reversed(parts))) if inner else ""
+    return ""
+
+
+def _kw(call: ast.Call, name: str) -> ast.keyword | None:
+    return next((k for k in call.keywords if k.arg == name), None)
+
+
+def _is_const(node: ast.AST | None, value: Any) -> bool:
+    return isinstance(node, ast.Constant) and node.value is value
+
+
+def _leaf_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _sampler_shuffle(call: ast.Call, params: list[str]):
+    """How a DistributedSampler built in a function shuffles: None (always: the default, or
+    shuffle=True), (name, index) of the function's parameter that decides, or "no"."""
+    shuffle = _kw(call, "shuffle")
+    if shuffle is None or _is_const(shuffle.value, True):
+        return None
+    if isinstance(shuffle.value, ast.Name) and shuffle.value.id in params:
+        return shuffle.value.id, params.index(shuffle.value.id)
+    return "no"
+
+
+def _shuffles_at(call: ast.Call, how) -> bool:
+    """Whether a call of a sampler-building function (see `_sampler_shuffle`) gets a shuffling one."""
+    if how is None:
+        return True
+    name, index = how
+    kw = _kw(call, name)
+    if kw is not None:
+        return _is_const(kw.value, True)
+    return len(call.args) > index and _is_const(call.args[index], True)
+
+
+def _constant_defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, Any]:
+    """A function's parameters that default to a constant: name -> value."""
+    args = fn.args.posonlyargs + fn.args.args
+    pairs = list(zip(args[len(args) - len(fn.args.defaults):], fn.args.defaults, strict=True))
+    pairs += [(a, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is not None]
+    return {a.arg: d.value for a, d in pairs if isinstance(d, ast.Constant)}
+
+
+def _port_param(value: ast.AST, defaults: dict[str, Any]) -> str | None:
+    """The parameter a MASTER_PORT value is made of (`port`, `str(port)`, f"{port}"), when it
+    defaults to a fixed port number."""
+    if isinstance(value, ast.Call) and _dotted(value.func) == "str" and len(value.args) == 1:
+        value = value.args[0]
+    elif isinstance(value, ast.JoinedStr) and len(value.values) == 1 and isinstance(value.values[0], ast.FormattedValue):
+        value = value.values[0].value
+    if isinstance(value, ast.Name) and value.id in defaults:
+        port = defaults[value.id]
+        if isinstance(port, int) and not isinstance(port, bool) or isinstance(port, str) and port.isdigit():
+            return value.id
+    return None
+
+
+def _passes(call: ast.Call, param: str, index: int) -> bool:
+    """Whether a call gives the parameter (by keyword, by position, or through *args/**kwargs)."""
+    return _kw(call, param) is not None or any(k.arg is None for k in call.keywords) or len(call.args) > index \
+        or any(isinstance(a, ast.Starred) for a in call.args)
+
+
+def _path_like(value: ast.AST) -> bool:
+    """A file name or a path built from one (looked at shallowly): "log.csv", f"{out}/log.txt",
+    out / "results.txt", os.path.join(out, "main.log"), Path(out, "x.yaml")."""
+    if isinstance(value, ast.Constant):
+        return isinstance(value.value, str) and "." in value.value
+    if isinstance(value, ast.JoinedStr):
+        return True
+    if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Div, ast.Add, ast.Mod)):
+        return any(isinstance(side, ast.Constant) and isinstance(side.value, str) for side in (value.left, value.right))
+    return isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute)) \
+        and _leaf_name(value.func) in ("join", "Path")
+
+
+def _names_a_gpu(value: ast.AST) -> bool:
+    """`torch.device("cuda", i)`, f"cuda:{i}", "cuda:%d" % i: a device expression (looked at shallowly)."""
+    if isinstance(value, ast.Call):
+        return isinstance(value.func, (ast.Attribute, ast.Name)) and _leaf_name(value.func) == "device"
+    if isinstance(value, ast.JoinedStr):
+        first = value.values[0] if value.values else None
+    else:
+        first = value.left if isinstance(value, ast.BinOp) else None
+    return isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.startswith("cuda")
+
+
+def _name_of(func: str) -> str:
+    return func.rsplit(".", 1)[-1]
+
+
+# A function whose name says it saves: the fix for it is at its call (`if rank == 0: save_checkpoint()`).
+_SAVE_HELPER = re.compile(r"save|checkpoint|ckpt|dump|export|write|snapshot", re.IGNORECASE)
+
+
+def _calls_function(func: str, name: str) -> bool:
+    """`func` (a call's dotted name) calls this file's function or method `name`: `name(...)`,
+    `self.name(...)`, `cls.name(...)`; never `model.name(...)` on some object."""
+    if func == name:
+        return True
+    head, _, last = func.rpartition(".")
+    return last == name and head in ("self", "cls")

@@ -1,0 +1,536 @@
+"""`gpurig lint` on classes of pattern met in real scripts while growing the corpus (lint6): each
+test is a small script written for it, in the shape of the pattern, never a copy of a corpus
+script. Quiet where the script does the right thing; a finding where the mistake is."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gpurig.diagnose.lint import RULES, lint_source
+
+HEAD = """\
+import os
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+"""
+
+
+def found(body: str, path=None, end: str = "\ndist.destroy_process_group()\n") -> list[tuple[str, int]]:
+    source = HEAD + textwrap.dedent(body) + end
+    return [(f.id, f.line) for f in lint_source(source, str(path or "<script>"), path=path, select=set(RULES))]
+
+
+def rules(body: str, **kw) -> list[str]:
+    return [r for r, _ in found(body, **kw)]
+
+
+def test_a_rendezvous_default_for_runs_without_a_launcher_is_not_hard_coded():
+    body = """
+    if "MASTER_ADDR" not in os.environ:
+        os.environ["MASTER_ADDR"] = "localhost"
+    if "MASTER_PORT" not in os.environ:
+        os.environ["MASTER_PORT"] = "29531"
+    dist.init_process_group("nccl")
+    """
+    assert "hard-coded-rendezvous" not in rules(body)
+    # in the other branch of `"MASTER_PORT" in os.environ` too
+    other = """
+    if "MASTER_PORT" in os.environ:
+        pass
+    else:
+        os.environ["MASTER_PORT"] = "29531"
+    dist.init_process_group("nccl")
+    """
+    assert "hard-coded-rendezvous" not in rules(other)
+    # set whatever the launcher said: still fixed
+    assert "hard-coded-rendezvous" in rules("""
+    os.environ["MASTER_PORT"] = "29531"
+    dist.init_process_group("nccl")
+    """)
+
+
+def test_a_name_holding_the_local_rank_is_a_fine_device_even_with_a_global_fallback():
+    body = """
+    def worker(rank, world_size):
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        torch.cuda.set_device(rank)
+        model = DDP(torch.nn.Linear(2, 2).to(rank), device_ids=[rank])
+    if "LOCAL_RANK" in os.environ:
+        rank = int(os.environ["LOCAL_RANK"])
+    elif "RANK" in os.environ:
+        rank = int(os.environ["RANK"])
+    else:
+        rank = 0
+    worker(rank, int(os.environ.get("WORLD_SIZE", 1)))
+    """
+    assert "global-rank-as-device" not in rules(body)
+    # the global rank proper is still found
+    assert "global-rank-as-device" in rules("""
+    local_rank = int(os.environ["LOCAL_RANK"])
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(rank)
+    """)
+
+
+def test_the_global_rank_in_a_device_string_or_torch_device():
+    body = """
+    def evaluate(model, loader, rank):
+        for x in loader:
+            x = x.to(f"cuda:{rank}")
+            y = x.cuda(torch.device("cuda", rank))
+    dist.init_process_group("nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    rank = dist.get_rank()
+    evaluate(None, [], rank)
+    """
+    assert [r for r in found(body) if r[0] == "global-rank-as-device"] == [
+        ("global-rank-as-device", 11), ("global-rank-as-device", 12)]
+    assert "global-rank-as-device" not in rules(body.replace('f"cuda:{rank}"', 'f"cuda:{local_rank}"').replace(
+        'torch.device("cuda", rank)', 'torch.device("cuda", local_rank)'))
+
+
+def test_set_device_on_the_gpu_branch_of_is_available_covers_what_follows():
+    body = """
+    def main():
+        dist.init_process_group("nccl")
+        if not torch.cuda.is_available():
+            device = torch.device("cpu")
+        else:
+            device = torch.device("cuda:0")
+            torch.cuda.set_device(device)
+        model = DDP(torch.nn.Linear(2, 2).to(device))
+        dist.destroy_process_group()
+    main()
+    """
+    assert "ddp-without-device" not in rules(body, end="")
+    # a branch on something else still leaves one path without a device
+    assert "ddp-without-device" in rules(body.replace("not torch.cuda.is_available()", "args.gpu is None"), end="")
+
+
+def test_a_from_pretrained_of_the_scripts_own_class_is_reported_once_at_the_download():
+    body = """
+    class Net(torch.nn.Module):
+        @classmethod
+        def from_pretrained(cls, name):
+            from transformers import AutoModel
+            hf = AutoModel.from_pretrained(name)
+            return cls()
+    dist.init_process_group("nccl")
+    model = Net.from_pretrained("gpt2")
+    """
+    assert [r for r in found(body) if r[0] == "download-on-every-rank"] == [("download-on-every-rank", 13)]
+
+
+def test_no_destroy_is_one_mistake_however_many_starts():
+    body = """
+    import sys
+    def worker(rank, n):
+        if sys.platform == "win32":
+            dist.init_process_group("gloo", init_method="file:///tmp/x", rank=rank, world_size=n)
+        else:
+            dist.init_process_group("nccl", init_method="file:///tmp/x", rank=rank, world_size=n)
+    """
+    assert rules(body, end="").count("no-destroy-process-group") == 1
+
+
+def test_what_the_parent_does_before_spawning_its_workers_runs_once():
+    body = """
+    import json
+    def worker(rank, n, run_dir):
+        dist.init_process_group("nccl", init_method="file:///tmp/rdzv", rank=rank, world_size=n)
+        dist.destroy_process_group()
+    def main(run_dir, n):
+        os.makedirs(run_dir)
+        with open(os.path.join(run_dir, "options.json"), "w") as f:
+            json.dump({}, f)
+        mp.spawn(worker, args=(n, run_dir), nprocs=n)
+    if __name__ == "__main__":
+        with open("launch.log", "a") as f:
+            f.write("start")
+        mp.spawn(worker, args=(2, "out"), nprocs=2)
+    """
+    assert "save-on-every-rank" not in rules(body, end="")
+    # A script a launcher may start too (it reads WORLD_SIZE): the same lines run in every process.
+    assert "save-on-every-rank" in rules(body + "world = int(os.environ['WORLD_SIZE'])\n", end="")
+
+
+def test_a_dataset_read_from_the_users_own_files_is_not_a_download():
+    body = """
+    from datasets import load_dataset
+    dist.init_process_group("nccl")
+    local = load_dataset("json", data_files="train.jsonl")
+    hub = load_dataset("some-user/some-dataset")
+    """
+    assert [r for r in found(body) if r[0] == "download-on-every-rank"] == [("download-on-every-rank", 12)]
+
+
+def test_save_pretrained_on_every_rank():
+    body = """
+    dist.init_process_group("nccl")
+    model.save_pretrained("out")
+    if dist.get_rank() == 0:
+        tokenizer.save_pretrained("out")
+    unwrapped.save_pretrained("out", is_main_process=accelerator.is_main_process, save_function=accelerator.save)
+    """
+    assert [r for r in found(body) if r[0] == "save-on-every-rank"] == [("save-on-every-rank", 10)]
+
+
+def test_pretrained_weights_named_by_position_to_a_model_factory():
+    body = """
+    import open_clip
+    dist.init_process_group("nccl")
+    model, _, _ = open_clip.create_model_and_transforms(args.model, args.pretrained)
+    state = torch.load(args.pretrained, map_location="cpu")
+    print(args.pretrained)
+    """
+    assert [r for r in found(body) if r[0] == "download-on-every-rank"] == [("download-on-every-rank", 11)]
+
+
+def test_a_shuffling_sampler_built_by_the_projects_helper(tmp_path):
+    project = tmp_path / "project"
+    (project / "utils").mkdir(parents=True)
+    (project / "utils" / "__init__.py").write_text("from .dist import data_sampler\n")
+    (project / "utils" / "dist.py").write_text(textwrap.dedent("""
+        from torch.utils.data.distributed import DistributedSampler
+        def data_sampler(dataset, shuffle, distributed):
+            if distributed:
+                return DistributedSampler(dataset, shuffle=shuffle)
+        """))
+    body = """
+    import utils
+    dist.init_process_group("nccl")
+    sampler = utils.data_sampler(range(10), shuffle=True, distributed=True)
+    val = utils.data_sampler(range(10), False, True)
+    for epoch in range(3):
+        for x in DataLoader(range(10), sampler=sampler):
+            pass
+    """
+    script = project / "train.py"
+    script.write_text(HEAD + textwrap.dedent(body))
+    assert [r for r in found(body, path=script) if r[0] == "sampler-without-set-epoch"] == [("sampler-without-set-epoch", 11)]
+    with_epoch = body + "    sampler.set_epoch(epoch)\n"
+    assert "sampler-without-set-epoch" not in rules(with_epoch, path=script)
+
+
+def test_a_prepared_dataset_loaded_with_torch_load_is_not_a_checkpoint():
+    body = """
+    dist.init_process_group("nccl")
+    train_data = torch.load(os.path.join(data_dir, "train.pt"))
+    val_data = torch.load("data/val_tokens.pt")
+    state = torch.load(os.path.join(out_dir, "model_best.pt"))
+    """
+    assert [r for r in found(body) if r[0] == "torch-load-without-map-location"] == [
+        ("torch-load-without-map-location", 12)]
+
+
+def _project(tmp_path, helper: str, body: str):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "helpers.py").write_text(textwrap.dedent(helper))
+    script = project / "train.py"
+    script.write_text(HEAD + textwrap.dedent(body))
+    return found(body, path=script)
+
+
+def test_a_helper_that_downloads_through_another_helper(tmp_path):
+    helper = """
+    import os
+    from torchvision.datasets.utils import download_url
+    def fetch(name):
+        if not os.path.isfile(name):
+            download_url("https://example.org/" + name, ".")
+    def find_weights(name):
+        if name.startswith("pretrained:"):
+            return fetch(name)
+        return name
+    """
+    body = """
+    from helpers import find_weights
+    dist.init_process_group("nccl")
+    weights = find_weights(args.ckpt)
+    """
+    assert ("download-on-every-rank", 11) in _project(tmp_path, helper, body)
+
+
+def test_rank_first_context_managers_under_their_other_names(tmp_path):
+    helper = """
+    from torchvision.datasets import CIFAR10
+    def get_datasets(path):
+        return CIFAR10(path, download=True)
+    """
+    for manager in ("idist.one_rank_first(local=True)", "fabric.rank_zero_first()",
+                    "torch_distributed_zero_first(LOCAL_RANK)", "accelerator.local_main_process_first()"):
+        body = f"""
+        from helpers import get_datasets
+        dist.init_process_group("nccl")
+        with {manager}:
+            data = get_datasets("data")
+        """
+        assert "download-on-every-rank" not in [r for r, _ in _project(tmp_path, helper, body)], manager
+        (tmp_path / "project").rename(tmp_path / manager.split("(")[0].replace(".", "_"))
+    body = """
+    from helpers import get_datasets
+    dist.init_process_group("nccl")
+    data = get_datasets("data")
+    """
+    assert "download-on-every-rank" in [r for r, _ in _project(tmp_path, helper, body)]
+
+
+def test_a_lightning_run_set_to_one_device_is_one_process():
+    script = """
+    import lightning as L
+    import torch
+    from dataclasses import dataclass
+    from torchvision.datasets import MNIST
+
+    @dataclass
+    class Config:
+        devices: int = 1
+
+    config = Config()
+    data = MNIST("data", download=True)
+    state = torch.load("last.ckpt")
+    trainer = L.Trainer(devices=config.devices)
+    """
+    source = textwrap.dedent(script)
+    assert [f.id for f in lint_source(source, select=set(RULES))] == []
+    # every GPU it sees (the default "auto", or more than one): one process per device
+    for devices in ("", "devices=4", "devices=config.gpus"):
+        other = source.replace("devices=config.devices", devices)
+        assert {f.id for f in lint_source(other, select=set(RULES))} >= {
+            "download-on-every-rank", "torch-load-without-map-location"}, devices
+
+
+def test_master_port_from_a_parameter_with_a_fixed_default(tmp_path):
+    body = """
+    def setup(rank, world_size, port=12355):
+        os.environ["MASTER_ADDR"] = "localhost"
+        os.environ["MASTER_PORT"] = str(port)
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    setup(0, 1)
+    """
+    assert ("hard-coded-rendezvous", 11) in found(body)
+    # every call passes its own port: nothing fixed
+    assert "hard-coded-rendezvous" not in rules(body.replace("setup(0, 1)", "setup(0, 1, port=free_port())"))
+    # the same helper in the project's own module: found where the script calls it with the default
+    helper = """
+    import os
+    import torch.distributed as dist
+    def init_distributed(port=40112, rank_and_world_size=(None, None)):
+        os.environ["MASTER_PORT"] = str(port)
+        dist.init_process_group("nccl")
+    """
+    script = """
+    from helpers import init_distributed
+    init_distributed()
+    """
+    assert ("hard-coded-rendezvous", 10) in _project(tmp_path, helper, script)
+
+
+def test_a_check_true_on_every_rank_but_one_does_not_pick_one_rank():
+    body = """
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    if rank != 0:
+        torch.save({}, "ckpt.pt")
+    else:
+        torch.save({}, "best.pt")
+    ddp = int(os.environ.get("RANK", -1)) != -1
+    if ddp:
+        torch.save({}, "last.pt")
+    """
+    assert [r for r in found(body) if r[0] == "save-on-every-rank"] == [
+        ("save-on-every-rank", 12), ("save-on-every-rank", 17)]
+
+
+def test_a_save_into_memory_or_in_a_function_nothing_uses():
+    body = """
+    import io
+    def unused_export(model, path):
+        torch.save(model.state_dict(), path)
+    dist.init_process_group("nccl")
+    with io.BytesIO() as f:
+        torch.save({}, f)
+        blob = f.getvalue()
+    buf = io.BytesIO()
+    torch.save({}, buf)
+    """
+    assert "save-on-every-rank" not in rules(body)
+    # the same function, called: its save runs on every rank
+    assert "save-on-every-rank" in rules(body + "unused_export(model, 'model.pt')\n")
+
+
+def test_only_the_default_group_ended_on_every_rank_counts():
+    subgroup = """
+    dist.init_process_group("nccl")
+    pg = dist.new_group(backend="gloo")
+    dist.destroy_process_group(pg)
+    """
+    assert "no-destroy-process-group" in rules(subgroup, end="")
+    under_check = """
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    if rank in [-1, 0]:
+        print("done")
+    else:
+        dist.destroy_process_group()
+    """
+    assert "no-destroy-process-group" in rules(under_check, end="")
+    everywhere = """
+    dist.init_process_group("nccl")
+    ddp = int(os.environ.get("RANK", -1)) != -1
+    if ddp:
+        dist.destroy_process_group()
+    """
+    assert "no-destroy-process-group" not in rules(everywhere, end="")
+
+
+def test_ddp_of_a_model_already_on_this_processs_gpu():
+    body = """
+    def main(local_rank, args):
+        dist.init_process_group("nccl")
+        device = torch.device("cuda", local_rank)
+        model = torch.nn.Linear(2, 2).to(device)
+        model = DDP(model)
+        net = torch.nn.Linear(2, 2)
+        if args.gpu is not None:
+            net.cuda(args.gpu)
+            net = DDP(net)
+        else:
+            net.cuda()
+            net = DDP(net)
+        dist.destroy_process_group()
+    """
+    # only the branch whose model went to the default GPU (cuda:0 on every rank)
+    assert [r for r in found(body, end="") if r[0] == "ddp-without-device"] == [("ddp-without-device", 20)]
+    # the global rank is no GPU of this process
+    global_rank = body.replace('torch.device("cuda", local_rank)', 'torch.device("cuda", dist.get_rank())').replace(
+        "def main(local_rank, args):", "def main(local_rank, args):\n        rank = dist.get_rank()").replace(
+        "dist.get_rank())", "rank)")
+    assert ("ddp-without-device", 14) in found(global_rank, end="")
+
+
+def test_a_sampler_over_evaluation_data_needs_no_epoch():
+    body = """
+    dist.init_process_group("nccl")
+    val_sampler = DistributedSampler(val_dataset)
+    test_sampler = DistributedSampler(dataset=testset)
+    train_sampler = DistributedSampler(train_dataset)
+    for epoch in range(3):
+        pass
+    """
+    assert [r for r in found(body) if r[0] == "sampler-without-set-epoch"] == [("sampler-without-set-epoch", 12)]
+
+
+def test_a_download_under_a_file_lock_runs_once():
+    body = """
+    from filelock import FileLock
+    from torchvision import datasets
+    dist.init_process_group("nccl")
+    with FileLock(os.path.expanduser("~/.data.lock")):
+        train = datasets.MNIST("data", download=True)
+    test = datasets.MNIST("data", train=False, download=True)
+    """
+    assert [r for r in found(body) if r[0] == "download-on-every-rank"] == [("download-on-every-rank", 14)]
+
+
+def test_a_rank_check_in_a_conditional_expression():
+    body = """
+    from torch.utils.tensorboard import SummaryWriter
+    dist.init_process_group("nccl")
+    writer = SummaryWriter("runs") if dist.get_rank() == 0 else None
+    other = None if dist.get_rank() == 0 else SummaryWriter("runs")
+    """
+    assert [r for r in found(body) if r[0] == "save-on-every-rank"] == [("save-on-every-rank", 12)]
+
+
+def test_a_file_named_once_in_a_variable_is_that_file():
+    body = """
+    import pathlib
+    def main(out):
+        dist.init_process_group("nccl")
+        log_csv = os.path.join(out, "metrics.csv")
+        with open(log_csv, "a") as f:
+            f.write("epoch,loss\\n")
+        results = pathlib.Path(out) / "results.txt"
+        results.write_text("done")
+        with open(os.path.join(out, "main.log"), "w") as f:
+            pass
+        per_rank = f"{out}/log_{dist.get_rank()}.txt"
+        with open(per_rank, "a") as f:
+            f.write("x")
+        dist.destroy_process_group()
+    main("out")
+    """
+    assert [r for r in found(body, end="") if r[0] == "save-on-every-rank"] == [
+        ("save-on-every-rank", 13), ("save-on-every-rank", 16)]
+
+
+def test_a_save_helper_of_the_projects_own_module_called_on_every_rank(tmp_path):
+    helper = """
+    import io
+    import torch
+    import torch.distributed as dist
+    def save_model(model, path):
+        torch.save(model.state_dict(), path)
+    def save_on_master(*args):
+        if dist.get_rank() == 0:
+            torch.save(*args)
+    def snapshot(obj):
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        return buf.getvalue()
+    """
+    body = """
+    from helpers import save_model, save_on_master, snapshot
+    dist.init_process_group("nccl")
+    blob = snapshot({})
+    save_on_master({}, "ckpt.pt")
+    if dist.get_rank() == 0:
+        save_model(model, "best.pt")
+    save_model(model, "last.pt")
+    """
+    assert [r for r in _project(tmp_path, helper, body) if r[0] == "save-on-every-rank"] == [("save-on-every-rank", 15)]
+
+
+def test_the_projects_package_two_folders_up(tmp_path):
+    root = tmp_path / "repo"
+    (root / "src" / "utils").mkdir(parents=True)
+    (root / "src" / "__init__.py").write_text("")
+    (root / "src" / "utils" / "__init__.py").write_text("")
+    (root / "src" / "utils" / "distributed.py").write_text(textwrap.dedent("""
+        import torch.distributed as dist
+        def init_distributed():
+            dist.init_process_group("nccl")
+        """))
+    script = root / "app" / "vision" / "train.py"
+    script.parent.mkdir(parents=True)
+    source = "from src.utils.distributed import init_distributed\ninit_distributed()\n"
+    script.write_text(source)
+    assert [f.id for f in lint_source(source, str(script), path=script)] == ["no-destroy-process-group"]
+
+
+def test_a_file_writing_helper_of_the_project_called_on_every_rank(tmp_path):
+    helper = """
+    import yaml
+    def yaml_save(file, data):
+        with open(file, "w") as f:
+            yaml.safe_dump(data, f)
+    """
+    body = """
+    from helpers import yaml_save
+    dist.init_process_group("nccl")
+    yaml_save(save_dir / "hyp.yaml", hyp)
+    yaml_save(save_dir / "opt.yaml", vars(opt))
+    yaml_save(f"run_{dist.get_rank()}.yaml", {})
+    if dist.get_rank() == 0:
+        yaml_save(save_dir / "data.yaml", {})
+    """
+    assert [r for r in _project(tmp_path, helper, body) if r[0] == "save-on-every-rank"] == [
+        ("save-on-every-rank", 11), ("save-on-every-rank", 12)]
