@@ -98,3 +98,19 @@ def test_a_log_without_channel_lines_is_not_a_pass():
     verdict = judge_transport(parse_nccl_log("host:1:2 [0] NCCL INFO Bootstrap : Using eth0\n"), two_gpu_facts())
     assert verdict["status"] == "n/a"
     assert "could not be read" in verdict["detail"]
+
+
+def test_across_machines_only_this_machines_pairs_are_held_against_its_links(nccl_log, tmp_path):
+    """Ranks 0 and 1 on node-a (NVLink), rank 2 on node-b: the pair 1->2 crosses the network by
+    nature. Without knowing which ranks are local, its NET/IB would be read as NVLink lost between
+    this machine's GPUs 1 and 0; with node-a's ranks, only 0<->1 is judged, and it passes."""
+    from gpurig.comm.verify import transport_check
+
+    (tmp_path / "nccl-node-a-900.log").write_text(nccl_log("two_nodes_ib_ipc.log"))
+    facts = two_gpu_facts("NV18")
+    blind, _, _ = transport_check("cuda", 3, tmp_path, facts, {})
+    assert blind.status == "fail"  # what a multi-node verify would say without the fix
+    local, transport, findings = transport_check("cuda", 3, tmp_path, facts, {}, local_ranks=[0, 1])
+    assert local.status == "pass" and findings == [] and set(transport["pairs"]) == {"0->1"}
+    alone, _, _ = transport_check("cuda", 3, tmp_path, facts, {}, local_ranks=[2])
+    assert alone.status == "n/a" and "reached over the network" in alone.detail

@@ -130,13 +130,21 @@ def merge_check(name: str, ranks: dict[int, dict[str, Any]], world_size: int) ->
     return CheckResult(name, True, detail, seconds, "pass", per_rank)
 
 
-def transport_check(device: str, nproc: int, run_dir: Path, facts: Any, env: dict[str, str]) -> tuple[CheckResult, dict[str, Any], list[dict]]:
+def transport_check(device: str, nproc: int, run_dir: Path, facts: Any, env: dict[str, str],
+                    local_ranks: list[int] | None = None) -> tuple[CheckResult, dict[str, Any], list[dict]]:
+    """NCCL's transport per pair against this machine's links. `local_ranks` (across machines): only
+    the pairs within this machine are judged, the others go over the network by nature."""
     if device != "cuda":
         return CheckResult("transport", True, "not applicable (gloo): NCCL transports exist only between GPUs", 0.0, "n/a"), {}, []
-    if nproc < 2:
-        return CheckResult("transport", True, "one GPU: no traffic between GPUs", 0.0, "n/a"), {}, []
+    if (len(local_ranks) if local_ranks is not None else nproc) < 2:
+        why = "one GPU on this machine: the other ranks are reached over the network" if local_ranks is not None \
+            else "one GPU: no traffic between GPUs"
+        return CheckResult("transport", True, why, 0.0, "n/a"), {}, []
     start = time.monotonic()
     report = parse_nccl_log(read_nccl_logs(run_dir))
+    if local_ranks is not None:  # this machine's pairs only: its facts say nothing of the others' GPUs
+        mine = set(local_ranks)
+        report.pairs = {k: p for k, p in report.pairs.items() if p.src_rank in mine and p.dst_rank in mine}
     verdict = judge_transport(report, facts, env)
     transport = report.to_dict()
     transport["verdict"] = verdict["pairs"]
@@ -239,7 +247,9 @@ def collect_verify(run_dir: Path, choice: Any, run: Any, facts: Any, timeout: fl
     if hang and hang.get("check") not in checks:
         # A hang outside the checks (start-up or teardown) still fails the run and names its op.
         results.append(CheckResult(str(hang.get("check") or "run"), False, f"hang: {hang['message']}", None, "fail"))
-    transport_result, transport, findings = transport_check(choice.device, ws, run_dir, facts, env)
+    node = read_node(run_dir)
+    transport_result, transport, findings = transport_check(choice.device, ws, run_dir, facts, env,
+                                                            local_ranks=node["ranks"] if node else None)
     results.append(transport_result)
     worker_failed = run.returncode != 0 and not hang
     if worker_failed:
@@ -257,5 +267,5 @@ def collect_verify(run_dir: Path, choice: Any, run: Any, facts: Any, timeout: fl
     return VerifyResult(
         passed=passed, device=choice.device, nproc=ws, backend=choice.backend, checks=results,
         transport=transport, hang=hang, run_dir=str(run_dir), seconds=run.seconds, reason=choice.reason,
-        findings=findings, node=read_node(run_dir),
+        findings=findings, node=node,
     )
