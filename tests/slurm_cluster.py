@@ -10,6 +10,11 @@ The node is this machine's CPUs under the name `gpurig-test` (no GPU, no cgroups
         state = cluster.wait(job, timeout=300)       # "COMPLETED", as sacct says
         cluster.env                                  # SLURM_CONF etc. for sbatch/squeue/sacct/scancel
 
+With `hosts` (two network namespaces from tests/netns.py) the cluster has two nodes, `n1` and `n2`,
+one slurmd in each namespace with its own host name (a UTS namespace) and a hosts file naming both
+(bind-mounted in a mount namespace of its own), the controller, the accounting and MUNGE on `n1`.
+Commands (`cmd`, `sbatch`) then run on `n1`.
+
 `slurm_unavailable()` says why such a cluster cannot run here (a program missing, not root), or None.
 """
 
@@ -21,6 +26,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -75,10 +81,12 @@ class Cluster:
     root: Path
     env: dict[str, str]
     pid_files: list[Path] = field(default_factory=list)  # the daemons, in the order they started
+    on_node: list[list[str]] = field(default_factory=lambda: [[]])  # argv prefix that runs a command on node i
+    nodes: tuple[str, ...] = (NODE,)
 
     def cmd(self, *argv: str, check: bool = True, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout,
-                              check=check, **kw)
+        return subprocess.run([*self.on_node[0], *argv], env=self.env, capture_output=True, text=True,
+                              timeout=timeout, check=check, **kw)
 
     def sbatch(self, script: Path, cwd: Path, *extra: str) -> str:
         out = self.cmd("sbatch", "--parsable", *extra, str(script), cwd=cwd)
@@ -134,12 +142,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _start(cluster: Cluster, name: str, argv: list[str], pid_file: Path) -> None:
-    """Start a daemon detached from the tests (`setsid -f`: it is not their child); it writes `pid_file`."""
+def _start(cluster: Cluster, name: str, argv: list[str], pid_file: Path, node: int = 0) -> None:
+    """Start a daemon on node `node`, detached from the tests (`setsid -f`: it is not their child);
+    it writes `pid_file`."""
     log = cluster.root / "log" / f"{name}.log"
     with open(log, "ab") as out:
-        subprocess.run(["setsid", "-f", *argv], env=cluster.env, stdout=out, stderr=subprocess.STDOUT,
-                       stdin=subprocess.DEVNULL, check=True, timeout=30)
+        subprocess.run(["setsid", "-f", *cluster.on_node[node], *argv], env=cluster.env, stdout=out,
+                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=True, timeout=30)
     cluster.pid_files.append(pid_file)
 
 
@@ -155,8 +164,13 @@ def _mariadb(cluster: Cluster, port: int) -> Path:
     return sock
 
 
+def _node_lines(cluster: Cluster, addrs: tuple[str, ...]) -> list[str]:
+    cpus = os.cpu_count() or 1
+    return [f"NodeName={name} NodeAddr={addr} CPUs={cpus} State=UNKNOWN" for name, addr in zip(cluster.nodes, addrs, strict=True)]
+
+
 @contextlib.contextmanager
-def slurm_cluster(root: Path) -> Iterator[Cluster]:
+def slurm_cluster(root: Path, hosts=None) -> Iterator[Cluster]:
     root = Path(root)
     for sub in ("etc", "log", "run", "state", "spool", "munge"):
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -165,6 +179,18 @@ def slurm_cluster(root: Path) -> Iterator[Cluster]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_"))}
     env["SLURM_CONF"] = str(conf)
     cluster = Cluster(root, env)
+    addrs: tuple[str, ...] = ("127.0.0.1",)
+    if hosts is not None:
+        cluster.nodes, addrs = ("n1", "n2"), tuple(hosts.addrs)
+        table = root / "etc" / "hosts"
+        table.write_text("127.0.0.1 localhost\n" + "".join(f"{a} {n}\n" for a, n in zip(addrs, cluster.nodes, strict=True)))
+        # Each node: its network namespace, its own host name and hosts file, as on two machines.
+        # (nsenter, not `ip netns exec`, which would mount a /sys without the cgroups slurmd reads.)
+        cluster.on_node = [["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--mount", "sh", "-c",
+                            'mount --bind "$1" /etc/hosts && hostname "$0" && shift && exec "$@"', name, str(table)]
+                           for ns, name in zip(hosts.names, cluster.nodes, strict=True)]
+    for name in cluster.nodes:
+        (root / "spool" / name).mkdir(parents=True, exist_ok=True)
     try:
         # MUNGE: its own key, socket and files.
         key, munge_sock = root / "munge" / "munge.key", root / "run" / "munge.socket"
@@ -191,7 +217,7 @@ def slurm_cluster(root: Path) -> Iterator[Cluster]:
         env["MYSQL_UNIX_PORT"] = str(db_sock)  # the MySQL client library's socket when StorageHost is localhost
         conf.write_text("\n".join([
             "ClusterName=gpurig-test",
-            "SlurmctldHost=localhost(127.0.0.1)",
+            f"SlurmctldHost={'localhost' if hosts is None else cluster.nodes[0]}({addrs[0]})",
             f"SlurmctldPort={ctld_port}",
             f"SlurmdPort={slurmd_port}",
             "SlurmUser=root",
@@ -199,11 +225,11 @@ def slurm_cluster(root: Path) -> Iterator[Cluster]:
             f"AuthType=auth/munge\nAuthInfo={auth}",
             "CredType=cred/munge",
             f"StateSaveLocation={root / 'state'}",
-            f"SlurmdSpoolDir={root / 'spool'}",
+            f"SlurmdSpoolDir={root / 'spool' / '%n'}",
             f"SlurmctldPidFile={root / 'run' / 'slurmctld.pid'}",
-            f"SlurmdPidFile={root / 'run' / 'slurmd.pid'}",
+            f"SlurmdPidFile={root / 'run' / 'slurmd-%n.pid'}",
             f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
-            f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
+            f"SlurmdLogFile={root / 'log' / 'slurmd-%n.log'}",
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "JobAcctGatherType=jobacct_gather/none",
@@ -220,22 +246,27 @@ def slurm_cluster(root: Path) -> Iterator[Cluster]:
             "MinJobAge=600",
             "SlurmctldTimeout=30",
             "SlurmdTimeout=60",
-            f"NodeName={NODE} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1} State=UNKNOWN",
-            f"PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+            *_node_lines(cluster, addrs),
+            f"PartitionName={PARTITION} Nodes={','.join(cluster.nodes)} Default=YES MaxTime=INFINITE State=UP",
             "",
         ]))
         # slurmdbd reads slurmdbd.conf beside $SLURM_CONF.
         _start(cluster, "slurmdbd", [_which("slurmdbd"), "-D"], root / "run" / "slurmdbd.pid")
-        _wait_for(lambda: _port_open(dbd_port), "slurmdbd", 60, [root / "log" / "slurmdbd.log", root / "log" / "mariadb.log"])
+        _wait_for(lambda: _port_open(cluster, dbd_port), "slurmdbd", 60,
+                  [root / "log" / "slurmdbd.log", root / "log" / "mariadb.log"])
         _start(cluster, "slurmctld", [_which("slurmctld"), "-D", "-i", "-f", str(conf)], root / "run" / "slurmctld.pid")
-        _wait_for(lambda: _port_open(ctld_port), "slurmctld", 60, [root / "log" / "slurmctld.log"])
-        _start(cluster, "slurmd", [_which("slurmd"), "-D", "-N", NODE, "-f", str(conf)], root / "run" / "slurmd.pid")
+        _wait_for(lambda: _port_open(cluster, ctld_port), "slurmctld", 60, [root / "log" / "slurmctld.log"])
+        for i, name in enumerate(cluster.nodes):
+            _start(cluster, f"slurmd-{name}", [_which("slurmd"), "-D", "-N", name, "-f", str(conf)],
+                   root / "run" / f"slurmd-{name}.pid", node=i)
 
-        def node_idle() -> bool:
-            out = cluster.cmd("sinfo", "-h", "-n", NODE, "-o", "%t", check=False)
-            return out.stdout.strip() in ("idle", "mix", "alloc")
+        def nodes_idle() -> bool:
+            out = cluster.cmd("sinfo", "-h", "-N", "-o", "%N %t", check=False)
+            states = dict(ln.split() for ln in out.stdout.splitlines() if len(ln.split()) == 2)
+            return all(states.get(n) in ("idle", "mix", "alloc") for n in cluster.nodes)
 
-        _wait_for(node_idle, "slurmd (node idle in sinfo)", 60, [root / "log" / "slurmd.log", root / "log" / "slurmctld.log"])
+        _wait_for(nodes_idle, "slurmd (every node idle in sinfo)", 60,
+                  [*(root / "log").glob("slurmd*.log"), root / "log" / "slurmctld.log"])
         yield cluster
     finally:
         with contextlib.suppress(Exception):
@@ -243,7 +274,12 @@ def slurm_cluster(root: Path) -> Iterator[Cluster]:
         cluster.stop()
 
 
-def _port_open(port: int) -> bool:
+def _port_open(cluster: Cluster, port: int) -> bool:
+    """Whether a daemon listens on `port` of node 0's loopback (inside its namespace, if it has one)."""
+    if cluster.on_node[0]:
+        probe = f"import socket,sys; s=socket.socket(); s.settimeout(0.5); sys.exit(s.connect_ex(('127.0.0.1', {port})))"
+        return subprocess.run([*cluster.on_node[0], sys.executable, "-c", probe], capture_output=True,
+                              timeout=30).returncode == 0
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", port)) == 0

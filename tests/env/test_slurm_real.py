@@ -103,3 +103,51 @@ def test_scancel_stops_the_workers_with_a_checkpoint_and_the_resubmitted_job_fin
     assert f"at step {stopped_at}" in log, log[-3000:]  # resumed from the checkpoint scancel left
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == target and not summary.get("stopped")
+
+
+ALL_REDUCE = '''import socket
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+total = torch.tensor([float(rank)])
+dist.all_reduce(total)
+hosts = [None] * world
+dist.all_gather_object(hosts, socket.gethostname())
+if rank == 0:
+    print(f"world {world}: sum of ranks {int(total.item())}; hosts {sorted(set(hosts))}", flush=True)
+dist.barrier()
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.parametrize("launcher", [[], ["gpurig", "launch"]], ids=["torchrun", "gpurig-launch"])
+def test_a_two_node_job_runs_one_agent_per_machine_meeting_on_the_first(tmp_path, launcher):
+    """Two nodes, n1 and n2, each a network namespace with its own host name and slurmd, joined by
+    a veth pair: the generated script's srun starts one agent on each, they meet at the first node
+    of the allocation, and the all-reduce spans both machines."""
+    from netns import netns_unavailable, two_hosts
+
+    if netns_unavailable():
+        pytest.skip(netns_unavailable())
+    (tmp_path / "allreduce.py").write_text(ALL_REDUCE)
+    script = tmp_path / "two.sbatch"
+    subprocess.run([sys.executable, "-m", "gpurig", "env", "slurm", "--nodes", "2", "--gpus-per-node", "0",
+                    "--procs-per-node", "1", "--job-name", "two", "--time", "00:05:00", "--out", str(script),
+                    "--", *launcher, "allreduce.py"],
+                   check=True, capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    with two_hosts() as hosts, contextlib.ExitStack() as stack:
+        try:
+            cluster = stack.enter_context(slurm_cluster(tmp_path / "cluster", hosts=hosts))
+        except (RuntimeError, subprocess.SubprocessError, OSError) as exc:
+            pytest.skip(f"the Slurm daemons could not start on two network namespaces here: {str(exc)[:2000]}")
+        cluster.env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{cluster.env.get('PATH', '')}"
+        cluster.env["PYTHONPATH"] = str(ROOT / "src")
+        job = cluster.sbatch(script, cwd=tmp_path)
+        state = cluster.wait(job, timeout=300)
+        log = (tmp_path / f"two-{job}.out").read_text(errors="replace")
+        assert state == "COMPLETED", log[-3000:] + cluster.logs()
+        assert "world 2: sum of ranks 1; hosts ['n1', 'n2']" in log, log[-3000:]
+        lines = cluster.cmd("sacct", "-n", "-P", "-j", job, "-o", "JobID,NodeList,State").stdout.split()
+        assert f"{job}|n[1-2]|COMPLETED" in lines and f"{job}.0|n[1-2]|COMPLETED" in lines, lines

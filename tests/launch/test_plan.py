@@ -88,10 +88,12 @@ def test_multi_node_plan():
     plan, desc = _plan(nnodes="2", node_rank=1, rdzv_endpoint="10.0.0.1:29400")
     argv = plan.argv
     assert _flag(argv, "--nnodes") == "2"
-    assert _flag(argv, "--node-rank") == "1"
+    assert _flag(argv, "--node-rank") is None  # c10d numbers the nodes as they join (torchrun warns otherwise)
     assert _flag(argv, "--rdzv-endpoint") == "10.0.0.1:29400"
     assert _flag(argv, "--rdzv-id") == "gpurig"
     assert desc["node_rank"] == 1
+    static, _ = _plan(nnodes="2", node_rank=1, rdzv_endpoint="10.0.0.1:29400", rdzv_backend="static")
+    assert _flag(static.argv, "--node-rank") == "1"  # the static rendezvous needs it
 
 
 def test_multi_node_endpoint_without_port_gets_29500_and_elastic_range():
@@ -130,7 +132,7 @@ def test_slurm_environment_sets_nodes_rank_and_first_host():
     plan, desc = _plan(environ=SLURM)
     argv = plan.argv
     assert _flag(argv, "--nnodes") == "4"
-    assert _flag(argv, "--node-rank") == "2"
+    assert desc["node_rank"] == 2
     # The same port on every node, derived from the job id: 29500 + 4242 % 2000.
     assert _flag(argv, "--rdzv-endpoint") == "gpu01:29742"
     assert _flag(argv, "--rdzv-id") == "slurm-4242"

@@ -522,7 +522,8 @@ def plan_launch(
     ]
     if rdzv_id:
         argv.append(f"--rdzv-id={rdzv_id}")
-    if node_rank is not None and multi_node:
+    if node_rank is not None and multi_node and options.rdzv_backend == "static":
+        # c10d numbers the nodes as they join and warns that --node-rank is ignored: static only.
         argv.append(f"--node-rank={node_rank}")
     if net is not None:
         given = {a.split("=", 1)[0].replace("_", "-") for a in options.torchrun_args}

@@ -118,9 +118,7 @@ def plan_node(
         iface=iface,
     )
     plan, description = plan_launch(options, device_choice=choice)
-    # torchrun's c10d rendezvous numbers the nodes as they join and warns that --node-rank is
-    # ignored; node_rank names this node's log directory only.
-    plan.argv = [a for a in plan.argv if not a.startswith("--node-rank=")]
+    # node_rank names this node's log directory only (plan_launch gives it torchrun for static only).
     # The workers import gpurig from wherever this process did.
     src = str(Path(__file__).resolve().parents[2])
     parts = plan.env.get("PYTHONPATH", "").split(os.pathsep)
