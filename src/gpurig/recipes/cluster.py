@@ -167,7 +167,8 @@ def agent_plan(opts: ClusterOptions, nodes: int, gpus: int, endpoint: str, rdzv_
     gpus 0: CPU nodes with `procs` gloo workers each (Slurm); otherwise one worker per GPU.
     """
     procs = procs or gpus
-    nproc_why = "one worker process per GPU" if gpus else f"{procs} gloo worker processes on the node's CPUs"
+    nproc_why = "one worker process per GPU" if gpus else \
+        f"{procs} gloo worker process{'es' if procs > 1 else ''} on the node's CPUs"
     restarts_why = "restarts of the whole worker group after a failure" + (
         " (resume from your last checkpoint)" if opts.max_restarts else " (none: fail fast)")
     command = opts.command
