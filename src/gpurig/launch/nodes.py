@@ -22,6 +22,8 @@ def node_range(value: str | int) -> tuple[int, int]:
         nums = [int(p) for p in text.split(":")]
     except ValueError:
         raise BadInput(f"--nnodes must be N or MIN:MAX, got {value!r}") from None
+    if len(nums) == 1 and nums[0] < 1:
+        raise BadInput(f"--nnodes: must be at least 1, got {nums[0]}")  # check_nodes' words
     if len(nums) > 2 or any(n < 1 for n in nums) or (len(nums) == 2 and nums[0] > nums[1]):
         raise BadInput(f"--nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, got {value!r}")
     return nums[0], nums[-1]
