@@ -483,8 +483,7 @@ def plan_launch(
     if node_rank is not None:
         check_nodes(max_nodes, node_rank, nnodes_text)
 
-    multi_node = max_nodes > 1
-    net = None
+    multi_node, net = max_nodes > 1, None
     if options.iface is not None and not multi_node:
         raise BadInput("--iface chooses the network between machines: it needs --nnodes 2 or more")
     if multi_node:
@@ -522,8 +521,7 @@ def plan_launch(
     ]
     if rdzv_id:
         argv.append(f"--rdzv-id={rdzv_id}")
-    if node_rank is not None and multi_node and options.rdzv_backend == "static":
-        # c10d numbers the nodes as they join and warns that --node-rank is ignored: static only.
+    if node_rank is not None and multi_node and options.rdzv_backend == "static":  # c10d ignores it, warning
         argv.append(f"--node-rank={node_rank}")
     if net is not None:
         given = {a.split("=", 1)[0].replace("_", "-") for a in options.torchrun_args}
