@@ -394,6 +394,30 @@ def _wait_for_log(path: Path, text: str, proc: subprocess.Popen, timeout: float 
     raise AssertionError(f"{text!r} never appeared in {path}")
 
 
+STUCK = {"GPURIG_TRAIN_FAULT": "hang:step=25:rank=0,hang:step=25:rank=1"}  # whichever rank node 1 gets
+
+
+def _lose_node_1(plans, tmp_path: Path, start_again: bool) -> tuple[list[subprocess.Popen], list[str]]:
+    """Node 0 runs; node 1 gets stuck after step 25 and is SIGKILLed with its worker (a machine
+    going down), then started again with the same command or never. Returns the agents
+    [node 0, node 1's first, (node 1 again)] once the survivors have ended, and the two logs."""
+    agents = [_start_node(plans[0])]
+    try:
+        time.sleep(1)  # node 0 hosts the rendezvous store
+        agents.append(_start_node(plans[1], env=STUCK))
+        _wait_for_log(tmp_path / "node1" / "agent.log", "stops taking part after step 25", agents[1])
+        _kill_tree(agents[1])
+        if start_again:  # the same command, as an operator or a scheduler would rerun it
+            agents.append(_start_node(plans[1]))
+        for a in (agents[0], *agents[2:]):
+            a.wait(timeout=240)
+        return agents, [(tmp_path / f"node{r}" / "agent.log").read_text() for r in (0, 1)]
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                _kill_tree(a)
+
+
 def test_a_killed_node_started_again_rejoins_and_the_run_ends_as_a_single_node_run(reference, tmp_path):
     """Node 1's whole agent dies (SIGKILL to the agent and its worker, as when a machine goes down)
     after step 25, while node 0 waits in a collective. Node 0's worker fails, its agent goes back
@@ -406,25 +430,9 @@ def test_a_killed_node_started_again_rejoins_and_the_run_ends_as_a_single_node_r
     endpoint = f"127.0.0.1:{free_port()}"
     plans = [plan_node(_cfg(), shared, nnodes=2, node_rank=r, endpoint=endpoint, nproc_per_node=1, device="cpu",
                        max_restarts=3, log_dir=tmp_path / f"node{r}", env=SAME_THREADS)[0] for r in (0, 1)]
-    stuck = {"GPURIG_TRAIN_FAULT": "hang:step=25:rank=0,hang:step=25:rank=1"}  # whichever rank node 1 gets
-    agents = [_start_node(plans[0])]
-    try:
-        time.sleep(1)
-        first = _start_node(plans[1], env=stuck)
-        agents.append(first)
-        _wait_for_log(tmp_path / "node1" / "agent.log", "stops taking part after step 25", first)
-        _kill_tree(first)
-        assert first.returncode == -signal.SIGKILL
-        again = _start_node(plans[1])  # the same command, as an operator or a scheduler would rerun it
-        agents.append(again)
-        for a in (agents[0], again):
-            a.wait(timeout=240)
-        logs = [(tmp_path / f"node{r}" / "agent.log").read_text() for r in (0, 1)]
-        assert agents[0].returncode == 0 and again.returncode == 0, logs[0][-3000:] + logs[1][-3000:]
-    finally:
-        for a in agents:
-            if a.poll() is None:
-                _kill_tree(a)
+    (node0, first, again), logs = _lose_node_1(plans, tmp_path, start_again=True)
+    assert first.returncode == -signal.SIGKILL
+    assert node0.returncode == 0 and again.returncode == 0, logs[0][-3000:] + logs[1][-3000:]
     summary = json.loads((shared / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 40
     assert summary["resumed_from"].endswith("step-000000020.pt")
@@ -526,21 +534,8 @@ def test_an_elastic_run_goes_on_without_a_node_killed_for_good_as_a_run_resumed_
                        max_restarts=3, log_dir=tmp_path / f"node{r}", env=SAME_THREADS, min_nodes=1)[0]
              for r in (0, 1)]
     assert "--nnodes=1:2" in plans[0].argv
-    stuck = {"GPURIG_TRAIN_FAULT": "hang:step=25:rank=0,hang:step=25:rank=1"}  # whichever rank node 1 gets
-    agents = [_start_node(plans[0])]
-    try:
-        time.sleep(1)
-        doomed = _start_node(plans[1], env=stuck)
-        agents.append(doomed)
-        _wait_for_log(tmp_path / "node1" / "agent.log", "stops taking part after step 25", doomed)
-        _kill_tree(doomed)  # gone for good
-        agents[0].wait(timeout=240)
-        log = (tmp_path / "node0" / "agent.log").read_text()
-        assert agents[0].returncode == 0, log[-3000:]
-    finally:
-        for a in agents:
-            if a.poll() is None:
-                _kill_tree(a)
+    (node0, _), (log, _) = _lose_node_1(plans, tmp_path, start_again=False)  # node 1 gone for good
+    assert node0.returncode == 0, log[-3000:]
     summary = json.loads((shared / "summary.json").read_text())
     assert summary["world_size"] == 1 and summary["steps"] == 40 and summary["faults"]["restart_count"] >= 1
     assert summary["global_batch_size"] == 32 and summary["grad_accum"] == 2  # the global batch kept
