@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from gpurig.errors import BadInput, ProblemFound
+from gpurig.launch.nodes import RDZV_PORT
 from gpurig.report.output import console_for, emit_json
 
 HELP = """Train a model on every GPU of this machine (DDP or FSDP through torchrun), fast by default.
@@ -43,7 +44,6 @@ step may wait before it is a hang.)
 
 
 _PREEMPTED = [False]
-TORCH_RDZV_PORT = 29400  # torchrun's c10d rendezvous port when --master-port is not given
 
 
 def _preempted() -> None:
@@ -218,7 +218,7 @@ def _show_plan(cfg: Any, sources: str, out: Path | None, device: str, nproc: str
         return
     from gpurig.train.plan import plan_training
 
-    endpoint = f"{master_addr}:{master_port or TORCH_RDZV_PORT}" if master_addr else None
+    endpoint = f"{master_addr}:{master_port or RDZV_PORT}" if master_addr else None
     planned = plan_training(cfg, device, nproc, out, resume, resume_fallback, nnodes, node_rank, endpoint, sources,
                             min_nodes=min_nodes)
     emit_json(planned.to_dict())
@@ -344,7 +344,7 @@ def register(app: typer.Typer) -> None:
             renderer = Renderer(console)
             try:
                 with sigterm_stops(_preempted):
-                    endpoint = f"{master_addr}:{master_port or TORCH_RDZV_PORT}" if master_addr else None
+                    endpoint = f"{master_addr}:{master_port or RDZV_PORT}" if master_addr else None
                     summary = run_training(cfg, device=device, nproc=nproc, out_dir=out, resume=resume,
                                            resume_fallback=resume_fallback, timeout=max_time, on_event=renderer,
                                            env={"GPURIG_COLLECTIVE_TIMEOUT": f"{timeout:g}"} if timeout else None,
