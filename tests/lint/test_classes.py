@@ -534,3 +534,98 @@ def test_a_file_writing_helper_of_the_project_called_on_every_rank(tmp_path):
     """
     assert [r for r in _project(tmp_path, helper, body) if r[0] == "save-on-every-rank"] == [
         ("save-on-every-rank", 11), ("save-on-every-rank", 12)]
+
+
+def test_a_rank_first_context_manager_the_script_defines_itself():
+    # Defined after its use, under a name no library uses: what makes it rank-first is its body
+    # (a rank check around the yield, a barrier). The helper called inside it is covered too.
+    body = """
+    from contextlib import contextmanager
+    from transformers import AutoConfig
+    import datasets
+
+    def main():
+        dist.init_process_group("nccl")
+        with rank_ordered(should_go_first=int(os.environ["LOCAL_RANK"]) == 0):
+            config = AutoConfig.from_pretrained("gpt2")
+        with rank_ordered(should_go_first=int(os.environ["LOCAL_RANK"]) == 0):
+            data = load_data()
+
+    def load_data():
+        return datasets.load_dataset("wikitext")
+
+    @contextmanager
+    def rank_ordered(*, should_go_first):
+        if should_go_first:
+            yield
+        dist.barrier()
+        if not should_go_first:
+            yield
+        dist.barrier()
+
+    main()
+    """
+    assert "download-on-every-rank" not in rules(body)
+    # A context manager without a barrier orders nothing: the downloads race.
+    unordered = body.replace("        dist.barrier()\n", "        pass\n")
+    assert [line for r, line in found(unordered) if r == "download-on-every-rank"] == [16, 21]
+
+
+def test_a_helper_called_outside_the_rank_first_section_too_still_downloads_everywhere():
+    body = """
+    from contextlib import contextmanager
+    import datasets
+
+    @contextmanager
+    def rank0_first():
+        if dist.get_rank() == 0:
+            yield
+        dist.barrier()
+        if dist.get_rank() > 0:
+            yield
+
+    def load_data():
+        return datasets.load_dataset("wikitext")
+
+    dist.init_process_group("nccl")
+    with rank0_first():
+        train = load_data()
+    again = load_data()
+    """
+    assert ("download-on-every-rank", 21) in found(body)
+
+
+def test_a_loop_over_a_dicts_items_inside_a_loop_is_no_epoch_loop():
+    # One pass over the loader, then a report that walks a dict of dicts: no epoch to reshuffle for.
+    body = """
+    dist.init_process_group("nccl")
+    data = list(range(100))
+    loader = DataLoader(data, sampler=DistributedSampler(data))
+    for batch in loader:
+        pass
+    for name, stats in timings.items():
+        for key, value in sorted(stats.items()):
+            print(name, key, value)
+    """
+    assert "sampler-without-set-epoch" not in rules(body)
+    with_epochs = body.replace("    for batch in loader:\n        pass",
+                               "    for step in range(10):\n        for batch in loader:\n            pass")
+    assert "sampler-without-set-epoch" in rules(with_epochs)
+
+
+def test_keras_datasets_in_every_horovod_process():
+    script = """
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+    from tensorflow.keras.datasets import mnist
+
+    hvd.init()
+    (x, y), _ = mnist.load_data()
+    (x2, y2), _ = tf.keras.datasets.cifar10.load_data()
+    (x3, y3), _ = tf.keras.datasets.mnist.load_data(path="mnist-%d.npz" % hvd.rank())
+    """
+    got = [(f.id, f.line) for f in lint_source(textwrap.dedent(script), "<script>", select=set(RULES))]
+    assert [line for r, line in got if r == "download-on-every-rank"] == [7, 8]
+    # One process (no Horovod): nothing races.
+    alone = textwrap.dedent(script).replace("hvd.init()", "").replace("import horovod.tensorflow.keras as hvd", "")
+    assert not [f for f in lint_source(alone, "<script>", select=set(RULES)) if f.id == "download-on-every-rank"]

@@ -29,6 +29,7 @@ from gpurig.diagnose.lint_project import (
     _downloading_functions,
     _fixed_port_functions,
     _is_download_call,
+    _named_fetch,
     _local_modules,
     _mentions_rank_value,
     _reachable_call,
@@ -135,6 +136,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         scan.calls = [(c, g or (id(c) in scan.main_calls and scan.main_spawns)
                        or bool(scan.enclosing.get(id(c))) and scan.enclosing[id(c)][-1] in scan.spawns_in)
                       for c, g in scan.calls]
+    first_fns = scan.first_functions()
     one_rank = scan.one_rank_functions()
     calls = [
         (c, _dotted(c.func), g or any(f in one_rank for f in scan.enclosing.get(id(c), ())))
@@ -152,6 +154,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                  "get_world_size", "Accelerator", "init_distributed_mode", "init_distributed", "setup_distributed",
                  "init_distributed_device"}
     ) or "LOCAL_RANK" in text or bool(scan.aliases & names)
+    # Horovod: one process per GPU (horovodrun/mpirun), each running the whole script. (TensorFlow's
+    # multi-worker strategy is one process per machine: its caches are per machine, not shared.)
+    distributed = distributed or (bool(re.search(r"^\s*(?:from|import)\s+horovod\b", text, re.M)) and "init" in names)
     if not distributed and re.search(r"^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b", text, re.M):
         # Launched by the framework: one process per device, unless every Trainer / Fabric the
         # script builds asks for one device (`devices=1`, or a setting of the script equal to 1).
@@ -296,14 +301,15 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 add("hard-coded-rendezvous", default.value,
                     f"the rendezvous default {default.value.value!r} is fixed: two jobs on one machine collide ('Address already in use')",
                     "Default to env:// and let the launcher choose the port (`gpurig launch` / torchrun --master-port 0).")
-        if distributed and not guarded and id(call) not in scan.first:
+        if distributed and not guarded and id(call) not in scan.first \
+                and not any(f in first_fns for f in scan.enclosing.get(id(call), ())):
             download = _kw(call, "download")
             pretrained = _kw(call, "pretrained")
             # `GPT.from_pretrained(...)` of a class of this file: its own body is judged, not its name.
             head = func.rpartition(".")[0]
             own = (head, short) in scan.own_methods or (head in ("self", "cls") and short in scan.defined)
             fetches = (short in _DOWNLOADERS and not own and not _reads_local_files(call)) \
-                or func in ("evaluate.load", "torch.hub.load", "torch.hub.list")
+                or _named_fetch(call)
             on = lambda kw: kw is not None and not _is_const(kw.value, False) and not _is_const(kw.value, None)  # noqa: E731
             # `create_model_and_transforms(args.model, args.pretrained)`: the weights named by a
             # positional argument, as the `pretrained=` keyword names them.

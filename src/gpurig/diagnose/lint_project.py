@@ -13,6 +13,7 @@ from gpurig.diagnose.lint_nodes import (
     GPU_NAMES,
     _constant_defaults,
     _dotted,
+    _kw,
     _is_const,
     _name_of,
     _port_param,
@@ -84,12 +85,30 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
     return found
 
 
+# Keras's bundled datasets: `mnist.load_data()` fetches into ~/.keras/datasets unless given a path.
+_KERAS_DATASETS = frozenset({"mnist", "fashion_mnist", "cifar10", "cifar100", "imdb", "reuters", "boston_housing",
+                             "california_housing"})
+
+
+def _named_fetch(call: ast.Call) -> bool:
+    """A call that fetches by what it is, not by a keyword: torch.hub, evaluate, OpenAI's clip.load,
+    a Keras dataset's load_data() (unless the path it is given holds the rank: one file per rank)."""
+    func = _dotted(call.func)
+    if func in ("evaluate.load", "torch.hub.load", "torch.hub.list", "clip.load"):
+        return True
+    head, _, short = func.rpartition(".")
+    if short == "load_data" and head.rpartition(".")[2] in _KERAS_DATASETS:
+        path = _kw(call, "path")
+        return path is None or not _mentions_rank_value(path.value)
+    return False
+
+
 def _is_download_call(call: ast.Call) -> bool:
     func = _dotted(call.func)
     short = _name_of(func)
     on = [k for k in call.keywords if k.arg in ("download", "pretrained")
           and not _is_const(k.value, False) and not _is_const(k.value, None)]
-    return bool(on) or short in _DOWNLOADERS or func in ("evaluate.load", "torch.hub.load", "torch.hub.list")
+    return bool(on) or short in _DOWNLOADERS or _named_fetch(call)
 
 
 def _downloading_functions(modules: list) -> dict[str, str]:

@@ -41,13 +41,23 @@ _JUDGED_CALLS = frozenset({
     "DataParallel", "data_parallel", "DistributedDataParallel", "DDP", "set_device", "set_device_index", "to", "cuda",
     "load", "list", "init_process_group", "destroy_process_group", "add_argument", "print", "save", "SummaryWriter",
     "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "setLevel", "basicConfig", "disable",
-    "save_pretrained", "Trainer", "Fabric", "write_text", "write_bytes",
+    "save_pretrained", "Trainer", "Fabric", "write_text", "write_bytes", "load_data",
 }) | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS
 
 _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
 # A context manager that lets one rank run its body first while the others wait for it.
 # A file lock serializes the ranks the same way: the first downloads, the others find the files.
 _RANK_FIRST = re.compile(r"(?:main_process|rank|zero|master)_first$|(?:^|\.)\w*(?:FileLock|file_lock)$")
+
+
+def _walks_container(loop: ast.AST) -> bool:
+    """A `for` over a literal collection, a dict's keys/values/items, or sorted(...) of one."""
+    it = getattr(loop, "iter", None)
+    if isinstance(it, ast.Call) and _name_of(_dotted(it.func)) in ("sorted", "reversed") and it.args:
+        it = it.args[0]
+    if isinstance(it, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Constant)):
+        return True
+    return isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "keys", "values")
 
 
 _BRANCHING = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -80,6 +90,11 @@ class _Scanner(ast.NodeVisitor):
         self.aliases: set[str] = set()  # other names of DistributedDataParallel & co. (`as NativeDDP`)
         self.flags: set[str] = set()  # names holding a rank check's result
         self._first = 0
+        # `with rank0_first():` where the script defines rank0_first itself (a @contextmanager that
+        # waits at a barrier): known only once its def is read, which may come after the `with`.
+        self.first_managers: set[str] = set()  # such context managers of this file
+        self.first_pending: dict[str, set[int]] = {}  # manager name -> ids of calls in its `with` bodies
+        self._pending: list[str] = []
         self.imports: list[ast.Import | ast.ImportFrom] = []  # every import statement, at any depth
         self.first_stmt: ast.stmt | None = None
         # Facts about every call, kept even where the call itself is not (see `compact`):
@@ -202,6 +217,9 @@ class _Scanner(ast.NodeVisitor):
             self._guard += 1
         if node.name in _SILENCERS:
             self.silenced = True
+        if any(_name_of(_dotted(d)) == "contextmanager" for d in node.decorator_list) and any(
+                isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "barrier" for n in ast.walk(node)):
+            self.first_managers.add(node.name)
         self._block(node.body)
         self._functions.pop()
         self._params.pop()
@@ -275,7 +293,9 @@ class _Scanner(ast.NodeVisitor):
         self._guard -= guarded and not all_but_one
 
     def _loop_body(self, node: ast.For | ast.While | ast.AsyncFor) -> None:
-        self.nested_loop = self.nested_loop or self._loops > 0
+        # A loop in a loop is an epoch loop around a batch loop, unless the inner one walks a
+        # container (`for k, v in sorted(d.items())`, `for x in [a, b]`): that is no pass over data.
+        self.nested_loop = self.nested_loop or (self._loops > 0 and not _walks_container(node))
         self._loops += 1
         self._block(node.body)
         self._loops -= 1
@@ -306,8 +326,12 @@ class _Scanner(ast.NodeVisitor):
                 self.buffers.add(i.optional_vars.id)
             if isinstance(i.context_expr, ast.Call) and len(node.body) == 1 and isinstance(node.body[0], ast.Pass):
                 self.touch_only.add(id(i.context_expr))  # `with open(log, "w"): pass` only creates or empties it
+        pending = [] if first else [_name_of(_dotted(i.context_expr.func)) for i in node.items
+                                    if isinstance(i.context_expr, ast.Call)]
         self._first += first
+        self._pending.extend(pending)
         self._block(node.body)
+        del self._pending[len(self._pending) - len(pending):]
         self._first -= first
 
     def visit_Try(self, node: ast.Try) -> None:
@@ -331,6 +355,8 @@ class _Scanner(ast.NodeVisitor):
             self.calls.append((node, self._guard > 0))
             if self._first:
                 self.first.add(id(node))
+            for name in self._pending:
+                self.first_pending.setdefault(name, set()).add(id(node))
             self.enclosing[id(node)] = tuple(self._functions)
             if self._main and not self._functions:
                 self.main_calls.add(id(node))
@@ -390,6 +416,26 @@ class _Scanner(ast.NodeVisitor):
             for a in node.names:
                 if local(a.name):
                     self.local_roots.add(a.asname or a.name.split(".")[0])
+
+    def first_functions(self) -> set[str]:
+        """Resolve the `with` sections of the file's own rank-first context managers into `first`,
+        then the functions of this file only ever called inside rank-first sections (or from them):
+        the calls they make run on rank 0 first too."""
+        for name in self.first_managers:
+            self.first |= self.first_pending.get(name, set())
+        only: set[str] = set()
+        while True:
+            sites: dict[str, list[bool]] = {}
+            for call, _ in self.calls:
+                name = call.func.id if isinstance(call.func, ast.Name) else (
+                    call.func.attr if isinstance(call.func, ast.Attribute) else None)
+                if name in self.defined:
+                    inside = any(f in only for f in self.enclosing.get(id(call), ()))
+                    sites.setdefault(name, []).append(id(call) in self.first or inside)
+            grown = {name for name, flags in sites.items() if flags and all(flags)}
+            if grown <= only:
+                return only
+            only |= grown
 
     def one_rank_functions(self) -> set[str]:
         """Functions of this file that are only ever called under a rank check."""
