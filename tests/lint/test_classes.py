@@ -629,3 +629,31 @@ def test_keras_datasets_in_every_horovod_process():
     # One process (no Horovod): nothing races.
     alone = textwrap.dedent(script).replace("hvd.init()", "").replace("import horovod.tensorflow.keras as hvd", "")
     assert not [f for f in lint_source(alone, "<script>", select=set(RULES)) if f.id == "download-on-every-rank"]
+
+
+def test_a_project_helper_or_class_that_loads_a_checkpoint_without_map_location(tmp_path):
+    helper = """
+    import torch
+    def load_encoder(name):
+        return torch.load(f"ckpts/{name}.pth")
+    class Teacher:
+        def __init__(self, path):
+            self.state = torch.load(path)
+    def load_cached_data(train_fname, eval_fname):
+        return torch.load(train_fname), torch.load(eval_fname)
+    def load_safely(name):
+        return torch.load(f"ckpts/{name}.pth", map_location="cpu")
+    """
+    body = """
+    from helpers import Teacher, load_cached_data, load_encoder, load_safely
+    dist.init_process_group("nccl")
+    encoder = load_encoder("dino")
+    teacher = Teacher("teacher.pth")
+    data = load_cached_data("a", "b")
+    safe = load_safely("dino")
+    """
+    got = [line for r, line in _project(tmp_path, helper, body) if r == "torch-load-without-map-location"]
+    assert got == [11, 12]  # the helper and the class; not prepared data, not a load with map_location
+    (tmp_path / "project").rename(tmp_path / "first")
+    guarded = body.replace('encoder = load_encoder("dino")', 'encoder = load_encoder("dino") if dist.get_rank() == 0 else None')
+    assert [line for r, line in _project(tmp_path, helper, guarded) if r == "torch-load-without-map-location"] == [12]

@@ -7,7 +7,6 @@ file of prepared data, a dataset for evaluation, a device named by the rank, a o
 from __future__ import annotations
 
 import ast
-import os
 import re
 
 from gpurig.diagnose.lint_guards import _mentions_rank
@@ -17,6 +16,7 @@ from gpurig.diagnose.lint_nodes import (
     GPU_NAMES,
     OUTPUT_LOG_METHODS,
     _calls_function,
+    _data_file,
     _dotted,
     _is_const,
     _kw,
@@ -29,9 +29,10 @@ from gpurig.diagnose.lint_project import (
     _downloading_functions,
     _fixed_port_functions,
     _is_download_call,
-    _named_fetch,
+    _loading_functions,
     _local_modules,
     _mentions_rank_value,
+    _named_fetch,
     _reachable_call,
     _sampler_functions,
     _saving_functions,
@@ -57,20 +58,6 @@ def _reads_local_files(call: ast.Call) -> bool:
 # A model factory (create_model, build_model, create_model_and_transforms, get_model): given the name
 # of pretrained weights, it fetches them.
 _MODEL_FACTORY = re.compile(r"(?:create|build|get|make|init)_?\w*model", re.IGNORECASE)
-
-
-# A file of prepared data rather than a checkpoint: `torch.load(os.path.join(data_dir, "train.pt"))`.
-_DATA_STEM = re.compile(r"(?:\w*[_-])?(?:train|val|valid|validation|test|dev|dataset|data|tokens|features|labels)(?:[_-]\w*)?",
-                        re.IGNORECASE)
-_NOT_DATA = re.compile(r"ckpt|checkpoint|model|weight|state|snapshot|pretrain|optim|epoch", re.IGNORECASE)
-
-
-def _data_file(path: ast.AST) -> bool:
-    names = [n.value for n in ast.walk(path) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
-    if not names:
-        return False
-    stem = os.path.splitext(os.path.basename(names[-1]))[0]
-    return _DATA_STEM.fullmatch(stem) is not None and not _NOT_DATA.search(stem)
 
 
 # A dataset for evaluation, by its name: val_dataset, dataset_val, testset, eval_data, data.valid.
@@ -146,6 +133,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     module_calls = {_name_of(_dotted(n.func)) for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)}
     downloading_helpers = _downloading_functions(modules)
     saving_helpers = _saving_functions(modules)
+    loading_helpers = _loading_functions(modules)
     reported_helpers: set[str] = set()
     text = source
     uses_cuda = scan.cuda_call or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
@@ -276,6 +264,13 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "torch.load without map_location: tensors saved on cuda:0 load onto GPU 0 in every rank",
                     "torch.load(path, map_location='cpu') (then .to(device)), or map_location=f'cuda:{local_rank}'.",
                 )
+        if short in loading_helpers and short not in scan.defined and "load:" + short not in reported_helpers \
+                and distributed and not guarded:
+            reported_helpers.add("load:" + short)  # once per helper, at its first call
+            add("torch-load-without-map-location", call,
+                f"{short}() reads a checkpoint ({loading_helpers[short]}) without map_location on every rank: "
+                "tensors saved on cuda:0 load onto GPU 0 in every rank",
+                "Give that torch.load map_location='cpu' (then .to(device)), or map_location=f'cuda:{local_rank}'.")
         if short == "init_process_group":
             init = _kw(call, "init_method")
             if init is not None and isinstance(init.value, ast.Constant) and isinstance(init.value.value, str) \

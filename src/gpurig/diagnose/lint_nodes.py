@@ -129,6 +129,27 @@ def _names_a_gpu(value: ast.AST) -> bool:
     return isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.startswith("cuda")
 
 
+# A file of prepared data rather than a checkpoint: `torch.load(os.path.join(data_dir, "train.pt"))`.
+_DATA_STEM = re.compile(r"(?:\w*[_-])?(?:train|val|valid|validation|eval|test|dev|dataset|data|tokens|features|labels)(?:[_-]\w*)?",
+                        re.IGNORECASE)
+_NOT_DATA = re.compile(r"ckpt|checkpoint|model|weight|state|snapshot|pretrain|optim|epoch", re.IGNORECASE)
+
+
+def _data_file(path: ast.AST) -> bool:
+    """The file named (a literal, or else the variable holding it: `train_fname`) is prepared data."""
+    import os
+
+    names = [n.value for n in ast.walk(path) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    if not names:
+        leaf = _leaf_name(path)
+        names = [leaf] if leaf else []
+    if not names:
+        return False
+    stem = os.path.splitext(os.path.basename(names[-1]))[0]
+    return _DATA_STEM.fullmatch(stem) is not None and not _NOT_DATA.search(stem)
+
+
+
 def _name_of(func: str) -> str:
     return func.rsplit(".", 1)[-1]
 

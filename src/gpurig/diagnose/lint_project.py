@@ -12,9 +12,10 @@ from gpurig.diagnose.lint_nodes import (
     _SILENCERS,
     GPU_NAMES,
     _constant_defaults,
+    _data_file,
     _dotted,
-    _kw,
     _is_const,
+    _kw,
     _name_of,
     _port_param,
     _sampler_shuffle,
@@ -228,6 +229,33 @@ def _saving_functions(modules: list) -> dict[str, str]:
                         and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and str(n.args[1].value)[:1] in ("w", "a") \
                         and isinstance(n.args[0], ast.Name) and n.args[0].id in [a.arg for a in fn.args.args]:
                     out[fn.name] = f"open(..., {n.args[1].value!r}) at line {n.lineno} of its module, on the path it is given"
+                    break
+    return out
+
+
+def _loading_functions(modules: list) -> dict[str, str]:
+    """Functions of the project's own modules (and classes, through their __init__) that read a
+    checkpoint with torch.load and no map_location, without a rank check: name -> where. Called on
+    every rank, each loads it onto the GPU it was saved from."""
+    out: dict[str, str] = {}
+    for module in modules:
+        for node in ast.walk(module):
+            if isinstance(node, ast.ClassDef):
+                init = next((b for b in node.body if isinstance(b, ast.FunctionDef) and b.name == "__init__"), None)
+                fn, name = init, node.name
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                fn, name = node, node.name
+            else:
+                continue
+            if fn is None:
+                continue
+            guarded_lines = {n.lineno for stmt in ast.walk(fn) if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)
+                             for b in stmt.body + stmt.orelse for n in ast.walk(b) if hasattr(n, "lineno")}
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call) and _dotted(n.func) == "torch.load" and n.lineno not in guarded_lines \
+                        and _kw(n, "map_location") is None and len(n.args) == 1 and not _mentions_rank_value(n.args[0]) \
+                        and not _data_file(n.args[0]):
+                    out[name] = f"torch.load at line {n.lineno} of its module"
                     break
     return out
 
