@@ -657,3 +657,81 @@ def test_a_project_helper_or_class_that_loads_a_checkpoint_without_map_location(
     (tmp_path / "project").rename(tmp_path / "first")
     guarded = body.replace('encoder = load_encoder("dino")', 'encoder = load_encoder("dino") if dist.get_rank() == 0 else None')
     assert [line for r, line in _project(tmp_path, helper, guarded) if r == "torch-load-without-map-location"] == [12]
+
+
+def test_the_function_workers_run_is_every_rank_even_with_a_one_gpu_call_of_it():
+    body = """
+    def run(rank, world_size):
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        state = torch.load("last.pt")
+        dist.destroy_process_group()
+
+    def main(world_size):
+        if world_size == 1:
+            run(0, 1)
+            return
+        mp.spawn(run, args=(world_size,), nprocs=world_size)
+
+    main(torch.cuda.device_count())
+    """
+    got = found(body, end="")
+    assert ("torch-load-without-map-location", 11) in got
+    assert "no-destroy-process-group" not in [r for r, _ in got]
+
+
+def test_from_pretrained_of_a_local_folder_is_no_download():
+    body = """
+    from diffusers import UNet2DModel
+    dist.init_process_group("nccl")
+    def load_model_hook(models, input_dir):
+        a = UNet2DModel.from_pretrained(input_dir, subfolder="unet")
+        b = UNet2DModel.from_pretrained(os.path.join(input_dir, "unet_ema"))
+    accelerator.register_load_state_pre_hook(load_model_hook)
+    hub = UNet2DModel.from_pretrained(args.pretrained_model_name_or_path, subfolder="unet")
+    """
+    assert [line for r, line in found(body) if r == "download-on-every-rank"] == [15]
+
+
+def test_a_function_nothing_calls_is_not_run():
+    body = """
+    dist.init_process_group("nccl")
+    def load_model_checkpoint(path):
+        return torch.load(path)
+    def resume(path):
+        return torch.load(path)
+    state = resume("last.pt")
+    """
+    assert [line for r, line in found(body) if r == "torch-load-without-map-location"] == [13]
+
+
+def test_datasets_that_download_when_built_in_every_rank():
+    # OGB and PyG datasets fetch into their root when it lacks the files.
+    every_rank = """
+    from ogb.nodeproppred import PygNodePropPredDataset
+    dist.init_process_group("nccl")
+    dataset = PygNodePropPredDataset(name="ogbn-products")
+    """
+    assert ("download-on-every-rank", 11) in found(every_rank)
+    # Rank 0 builds it, the others after a barrier: `if rank != 0` comes after rank 0's download.
+    rank_first = """
+    from torch_geometric.datasets import Reddit
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    if rank == 0:
+        dataset = Reddit("data/Reddit")
+    dist.barrier()
+    if rank != 0:
+        dataset = Reddit("data/Reddit")
+    """
+    assert "download-on-every-rank" not in rules(rank_first)
+    # Built by the parent before it spawns the workers, which build it again from the files.
+    parent_first = """
+    from ogb.graphproppred import PygGraphPropPredDataset
+    def run(rank, world_size):
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        dataset = PygGraphPropPredDataset("ogbg-molhiv")
+    if __name__ == "__main__":
+        PygGraphPropPredDataset("ogbg-molhiv")
+        mp.spawn(run, args=(2,), nprocs=2)
+    """
+    assert "download-on-every-rank" not in rules(parent_first)

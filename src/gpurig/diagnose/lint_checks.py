@@ -11,6 +11,7 @@ import re
 
 from gpurig.diagnose.lint_guards import _mentions_rank
 from gpurig.diagnose.lint_nodes import (
+    _AUTO_DATASETS,
     _DOWNLOADERS,
     _SAVE_HELPER,
     GPU_NAMES,
@@ -50,9 +51,25 @@ _LOCAL_BUILDERS = {"json", "csv", "text", "parquet", "arrow", "pandas", "imagefo
                    "webdataset", "xml", "sql"}
 
 
+# A folder on this machine by its name: `input_dir`, `output_dir`, `ckpt_dir`, `save_dir`.
+_LOCAL_DIR = re.compile(r"\w*_dir|\w*_folder|(?:ckpt|checkpoint|output|save)_?path", re.IGNORECASE)
+
+
 def _reads_local_files(call: ast.Call) -> bool:
-    return _name_of(_dotted(call.func)) == "load_dataset" and bool(call.args) and isinstance(call.args[0], ast.Constant) \
-        and call.args[0].value in _LOCAL_BUILDERS
+    """A load from this machine's files, not a hub: load_dataset("json", ...), or from_pretrained of
+    a folder (`os.path.join(input_dir, "unet_ema")`, `input_dir`, `Path(out) / "model"`)."""
+    short = _name_of(_dotted(call.func))
+    if short == "load_dataset":
+        return bool(call.args) and isinstance(call.args[0], ast.Constant) and call.args[0].value in _LOCAL_BUILDERS
+    if short != "from_pretrained" or not call.args:
+        return False
+    where = call.args[0]
+    if isinstance(where, ast.Call) and _dotted(where.func) in ("os.path.join", "path.join", "Path", "pathlib.Path"):
+        return True
+    if isinstance(where, ast.BinOp) and isinstance(where.op, ast.Div):
+        return True
+    leaf = _leaf_name(where)
+    return leaf is not None and _LOCAL_DIR.fullmatch(leaf) is not None
 
 
 # A model factory (create_model, build_model, create_model_and_transforms, get_model): given the name
@@ -164,6 +181,16 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     destroys_in_modules = _reachable_call(modules, "destroy_process_group", names)
     any_set_device = scan.set_device_call or "set_device" in module_calls  # a setup helper of the project may set it
 
+    # Datasets that download on construction (OGB, PyG) built by the parent before it spawns the
+    # workers: the files are there when the workers build them again.
+    parent_built = {_name_of(f) for c, f, _ in calls if _name_of(f) in _AUTO_DATASETS and (
+        (id(c) in scan.main_calls and scan.main_spawns) or (scan.enclosing.get(id(c)) or ("",))[-1] in scan.spawns_in)}
+
+    def never_run(call: ast.Call) -> bool:
+        """In a function of this file that nothing in it calls or names: not run by this script."""
+        inside = scan.enclosing.get(id(call), ())
+        return bool(inside) and inside[-1] in scan.defined and inside[-1] not in scan.referenced
+
     def set_device_before(call: ast.Call) -> bool:
         """Whether torch.cuda.set_device ran on every path that reaches `call`: in a statement
         before it in its own block or an enclosing one, not in a sibling branch. Inside a function
@@ -258,7 +285,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         if func == "torch.load":
             own_file = bool(call.args) and (_mentions_rank_value(call.args[0])  # each rank reads what it saved
                                             or _data_file(call.args[0]))  # a prepared dataset: CPU tensors
-            if _kw(call, "map_location") is None and len(call.args) < 2 and distributed and not guarded and not own_file:
+            if _kw(call, "map_location") is None and len(call.args) < 2 and distributed and not guarded and not own_file \
+                    and not never_run(call):
                 add(
                     "torch-load-without-map-location", call,
                     "torch.load without map_location: tensors saved on cuda:0 load onto GPU 0 in every rank",
@@ -304,13 +332,13 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             head = func.rpartition(".")[0]
             own = (head, short) in scan.own_methods or (head in ("self", "cls") and short in scan.defined)
             fetches = (short in _DOWNLOADERS and not own and not _reads_local_files(call)) \
-                or _named_fetch(call)
+                or _named_fetch(call) or (short in _AUTO_DATASETS and short not in scan.defined and short not in parent_built)
             on = lambda kw: kw is not None and not _is_const(kw.value, False) and not _is_const(kw.value, None)  # noqa: E731
             # `create_model_and_transforms(args.model, args.pretrained)`: the weights named by a
             # positional argument, as the `pretrained=` keyword names them.
             by_position = short not in scan.defined and not own and _MODEL_FACTORY.match(short) is not None and any(
                 "pretrained" in (_leaf_name(a) or "").lower() for a in call.args)
-            if on(download) or ((on(pretrained) or by_position) and not own) or fetches:
+            if (on(download) or ((on(pretrained) or by_position) and not own) or fetches) and not never_run(call):
                 what = ("download=True" if on(download) else "pretrained weights" if on(pretrained) or by_position
                         else f"{short}()")
                 add(
@@ -339,10 +367,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 target = call.args[1] if func == "torch.save" and len(call.args) > 1 else (
                     _kw(call, "f").value if func == "torch.save" and _kw(call, "f") else (call.args[0] if call.args else None))
                 in_buffer = isinstance(target, ast.Name) and target.id in scan.buffers  # io.BytesIO(): no file
-                inside = scan.enclosing.get(id(call), ())
-                # a function of this file that nothing in it calls or names: not run by this script
-                unused = bool(inside) and inside[-1] in scan.defined and inside[-1] not in scan.referenced
-                if (target is None or not _mentions_rank_value(target)) and not in_buffer and not unused:
+                if (target is None or not _mentions_rank_value(target)) and not in_buffer and not never_run(call):
                     kind = "torch.save" if func == "torch.save" else "SummaryWriter"
                     fix = ("Save from one rank: `if rank == 0: torch.save(...)` then dist.barrier() before anyone reads it "
                            "(or put the rank in the file name when each rank saves its own shard).")

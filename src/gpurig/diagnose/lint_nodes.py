@@ -16,6 +16,14 @@ GPU_NAMES = {"gpu", "gpu_id", "gpu_idx", "device_id", "local_gpu", "cuda_id", "g
 # Calls that fetch from the network into a shared cache (the Hub, torch.hub, dataset hubs).
 _DOWNLOADERS = {"from_pretrained", "load_dataset", "load_state_dict_from_url", "hf_hub_download", "snapshot_download",
                 "download_url", "download_and_extract_archive"}
+# Dataset classes that download into their root folder when it lacks the files: OGB's and PyG's.
+_AUTO_DATASETS = frozenset({
+    "PygNodePropPredDataset", "PygGraphPropPredDataset", "PygLinkPropPredDataset", "NodePropPredDataset",
+    "GraphPropPredDataset", "LinkPropPredDataset", "PygPCQM4Mv2Dataset", "PCQM4Mv2Dataset", "Planetoid", "Reddit",
+    "Reddit2", "Flickr", "Yelp", "PPI", "TUDataset", "QM9", "ZINC", "MoleculeNet", "OGB_MAG", "AmazonProducts",
+    "MovieLens", "Taobao", "CitationFull", "Coauthor", "Amazon", "WikiCS",
+})
+
 OUTPUT_LOG_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 
 

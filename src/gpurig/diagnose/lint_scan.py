@@ -22,11 +22,13 @@ from gpurig.diagnose.lint_guards import (
     _mentions_rank,
 )
 from gpurig.diagnose.lint_nodes import (
+    _AUTO_DATASETS,
     _DOWNLOADERS,
     _SILENCERS,
     OUTPUT_LOG_METHODS,
     _constant_defaults,
     _dotted,
+    _kw,
     _leaf_name,
     _name_of,
     _names_a_gpu,
@@ -42,7 +44,7 @@ _JUDGED_CALLS = frozenset({
     "load", "list", "init_process_group", "destroy_process_group", "add_argument", "print", "save", "SummaryWriter",
     "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "setLevel", "basicConfig", "disable",
     "save_pretrained", "Trainer", "Fabric", "write_text", "write_bytes", "load_data",
-}) | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS
+}) | _AUTO_DATASETS | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS
 
 _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
 # A context manager that lets one rank run its body first while the others wait for it.
@@ -95,6 +97,7 @@ class _Scanner(ast.NodeVisitor):
         self.first_managers: set[str] = set()  # such context managers of this file
         self.first_pending: dict[str, set[int]] = {}  # manager name -> ids of calls in its `with` bodies
         self._pending: list[str] = []
+        self.worker_functions: set[str] = set()  # functions given to mp.spawn / Process(target=) to run
         self.imports: list[ast.Import | ast.ImportFrom] = []  # every import statement, at any depth
         self.first_stmt: ast.stmt | None = None
         # Facts about every call, kept even where the call itself is not (see `compact`):
@@ -174,13 +177,19 @@ class _Scanner(ast.NodeVisitor):
         self._path.append(False)
         self._block_count += 1
         self._blocks.append(self._block_count)
-        return [0, 0]  # (guards raised, rank-0-first sections raised) in this block
+        return [0, 0, 0]  # (guards raised, rank-0-first sections raised, a barrier passed) in this block
 
     def block_step(self, state: list[int], stmt: ast.stmt) -> None:
         if self.first_stmt is None:
             self.first_stmt = stmt  # the script's first statement (its first line, for file-wide findings)
         before = self._set_devices
+        # `if rank == 0: build()` / `barrier()` / `if rank != 0: build()`: the others come after rank 0.
+        after_first = state[2] and isinstance(stmt, ast.If) and _all_but_one(stmt.test)
+        self._first += after_first
         self.visit(stmt)
+        self._first -= after_first
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _name_of(_dotted(stmt.value.func)) == "barrier":
+            state[2] = 1
         # `if rank != 0: barrier()` ... work ... `if rank == 0: barrier()`: rank 0 goes first.
         if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and not stmt.orelse and any(
                 isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "barrier" for b in stmt.body for n in ast.walk(b)):
@@ -365,6 +374,13 @@ class _Scanner(ast.NodeVisitor):
                 self.spawns_in.add(self._functions[-1])
             elif self._main:
                 self.main_spawns = True
+        # The function a worker process runs (`mp.spawn(train, ...)`, `Process(target=train)`): every
+        # rank runs it, whatever its direct call sites (a one-GPU path calling train(0, 1)) say.
+        if short in ("spawn", "start_processes") and node.args and isinstance(node.args[0], ast.Name):
+            self.worker_functions.add(node.args[0].id)
+        target = _kw(node, "target") if short == "Process" else None
+        if target is not None and isinstance(target.value, ast.Name):
+            self.worker_functions.add(target.value.id)
         if short in ("to", "cuda") and isinstance(node.func, ast.Attribute) and node.args and _dotted(node.func.value):
             self.moves.append((_dotted(node.func.value), node.args[0], tuple(self._blocks), node.lineno))
         if short == "DistributedSampler" and self._functions:
@@ -449,7 +465,7 @@ class _Scanner(ast.NodeVisitor):
                 if name in self.defined:
                     inside = any(f in only for f in self.enclosing.get(id(call), ()))
                     sites.setdefault(name, []).append(guarded or inside)
-            grown = {name for name, flags in sites.items() if flags and all(flags)}
+            grown = {name for name, flags in sites.items() if flags and all(flags)} - self.worker_functions
             if grown <= only:
                 return only
             only |= grown
