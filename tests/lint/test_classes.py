@@ -735,3 +735,34 @@ def test_datasets_that_download_when_built_in_every_rank():
         mp.spawn(run, args=(2,), nprocs=2)
     """
     assert "download-on-every-rank" not in rules(parent_first)
+
+
+def test_a_rendezvous_fixed_in_the_projects_settings_or_shipped_configs(tmp_path):
+    helper = """
+    def create_hparams():
+        return dict(dist_backend="nccl", dist_url="tcp://localhost:54321", epochs=500)
+    """
+    body = """
+    from helpers import create_hparams
+    hparams = create_hparams()
+    dist.init_process_group(backend="nccl", init_method=hparams.dist_url, world_size=2, rank=0)
+    """
+    assert ("hard-coded-rendezvous", 11) in _project(tmp_path, helper, body)
+    # A JSON config beside the script: fixed in every config that names it, or left to the user.
+    import json
+
+    folder = tmp_path / "json"
+    folder.mkdir()
+    script = folder / "train.py"
+    script.write_text(HEAD + textwrap.dedent("""
+    h = load_config(args.config)
+    dist.init_process_group(backend="nccl", init_method=h.dist_config["dist_url"], world_size=2, rank=0)
+    dist.destroy_process_group()
+    """))
+    for name in ("config_v1.json", "config_v2.json"):
+        (folder / name).write_text(json.dumps({"dist_config": {"dist_url": "tcp://localhost:54321"}}))
+    from gpurig.diagnose.lint import lint_file
+
+    assert [f.line for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"] == [10]
+    (folder / "config_v3.json").write_text(json.dumps({"dist_config": {"dist_url": "env://"}}))
+    assert not [f for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"]

@@ -29,6 +29,7 @@ from gpurig.diagnose.lint_nodes import (
 from gpurig.diagnose.lint_project import (
     _downloading_functions,
     _fixed_port_functions,
+    _fixed_rendezvous_settings,
     _is_download_call,
     _loading_functions,
     _local_modules,
@@ -49,6 +50,15 @@ _BUILDS_TCP = re.compile(r"""['"]tcp://(?:['"{]|$)""", re.M)
 # Dataset builders that read the user's own files (`load_dataset("json", data_files=...)`): nothing to download.
 _LOCAL_BUILDERS = {"json", "csv", "text", "parquet", "arrow", "pandas", "imagefolder", "audiofolder", "videofolder",
                    "webdataset", "xml", "sql"}
+
+
+def _setting_name(value: ast.AST) -> str | None:
+    """The name of the setting an expression reads: `hparams.dist_url`, `h.dist_config['dist_url']`."""
+    if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant) and isinstance(value.slice.value, str):
+        return value.slice.value
+    if isinstance(value, (ast.Attribute, ast.Name)):
+        return _dotted(value).rpartition(".")[2] or None
+    return None
 
 
 # A folder on this machine by its name: `input_dir`, `output_dir`, `ckpt_dir`, `save_dir`.
@@ -186,6 +196,16 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     parent_built = {_name_of(f) for c, f, _ in calls if _name_of(f) in _AUTO_DATASETS and (
         (id(c) in scan.main_calls and scan.main_spawns) or (scan.enclosing.get(id(c)) or ("",))[-1] in scan.spawns_in)}
 
+    settings_cache: list = []
+
+    def fixed_settings() -> dict[str, str]:
+        if not settings_cache:
+            from pathlib import Path
+
+            settings_cache.append(_fixed_rendezvous_settings(modules, scan.script_dir or (
+                Path(path).resolve().parent if path else None)))
+        return settings_cache[0]
+
     def never_run(call: ast.Call) -> bool:
         """In a function of this file that nothing in it calls or names: not run by this script."""
         inside = scan.enclosing.get(id(call), ())
@@ -301,6 +321,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 "Give that torch.load map_location='cpu' (then .to(device)), or map_location=f'cuda:{local_rank}'.")
         if short == "init_process_group":
             init = _kw(call, "init_method")
+            setting = _setting_name(init.value) if init is not None else None
             if init is not None and isinstance(init.value, ast.Constant) and isinstance(init.value.value, str) \
                     and init.value.value.startswith("tcp://"):
                 add(
@@ -309,6 +330,11 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "Drop init_method (the default env:// reads MASTER_ADDR/MASTER_PORT set by torchrun) and start with "
                     "`gpurig launch`, which picks a free port.",
                 )
+            elif setting is not None and setting in fixed_settings():
+                add("hard-coded-rendezvous", call,
+                    f"init_method comes from the project's {setting} setting, fixed to {fixed_settings()[setting]}: "
+                    "a second job on this machine fails with 'Address already in use'",
+                    "Default that setting to env:// and let the launcher choose the port (`gpurig launch` / torchrun).")
             if "destroy_process_group" not in names and not destroys_in_modules and not any(
                     f.id == "no-destroy-process-group" for f in findings):  # one mistake per file, at its first start
                 add("no-destroy-process-group", call, "init_process_group with no destroy_process_group: the group is torn down at interpreter exit",

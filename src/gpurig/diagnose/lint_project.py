@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from gpurig.diagnose.lint_guards import _mentions_rank
 from gpurig.diagnose.lint_nodes import (
@@ -203,6 +204,65 @@ def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int]]:
                         out[fn.name] = (param, params.index(param), n.lineno)
     return out
 
+
+
+_TCP_FIXED = re.compile(r"tcp://[^:/\s]+:\d{2,5}/?$")
+_RENDEZVOUS_KEY = re.compile(r"dist_?url|init_?method", re.IGNORECASE)
+
+
+def _fixed_rendezvous_settings(modules: list, script_dir=None) -> dict[str, str]:
+    """Settings of the project that fix the rendezvous address: a `dist_url` / `init_method` given a
+    literal `tcp://host:port` in its own modules (a default, an assignment, a dict entry) or in the
+    JSON configs shipped beside the script: key -> where. A script passing that setting as
+    init_method starts every run on the same port."""
+    out: dict[str, str] = {}
+    for module in modules:
+        for n in ast.walk(module):
+            pairs = []
+            if isinstance(n, ast.keyword) and n.arg:
+                pairs.append((n.arg, n.value))
+            elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                    leaf = _dotted(t).rpartition(".")[2]
+                    if leaf and n.value is not None:
+                        pairs.append((leaf, n.value))
+            elif isinstance(n, ast.Dict):
+                pairs += [(k.value, v) for k, v in zip(n.keys, n.values, strict=False)
+                          if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            for key, value in pairs:
+                if _RENDEZVOUS_KEY.fullmatch(key) and isinstance(value, ast.Constant) and isinstance(value.value, str) \
+                        and _TCP_FIXED.match(value.value):
+                    out.setdefault(key, f"{value.value!r} at line {n.lineno} of its module")
+    if script_dir is not None:
+        out.update({k: v for k, v in _json_rendezvous(script_dir).items() if k not in out})
+    return out
+
+
+def _json_rendezvous(folder) -> dict[str, str]:
+    """`"dist_url": "tcp://localhost:54321"` in every JSON config beside the script (or in its
+    config folder) that names one: key -> where."""
+    import json
+    from pathlib import Path
+
+    found: dict[str, list[str]] = {}
+    files = [f for d in (Path(folder), Path(folder) / "config", Path(folder) / "configs") if d.is_dir()
+             for f in sorted(d.glob("*.json"))[:50] if f.stat().st_size < 1_000_000]
+    for f in files:
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        stack = [data]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                for k, v in item.items():
+                    if isinstance(k, str) and _RENDEZVOUS_KEY.fullmatch(k) and isinstance(v, str):
+                        found.setdefault(k, []).append(f"{v!r} in {f.name}" if _TCP_FIXED.match(v) else "")
+                    stack.append(v)
+            elif isinstance(item, list):
+                stack.extend(item)
+    return {k: v[0] for k, v in found.items() if all(v)}  # every config that names it fixes it
 
 
 def _saving_functions(modules: list) -> dict[str, str]:
