@@ -766,3 +766,32 @@ def test_a_rendezvous_fixed_in_the_projects_settings_or_shipped_configs(tmp_path
     assert [f.line for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"] == [10]
     (folder / "config_v3.json").write_text(json.dumps({"dist_config": {"dist_url": "env://"}}))
     assert not [f for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"]
+
+
+def test_a_launcher_of_the_project_that_runs_the_scripts_main_owns_the_group(tmp_path):
+    helper = """
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    def _worker(rank, main_func, world_size, args):
+        dist.init_process_group("nccl", init_method="env://", world_size=world_size, rank=rank)
+        main_func(*args)
+    def launch(main_func, num_gpus, args=()):
+        mp.start_processes(_worker, nprocs=num_gpus, args=(main_func, num_gpus, args), start_method="spawn")
+    def init_distributed():
+        dist.init_process_group("nccl")
+    """
+    launched = """
+    from helpers import launch
+    def main(cfg):
+        pass
+    launch(main, 8, args=({},))
+    """
+    assert "no-destroy-process-group" not in [r for r, _ in _project(tmp_path, helper, launched)]
+    (tmp_path / "project").rename(tmp_path / "launched")
+    set_up = """
+    from helpers import init_distributed
+    def main(cfg):
+        init_distributed()
+    main({})
+    """
+    assert "no-destroy-process-group" in [r for r, _ in _project(tmp_path, helper, set_up)]

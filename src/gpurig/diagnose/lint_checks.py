@@ -546,8 +546,15 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
 
     # The process group started in the project's own module (utils.init_distributed_mode): the
     # script still has to end it.
+    # Not where the script hands its own main function to a launcher of its project
+    # (`launch(main, num_gpus, ...)`, as detectron2's and YOLOX's): the launcher owns the group.
+    launchers = {fn.name for m in modules for fn in ast.walk(m) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ("spawn", "start_processes", "Process")
+                         for n in ast.walk(fn))}
+    launcher = any(isinstance(c.func, ast.Name) and c.func.id in launchers and c.func.id not in scan.defined
+                   and c.args and isinstance(c.args[0], ast.Name) and c.args[0].id in scan.defined for c, _, _ in calls)
     if "init_process_group" not in names and "init_process_group" in module_calls and \
-            "destroy_process_group" not in names and not destroys_in_modules:
+            "destroy_process_group" not in names and not destroys_in_modules and not launcher:
         add("no-destroy-process-group", scan.first_stmt if scan.first_stmt is not None else ast.Pass(),
             "the process group starts in this project's own module and nothing ever calls destroy_process_group",
             "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
