@@ -786,12 +786,14 @@ def test_a_launcher_of_the_project_that_runs_the_scripts_main_owns_the_group(tmp
         pass
     launch(main, 8, args=({},))
     """
-    assert "no-destroy-process-group" not in [r for r, _ in _project(tmp_path, helper, launched)]
-    (tmp_path / "project").rename(tmp_path / "launched")
+    _project(tmp_path, helper, launched)
+    script = tmp_path / "project" / "train.py"
+    assert "no-destroy-process-group" not in rules(launched, path=script, end="")
+    # A setup helper the script calls itself: the script runs the training and must end the group.
     set_up = """
     from helpers import init_distributed
     def main(cfg):
         init_distributed()
     main({})
     """
-    assert "no-destroy-process-group" in [r for r, _ in _project(tmp_path, helper, set_up)]
+    assert "no-destroy-process-group" in rules(set_up, path=script, end="")
