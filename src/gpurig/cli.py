@@ -103,10 +103,28 @@ def _readable_options_panel() -> None:
         TyperArgument.display_type_rich = argument_type_rich
 
 
-try:
-    _readable_options_panel()
-except Exception:  # help cosmetics must never stop the tool: another typer keeps its own table
-    pass
+def _when_help_is_shown() -> None:
+    """Adjust typer's help tables the first time a help page is drawn, not at every start: the
+    rich help machinery costs a fifth of the start-up of a command that prints no help."""
+    from typer.core import TyperCommand
+
+    for klass in (TyperCommand, TyperGroup):
+        drawn = klass.format_help
+        if getattr(drawn, "_gpurig", False):
+            continue
+
+        def format_help(self, ctx, formatter, _drawn=drawn):  # noqa: ANN001, ANN202 - click's signature
+            try:
+                _readable_options_panel()
+            except Exception:  # help cosmetics must never stop the tool: another typer keeps its own table
+                pass
+            return _drawn(self, ctx, formatter)
+
+        format_help._gpurig = True  # type: ignore[attr-defined]
+        klass.format_help = format_help
+
+
+_when_help_is_shown()
 
 
 class _JourneyOrder(TyperGroup):
