@@ -62,6 +62,7 @@ def _walks_container(loop: ast.AST) -> bool:
     return isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "keys", "values")
 
 
+_FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute, ast.IfExp)
 _BRANCHING = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 _VARIES = object()  # a setting assigned something other than a constant
@@ -154,6 +155,10 @@ class _Scanner(ast.NodeVisitor):
             method = getattr(self, "visit_" + node.__class__.__name__, None) or self.generic_visit
             self._methods[node.__class__] = method
         return method(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        """A literal has nothing under it (ast.NodeVisitor's own visit_Constant looks for the
+        visit_Num/visit_Str of old Pythons at every literal)."""
 
     def generic_visit(self, node: ast.AST) -> None:
         for name in node._fields:
@@ -507,7 +512,8 @@ class _Scanner(ast.NodeVisitor):
                 isinstance(t, ast.Subscript) and _dotted(t.value) == "os.environ") for t in node.targets):
             self.assigns.append((node, self._guard > 0))
         # (`ddp = int(os.environ.get("RANK", -1)) != -1` is true on every rank of a run: not a pick.)
-        if len(node.targets) == 1 and not isinstance(node.value, (ast.Call, ast.Subscript, ast.Constant)) \
+        # (Only a test or a name can hold one: `y = x * 3 + 1` is no flag, and is not walked for one.)
+        if len(node.targets) == 1 and isinstance(node.value, _FLAG_VALUES) \
                 and _dotted(node.targets[0]) and _mentions_rank(node.value) and not _all_but_one(node.value):
             self.flags.add(_dotted(node.targets[0]))
         for t in node.targets:
