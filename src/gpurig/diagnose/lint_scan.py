@@ -508,17 +508,18 @@ class _Scanner(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Assign(self, node: ast.Assign) -> None:
-        if not self.compact or any(_RENDEZVOUS_TARGET.search(_dotted(t).lower()) or (
-                isinstance(t, ast.Subscript) and _dotted(t.value) == "os.environ") for t in node.targets):
+        names = [_dotted(t) for t in node.targets]  # each target's dotted name, once
+        first = names[0] if len(names) == 1 else ""
+        if not self.compact or any(_RENDEZVOUS_TARGET.search(n.lower()) or (
+                isinstance(t, ast.Subscript) and _dotted(t.value) == "os.environ") for t, n in zip(node.targets, names, strict=True)):
             self.assigns.append((node, self._guard > 0))
         # (`ddp = int(os.environ.get("RANK", -1)) != -1` is true on every rank of a run: not a pick.)
         # (Only a test or a name can hold one: `y = x * 3 + 1` is no flag, and is not walked for one.)
         if len(node.targets) == 1 and isinstance(node.value, _FLAG_VALUES) \
-                and _dotted(node.targets[0]) and _mentions_rank(node.value) and not _all_but_one(node.value):
-            self.flags.add(_dotted(node.targets[0]))
-        for t in node.targets:
-            if _dotted(t) in ("builtins.print", "__builtin__.print", "__builtins__.print"):
-                self.silenced = True
+                and first and _mentions_rank(node.value) and not _all_but_one(node.value):
+            self.flags.add(first)
+        if any(n in ("builtins.print", "__builtin__.print", "__builtins__.print") for n in names):
+            self.silenced = True
         for t in node.targets:
             if isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant) \
                     and any(t.slice.value in keys for keys in self._env_absent):
@@ -534,17 +535,17 @@ class _Scanner(ast.NodeVisitor):
             self.path_vars[key] = None if key in self.path_vars else value
         if len(node.targets) == 1 and isinstance(value, (ast.Call, ast.JoinedStr, ast.BinOp)):
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda") \
-                    and value.args and _dotted(node.targets[0]):
-                self.moves.append((_dotted(node.targets[0]), value.args[0], tuple(self._blocks), node.lineno))
-            elif _names_a_gpu(value) and _dotted(node.targets[0]):
-                self.device_vars[_dotted(node.targets[0])] = value
+                    and value.args and first:
+                self.moves.append((first, value.args[0], tuple(self._blocks), node.lineno))
+            elif first and _names_a_gpu(value):
+                self.device_vars[first] = value
         for t in node.targets:
             self._setting(t, value)
             if isinstance(t, ast.Name) and isinstance(node.value, ast.Call) \
                     and _name_of(_dotted(node.value.func)) in ("BytesIO", "StringIO"):
                 self.buffers.add(t.id)
         if len(node.targets) == 1:
-            name = _dotted(node.targets[0])
+            name = first
             if isinstance(node.value, ast.Constant) and isinstance(node.targets[0], ast.Name):
                 self.constants[name] = node.value.value
             elif name and _holds_global_rank(node.value):
