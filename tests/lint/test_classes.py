@@ -797,3 +797,24 @@ def test_a_launcher_of_the_project_that_runs_the_scripts_main_owns_the_group(tmp
     main({})
     """
     assert "no-destroy-process-group" in rules(set_up, path=script, end="")
+
+
+def test_a_project_helper_that_makes_the_global_rank_the_gpu_index(tmp_path):
+    helper = """
+    import os
+    import torch
+    import torch.distributed as dist
+    def setup(args):
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        torch.cuda.set_device(rank)
+    def setup_local(args):
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    """
+    body = """
+    from helpers import setup, setup_local
+    setup(args)
+    setup_local(args)
+    """
+    assert [line for r, line in _project(tmp_path, helper, body) if r == "global-rank-as-device"] == [10]

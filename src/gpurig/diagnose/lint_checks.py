@@ -30,6 +30,7 @@ from gpurig.diagnose.lint_project import (
     _downloading_functions,
     _fixed_port_functions,
     _fixed_rendezvous_settings,
+    _global_rank_device_functions,
     _is_download_call,
     _loading_functions,
     _local_modules,
@@ -161,6 +162,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     downloading_helpers = _downloading_functions(modules)
     saving_helpers = _saving_functions(modules)
     loading_helpers = _loading_functions(modules)
+    rank_device_helpers = _global_rank_device_functions(modules)
     reported_helpers: set[str] = set()
     text = source
     uses_cuda = scan.cuda_call or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
@@ -312,6 +314,11 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "torch.load without map_location: tensors saved on cuda:0 load onto GPU 0 in every rank",
                     "torch.load(path, map_location='cpu') (then .to(device)), or map_location=f'cuda:{local_rank}'.",
                 )
+        if short in rank_device_helpers and short not in scan.defined and "device:" + short not in reported_helpers:
+            reported_helpers.add("device:" + short)
+            add("global-rank-as-device", call, f"{short}() makes the global rank the GPU index ({rank_device_helpers[short]}): "
+                "on a second node there is no such GPU",
+                f"In {short}(), torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) (the rank within this node).")
         if short in loading_helpers and short not in scan.defined and "load:" + short not in reported_helpers \
                 and distributed and not guarded:
             reported_helpers.add("load:" + short)  # once per helper, at its first call

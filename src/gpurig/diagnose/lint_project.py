@@ -293,6 +293,26 @@ def _saving_functions(modules: list) -> dict[str, str]:
     return out
 
 
+def _global_rank_device_functions(modules: list) -> dict[str, str]:
+    """Functions of the project's own modules that make the global rank the GPU index:
+    `r = dist.get_rank()` (or RANK from the environment), then `torch.cuda.set_device(r)`: name -> where."""
+    from gpurig.diagnose.lint_guards import _holds_global_rank
+
+    out: dict[str, str] = {}
+    for module in modules:
+        for fn in ast.walk(module):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            ranks = {_dotted(t) for n in ast.walk(fn) if isinstance(n, ast.Assign) and _holds_global_rank(n.value)
+                     for t in n.targets if _dotted(t)}
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ("set_device", "set_device_index") and n.args \
+                        and (_dotted(n.args[0]) in ranks or _holds_global_rank(n.args[0])):
+                    out[fn.name] = f"set_device(global rank) at line {n.lineno} of its module"
+                    break
+    return out
+
+
 def _loading_functions(modules: list) -> dict[str, str]:
     """Functions of the project's own modules (and classes, through their __init__) that read a
     checkpoint with torch.load and no map_location, without a rank check: name -> where. Called on
