@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpurig.diagnose import lint as L
-from gpurig.diagnose import lint_scan
+from gpurig.diagnose import lint_stream
 from gpurig.errors import BadInput
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +89,7 @@ def scripts() -> list[Path]:
 
 def findings(path: Path, streamed: bool, monkeypatch) -> list[tuple]:
     monkeypatch.setattr(L, "STREAM_BYTES", 0 if streamed else 1 << 40)
-    monkeypatch.setattr(lint_scan, "_CHUNK_BYTES", 64)  # a cut at nearly every possible place
+    monkeypatch.setattr(lint_stream, "_CHUNK_BYTES", 64)  # a cut at nearly every possible place
     return [(f.id, f.line, f.title) for f in L.lint_file(str(path), select=list(L.RULES))]
 
 
@@ -128,7 +128,7 @@ def test_a_streamed_script_gets_exactly_the_findings_of_the_whole_tree(tmp_path,
 
 def test_a_big_script_that_does_not_compile_is_named_with_its_line(tmp_path, monkeypatch):
     monkeypatch.setattr(L, "STREAM_BYTES", 0)
-    monkeypatch.setattr(lint_scan, "_CHUNK_BYTES", 64)
+    monkeypatch.setattr(lint_stream, "_CHUNK_BYTES", 64)
     bad = tmp_path / "bad.py"
     bad.write_text(TRICKY + "\ndef broken(:\n    pass\n")
     line = TRICKY.count("\n") + 2

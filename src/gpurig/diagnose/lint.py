@@ -25,7 +25,8 @@ from gpurig.diagnose.lint_read import (  # noqa: F401  (re-exported: read_script
     read_script_tree,
 )
 from gpurig.diagnose.lint_rules import DEFAULT_RULES, RULES, LintFinding, Rule  # noqa: F401  (re-exported)
-from gpurig.diagnose.lint_scan import _Scanner, _stream_scan
+from gpurig.diagnose.lint_scan import _Scanner
+from gpurig.diagnose.lint_stream import _stream_scan
 
 
 def lint_source(source: str, filename: str = "<script>", path=None, select=None, ignore=None,

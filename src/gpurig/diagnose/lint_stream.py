@@ -1,0 +1,67 @@
+"""A big script read one group of top-level statements at a time: each group is compiled and walked
+by the same scanner, and of it only what the rules judge is kept (see `_stream_scan`)."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from gpurig.diagnose.lint_guards import _RANK_CACHE
+from gpurig.diagnose.lint_scan import _Scanner
+
+_CHUNK_BYTES = 256 * 1024
+# A line that may start a top-level statement: not indented, not a comment or a closing bracket,
+# not the continuation of a compound statement.
+_MAY_START_LINE = re.compile(r"^(?!(?:else|elif|except|finally)\b)[^\s#)\]}]", re.M)
+
+
+def _top_level_chunks(source: str, label: str):
+    """The syntax trees of consecutive groups of top-level statements, about _CHUNK_BYTES each.
+
+    A cut is tried only where a line could start a statement; a group that does not compile on
+    its own (the cut fell inside a string, brackets, a decorator or a compound statement) grows to
+    the next possible cut. Python's own SyntaxError (with its true line) is raised for a script
+    that does not compile at all. Line numbers are the script's: each group is compiled after as
+    many newlines as lines come before it."""
+    cuts = [0] + [m.start() for m in _MAY_START_LINE.finditer(source) if m.start()] + [len(source)]
+    k, line = 0, 0  # the group's first cut, and the number of lines before it
+    while k < len(cuts) - 1:
+        j = k + 1
+        while j < len(cuts) - 1 and cuts[j] - cuts[k] < _CHUNK_BYTES:
+            j += 1
+        while True:
+            text = source[cuts[k]:cuts[j]]
+            try:
+                tree = compile("\n" * line + text, label, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+                break
+            except SyntaxError:
+                if j >= len(cuts) - 1:
+                    # Not a bad cut: the script itself does not compile. Python's own words and line.
+                    compile(source, label, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+                    raise
+                j += 1
+        yield tree
+        line += text.count("\n")
+        k = j
+
+
+_DEF_NAME = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+
+
+def _stream_scan(source: str, label: str, path=None) -> _Scanner:
+    """One scan of a big script, top-level statement groups parsed and walked one after another,
+    keeping only what the rules judge (the rest is freed with its group)."""
+    from pathlib import Path
+
+    scan = _Scanner()
+    scan.compact = True
+    scan.keep_names = set(_DEF_NAME.findall(source))
+    scan.script_dir = Path(path).resolve().parent if path else None
+    state = scan.block_start()
+    for chunk in _top_level_chunks(source, label):
+        for stmt in chunk.body:
+            scan.block_step(state, stmt)
+        chunk = stmt = None  # the group's tree goes now, but for what the scan keeps of it
+        _RANK_CACHE.clear()  # it holds the group's nodes
+    scan.block_end(state)
+    return scan
