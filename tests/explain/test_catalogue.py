@@ -173,3 +173,17 @@ def test_a_harmless_notice_is_said_once_with_its_threads_beside_it():
     result = explain_text("[1,5]<stderr>:[8311b4012d34:153937] Read -1, expected 131072, errno = 1\n")
     assert result.matches == [] and [b.id for b in result.benign] == ["openmpi-vader-docker-notice"]
     assert any("github.com" in url for url in result.benign[0].see_also)
+
+
+def test_an_entry_no_real_thread_has_confirmed_is_never_sure():
+    from gpurig.diagnose.catalogue import UNPROVEN, entry_confidence, load_catalogue
+    from gpurig.diagnose.threads import SURE, load_entry_record
+
+    record = load_entry_record()
+    for entry in load_catalogue():
+        if entry.role == "primary" and entry.id not in record:
+            assert entry_confidence(entry) <= UNPROVEN < SURE, entry.id
+    # One that real threads confirmed keeps a confidence of its own, read from its record.
+    proven = next(e for e in load_catalogue() if record.get(e.id, (0, 0))[0] >= 10 and e.role == "primary")
+    answered, right = record[proven.id]
+    assert abs(entry_confidence(proven) - (right + 4 * proven.confidence) / (answered + 4)) < 0.001

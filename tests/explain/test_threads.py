@@ -197,7 +197,7 @@ def test_catalogue_confidence_is_calibrated_on_the_development_threads(tmp_path)
         assert low == pytest.approx((3 + explain.PRIOR_ANSWERS * entry.confidence) / (12 + explain.PRIOR_ANSWERS), abs=1e-3)
         assert low < entry.confidence
         th_record[entry.id] = (0, 0)
-        assert explain.entry_confidence(entry) == entry.confidence  # never answered: as stated
+        assert explain.entry_confidence(entry) == min(entry.confidence, explain.UNPROVEN)  # never answered: never sure
         secondary = next(e for e in catalogue.values() if e.role == "secondary")
         th_record[secondary.id] = (10, 0)
         assert explain.entry_confidence(secondary) == secondary.confidence  # consequences are not calibrated

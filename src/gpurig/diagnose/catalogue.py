@@ -189,6 +189,7 @@ def _line_of(text: str, pos: int) -> tuple[int, str]:
 # How many dev answers an entry's stated confidence is worth when it is blended with how often the
 # entry was right on the development threads (a Beta prior: few answers move it little).
 PRIOR_ANSWERS = 4.0
+UNPROVEN = 0.84  # the most an entry no development thread has matched may claim (sure is 0.85)
 USE_ENTRY_CALIBRATION = True  # off while the calibration itself is measured
 
 
@@ -202,7 +203,8 @@ def entry_confidence(entry: CatalogueEntry) -> float:
 
     answered, right = load_entry_record().get(entry.id, (0, 0))
     if not answered:
-        return entry.confidence
+        # Never checked against a real development thread: no evidence for "sure".
+        return min(entry.confidence, UNPROVEN)
     return round((right + PRIOR_ANSWERS * entry.confidence) / (answered + PRIOR_ANSWERS), 3)
 
 
