@@ -818,3 +818,66 @@ def test_a_project_helper_that_makes_the_global_rank_the_gpu_index(tmp_path):
     setup_local(args)
     """
     assert [line for r, line in _project(tmp_path, helper, body) if r == "global-rank-as-device"] == [10]
+
+
+def test_what_a_trainer_class_does_on_every_rank_and_on_rank_zero():
+    # The rank kept in a settings dict guards the interval saves; the save after training runs on
+    # every rank through an object of the class; set_epoch through a dict of samplers counts.
+    body = """
+    class Trainer:
+        def __init__(self, config, sampler):
+            self.config, self.sampler = config, sampler
+        def save_checkpoint(self, path):
+            torch.save({"steps": 1}, path)
+        def train_epoch(self, epoch):
+            self.sampler["train"].set_epoch(epoch)
+            if self.config["rank"] == 0:
+                self.save_checkpoint("checkpoint-interval.pkl")
+
+    dist.init_process_group("nccl")
+    data = list(range(10))
+    sampler = {"train": DistributedSampler(data, shuffle=True)}
+    trainer = Trainer({"rank": dist.get_rank()}, sampler)
+    for epoch in range(3):
+        trainer.train_epoch(epoch)
+    trainer.save_checkpoint("checkpoint-final.pkl")
+    """
+    got = found(body)
+    assert [line for r, line in got if r == "save-on-every-rank"] == [25]
+    assert "sampler-without-set-epoch" not in [r for r, _ in got]
+
+
+def test_a_per_rank_file_name_held_in_a_variable():
+    body = """
+    dist.init_process_group("nccl")
+    def save(optimizer, out):
+        opt_state_fn = f"optimizer.{dist.get_rank():05d}-of-{dist.get_world_size():05d}.pth"
+        torch.save(optimizer.state_dict(), os.path.join(out, opt_state_fn))
+        name = "optimizer.pth"
+        torch.save(optimizer.state_dict(), os.path.join(out, name))
+    save(opt, "ckpt")
+    """
+    assert [line for r, line in found(body) if r == "save-on-every-rank"] == [15]  # at the call of the save helper
+
+
+def test_a_project_helper_that_lets_rank_zero_download_first(tmp_path):
+    helper = """
+    import torch
+    from torchvision import datasets
+    def get_loader(args):
+        if args.local_rank not in [-1, 0]:
+            torch.distributed.barrier()
+        train = datasets.CIFAR10("./data", train=True, download=True)
+        if args.local_rank == 0:
+            torch.distributed.barrier()
+        return train
+    def get_raw(args):
+        return datasets.CIFAR10("./data", train=True, download=True)
+    """
+    body = """
+    from helpers import get_loader, get_raw
+    dist.init_process_group("nccl")
+    loader = get_loader(args)
+    raw = get_raw(args)
+    """
+    assert [line for r, line in _project(tmp_path, helper, body) if r == "download-on-every-rank"] == [12]

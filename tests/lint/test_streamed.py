@@ -71,6 +71,7 @@ def main():
     else:
         torch.save(model, "every.pt")
     Trainer(rank).fit(model, list(range(10)))
+    save(model)  # the save helper, on every rank this time
     torch.hub.load("repo", "model")
 
 

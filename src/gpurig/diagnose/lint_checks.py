@@ -400,7 +400,10 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 target = call.args[1] if func == "torch.save" and len(call.args) > 1 else (
                     _kw(call, "f").value if func == "torch.save" and _kw(call, "f") else (call.args[0] if call.args else None))
                 in_buffer = isinstance(target, ast.Name) and target.id in scan.buffers  # io.BytesIO(): no file
-                if (target is None or not _mentions_rank_value(target)) and not in_buffer and not never_run(call):
+                per_rank = target is not None and any(_mentions_rank_value(named_path(call, n)) for n in ast.walk(target)
+                                                      if isinstance(n, ast.Name))
+                if (target is None or not _mentions_rank_value(target)) and not per_rank and not in_buffer \
+                        and not never_run(call):
                     kind = "torch.save" if func == "torch.save" else "SummaryWriter"
                     fix = ("Save from one rank: `if rank == 0: torch.save(...)` then dist.barrier() before anyone reads it "
                            "(or put the rank in the file name when each rank saves its own shard).")
@@ -409,8 +412,13 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     # the save itself is what to guard: say so at the save.
                     inside = scan.enclosing.get(id(call), ())
                     helper = inside[-1] if inside and _SAVE_HELPER.search(inside[-1]) else None
-                    sites = [c for c, f2, g2 in calls if helper and _calls_function(f2, helper) and not g2]
-                    for site in sites or [call]:
+                    # Its call sites: as a function or a method of this file (`trainer.save_checkpoint(...)`
+                    # on an object of a class defined here). All of them under a rank check: nothing to say.
+                    method = helper is not None and any(m == helper for _, m in scan.own_methods)
+                    every = [(c, g2) for c, f2, g2 in calls if helper and (
+                        _calls_function(f2, helper) or (method and f2.rpartition(".")[2] == helper and "." in f2))]
+                    sites = [c for c, g2 in every if not g2]
+                    for site in sites or ([] if every else [call]):
                         where = f"{_name_of(_dotted(site.func))}() saves with {kind} (line {call.lineno})" if site is not call else kind
                         add("save-on-every-rank", site, f"{where} runs on every rank: they write the same file at once", fix)
             # `model.save_pretrained(out)` on every rank: each writes the same files (Accelerate's

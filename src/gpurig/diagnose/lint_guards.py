@@ -50,6 +50,9 @@ def _rank_check(test: ast.AST) -> bool:
         name = _leaf_name(node)
         if name is None and isinstance(node, ast.Constant) and isinstance(node.value, str):
             name = node.value if node.value in ("RANK", "LOCAL_RANK") else None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str) \
+                and node.slice.value.lower() in ("rank", "local_rank", "global_rank", "gpu", "gpu_id"):
+            name = node.slice.value  # a setting kept in a dict: self.config["rank"], opt["rank"]
         if name and (any(w in name.lower() for w in RANK_WORDS) or name.lower() in RANK_NAMES):
             return True
         if isinstance(node, ast.Compare):

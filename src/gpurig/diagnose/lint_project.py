@@ -113,12 +113,22 @@ def _is_download_call(call: ast.Call) -> bool:
     return bool(on) or short in _DOWNLOADERS or _named_fetch(call)
 
 
+def _rank_zero_first(fn: ast.AST) -> bool:
+    """The helper makes the other ranks wait at a barrier while rank 0 works (`if args.local_rank not
+    in [-1, 0]: torch.distributed.barrier()` first, the matching barrier of rank 0 after)."""
+    return any(isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and any(
+        isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "barrier" for b in stmt.body for n in ast.walk(b))
+        for stmt in getattr(fn, "body", []))
+
+
 def _downloading_functions(modules: list) -> dict[str, str]:
     """Functions of the project's own modules that download without a rank check: name -> what."""
     out: dict[str, str] = {}
     for module in modules:
         for fn in ast.walk(module):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if _rank_zero_first(fn):
                 continue
             guarded_lines = {n.lineno for stmt in ast.walk(fn) if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)
                              for b in stmt.body for n in ast.walk(b) if hasattr(n, "lineno")}

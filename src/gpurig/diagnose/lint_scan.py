@@ -360,8 +360,8 @@ class _Scanner(ast.NodeVisitor):
         self.short_names.add(short)
         if "cuda" in func.split(".") or func.endswith(".cuda"):
             self.cuda_call = True
-        if func.endswith("set_epoch"):
-            self.set_epoch_call = True
+        if func.endswith("set_epoch") or (isinstance(node.func, ast.Attribute) and node.func.attr == "set_epoch"):
+            self.set_epoch_call = True  # also on a receiver no dotted name reads: self.sampler["train"].set_epoch(...)
         if func.endswith(("set_device", "set_device_index")):
             self.set_device_call = True
         if not self.compact or self._judged(node, func, short):
