@@ -443,22 +443,16 @@ class _Scanner(ast.NodeVisitor):
         the calls they make run on rank 0 first too."""
         for name in self.first_managers:
             self.first |= self.first_pending.get(name, set())
-        only: set[str] = set()
-        while True:
-            sites: dict[str, list[bool]] = {}
-            for call, _ in self.calls:
-                name = call.func.id if isinstance(call.func, ast.Name) else (
-                    call.func.attr if isinstance(call.func, ast.Attribute) else None)
-                if name in self.defined:
-                    inside = any(f in only for f in self.enclosing.get(id(call), ()))
-                    sites.setdefault(name, []).append(id(call) in self.first or inside)
-            grown = {name for name, flags in sites.items() if flags and all(flags)}
-            if grown <= only:
-                return only
-            only |= grown
+        return self._only_called(lambda call, guarded: id(call) in self.first)
 
     def one_rank_functions(self) -> set[str]:
-        """Functions of this file that are only ever called under a rank check."""
+        """Functions of this file that are only ever called under a rank check (never the function
+        the workers run: every rank runs that one)."""
+        return self._only_called(lambda call, guarded: guarded) - self.worker_functions
+
+    def _only_called(self, where) -> set[str]:
+        """The functions of this file all of whose calls are `where(call, guarded)`, or made from
+        such a function (grown until nothing changes)."""
         only: set[str] = set()
         while True:
             sites: dict[str, list[bool]] = {}
@@ -468,7 +462,7 @@ class _Scanner(ast.NodeVisitor):
                     call.func.attr if isinstance(call.func, ast.Attribute) else None)
                 if name in self.defined:
                     inside = any(f in only for f in self.enclosing.get(id(call), ()))
-                    sites.setdefault(name, []).append(guarded or inside)
+                    sites.setdefault(name, []).append(where(call, guarded) or inside)
             grown = {name for name, flags in sites.items() if flags and all(flags)} - self.worker_functions
             if grown <= only:
                 return only
