@@ -314,7 +314,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "torch.load without map_location: tensors saved on cuda:0 load onto GPU 0 in every rank",
                     "torch.load(path, map_location='cpu') (then .to(device)), or map_location=f'cuda:{local_rank}'.",
                 )
-        if short in rank_device_helpers and short not in scan.defined and "device:" + short not in reported_helpers:
+        if short in rank_device_helpers and short not in scan.defined and "device:" + short not in reported_helpers \
+                and not guarded:
             reported_helpers.add("device:" + short)
             add("global-rank-as-device", call, f"{short}() makes the global rank the GPU index ({rank_device_helpers[short]}): "
                 "on a second node there is no such GPU",
