@@ -881,3 +881,25 @@ def test_a_project_helper_that_lets_rank_zero_download_first(tmp_path):
     raw = get_raw(args)
     """
     assert [line for r, line in _project(tmp_path, helper, body) if r == "download-on-every-rank"] == [12]
+
+
+def test_a_helper_re_exported_by_a_package_and_its_subpackage(tmp_path):
+    # `from mypkg import create_dataloader`, where mypkg/__init__.py takes it from its datasets
+    # subpackage, which takes it from datasets/dataloader.py.
+    project = tmp_path / "proj"
+    (project / "mypkg" / "datasets").mkdir(parents=True)
+    (project / "mypkg" / "__init__.py").write_text("from .datasets import create_dataloader\n")
+    (project / "mypkg" / "datasets" / "__init__.py").write_text("from .dataloader import create_dataloader\n")
+    (project / "mypkg" / "datasets" / "dataloader.py").write_text(textwrap.dedent("""
+    import torchvision
+    def create_dataloader(root):
+        return torchvision.datasets.CIFAR10(root, download=True)
+    """))
+    script = project / "train.py"
+    body = """
+    from mypkg import create_dataloader
+    dist.init_process_group("nccl")
+    loader = create_dataloader("data")
+    """
+    script.write_text(HEAD + textwrap.dedent(body))
+    assert ("download-on-every-rank", 11) in found(body, path=script)

@@ -74,16 +74,24 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
         found.append(module)
         return module
 
+    def re_exports(init: Path, module: ast.AST, depth: int = 0) -> None:
+        """A package re-exports its modules (`from .train_utils import *`, `from .datasets import
+        create_dataloader` where datasets is a package itself): read those too, three levels down."""
+        for node in ast.walk(module):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                sub = init.parent / Path(*node.module.split("."))
+                add(sub.with_suffix(".py"))
+                inner = add(sub / "__init__.py")
+                if inner is not None and depth < 2:
+                    re_exports(sub / "__init__.py", inner, depth + 1)
+
     for name in names:
         rel = Path(*name.split("."))
         for root in (base, base.parent, base.parent.parent):  # a script in app/vjepa/ importing src.utils
             for cand in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
                 module = add(cand)
                 if module is not None and cand.name == "__init__.py":
-                    # A package re-exports its modules (`from .train_utils import *`): read those too.
-                    for node in ast.walk(module):
-                        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-                            add(cand.parent / Path(*node.module.split(".")).with_suffix(".py"))
+                    re_exports(cand, module)
     return found
 
 
