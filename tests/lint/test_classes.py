@@ -903,3 +903,22 @@ def test_a_helper_re_exported_by_a_package_and_its_subpackage(tmp_path):
     """
     script.write_text(HEAD + textwrap.dedent(body))
     assert ("download-on-every-rank", 11) in found(body, path=script)
+
+
+def test_a_project_helper_that_wraps_the_model_in_data_parallel(tmp_path):
+    helper = """
+    import torch
+    def create_model(opt):
+        model = build(opt)
+        if len(opt.gpu_ids):
+            model = torch.nn.DataParallel(model, device_ids=opt.gpu_ids)
+        return model
+    def create_plain(opt):
+        return build(opt)
+    """
+    body = """
+    from helpers import create_model, create_plain
+    model = create_model(opt)
+    plain = create_plain(opt)
+    """
+    assert [line for r, line in _project(tmp_path, helper, body) if r == "data-parallel"] == [10]

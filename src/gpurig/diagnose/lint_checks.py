@@ -27,6 +27,7 @@ from gpurig.diagnose.lint_nodes import (
     _shuffles_at,
 )
 from gpurig.diagnose.lint_project import (
+    _data_parallel_functions,
     _downloading_functions,
     _fixed_port_functions,
     _fixed_rendezvous_settings,
@@ -162,6 +163,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     downloading_helpers = _downloading_functions(modules)
     saving_helpers = _saving_functions(modules)
     loading_helpers = _loading_functions(modules)
+    data_parallel_helpers = _data_parallel_functions(modules)
     rank_device_helpers = _global_rank_device_functions(modules)
     reported_helpers: set[str] = set()
     text = source
@@ -277,6 +279,13 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 "Use DistributedDataParallel with one process per GPU: wrap with DDP(model, device_ids=[local_rank]) "
                 "and start with `gpurig launch script.py` (torchrun).",
             )
+        elif short in data_parallel_helpers and short not in scan.defined and "dp:" + short not in reported_helpers \
+                and func.partition(".")[0] not in ("self", "cls"):  # a function of the project, not a method of this file's class
+            reported_helpers.add("dp:" + short)  # once per helper, at its first call
+            add("data-parallel", call, f"{short}() wraps the model in nn.DataParallel ({data_parallel_helpers[short]}): "
+                "one process drives every GPU, and the GIL and GPU 0 hold it back",
+                "Use DistributedDataParallel with one process per GPU (DDP(model, device_ids=[local_rank])) and start "
+                "with `gpurig launch script.py` (torchrun).")
         if short in ("DistributedDataParallel", "DDP"):
             fup = _kw(call, "find_unused_parameters")
             if fup is not None and _is_const(fup.value, True):

@@ -331,6 +331,20 @@ def _global_rank_device_functions(modules: list) -> dict[str, str]:
     return out
 
 
+def _data_parallel_functions(modules: list) -> dict[str, str]:
+    """Functions of the project's own modules that wrap a model in nn.DataParallel (`create_model`
+    returning `DataParallel(model, device_ids=opt.gpu_ids)`): name -> where."""
+    out: dict[str, str] = {}
+    for module in modules:
+        for fn in ast.walk(module):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for n in ast.walk(fn):
+                    if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "DataParallel":
+                        out[fn.name] = f"DataParallel at line {n.lineno} of its module"
+                        break
+    return out
+
+
 def _loading_functions(modules: list) -> dict[str, str]:
     """Functions of the project's own modules (and classes, through their __init__) that read a
     checkpoint with torch.load and no map_location, without a rank check: name -> where. Called on
