@@ -887,14 +887,15 @@ def test_a_helper_re_exported_by_a_package_and_its_subpackage(tmp_path):
     # `from mypkg import create_dataloader`, where mypkg/__init__.py takes it from its datasets
     # subpackage, which takes it from datasets/dataloader.py.
     project = tmp_path / "proj"
-    (project / "mypkg" / "datasets").mkdir(parents=True)
-    (project / "mypkg" / "__init__.py").write_text("from .datasets import create_dataloader\n")
-    (project / "mypkg" / "datasets" / "__init__.py").write_text("from .dataloader import create_dataloader\n")
-    (project / "mypkg" / "datasets" / "dataloader.py").write_text(textwrap.dedent("""
-    import torchvision
-    def create_dataloader(root):
-        return torchvision.datasets.CIFAR10(root, download=True)
-    """))
+    files = {
+        "mypkg/__init__.py": "from .datasets import create_dataloader\n",
+        "mypkg/datasets/__init__.py": "from .dataloader import create_dataloader\n",
+        "mypkg/datasets/dataloader.py": "import torchvision\n\ndef create_dataloader(root):\n"
+                                        "    return torchvision.datasets.CIFAR10(root, download=True)\n",
+    }
+    for name, text in files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
     script = project / "train.py"
     body = """
     from mypkg import create_dataloader
