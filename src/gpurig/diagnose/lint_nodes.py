@@ -6,6 +6,7 @@ names the rules look for (rank words, GPU indices, downloaders, loggers, output 
 from __future__ import annotations
 
 import ast
+import os
 import re
 from typing import Any
 
@@ -145,8 +146,6 @@ _NOT_DATA = re.compile(r"ckpt|checkpoint|model|weight|state|snapshot|pretrain|op
 
 def _data_file(path: ast.AST) -> bool:
     """The file named (a literal, or else the variable holding it: `train_fname`) is prepared data."""
-    import os
-
     names = [n.value for n in ast.walk(path) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
     if not names:
         leaf = _leaf_name(path)
@@ -156,6 +155,10 @@ def _data_file(path: ast.AST) -> bool:
     stem = os.path.splitext(os.path.basename(names[-1]))[0]
     return _DATA_STEM.fullmatch(stem) is not None and not _NOT_DATA.search(stem)
 
+
+def _calls_barrier(*nodes: ast.AST) -> bool:
+    """Whether any of the nodes (statements, a function) calls dist.barrier() under any name."""
+    return any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "barrier" for node in nodes for n in ast.walk(node))
 
 
 def _name_of(func: str) -> str:

@@ -12,6 +12,7 @@ from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
     _SILENCERS,
     GPU_NAMES,
+    _calls_barrier,
     _constant_defaults,
     _data_file,
     _dotted,
@@ -124,9 +125,8 @@ def _is_download_call(call: ast.Call) -> bool:
 def _rank_zero_first(fn: ast.AST) -> bool:
     """The helper makes the other ranks wait at a barrier while rank 0 works (`if args.local_rank not
     in [-1, 0]: torch.distributed.barrier()` first, the matching barrier of rank 0 after)."""
-    return any(isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and any(
-        isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "barrier" for b in stmt.body for n in ast.walk(b))
-        for stmt in getattr(fn, "body", []))
+    return any(isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and _calls_barrier(*stmt.body)
+               for stmt in getattr(fn, "body", []))
 
 
 def _downloading_functions(modules: list) -> dict[str, str]:

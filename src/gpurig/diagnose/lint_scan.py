@@ -25,6 +25,7 @@ from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
     _SILENCERS,
     OUTPUT_LOG_METHODS,
+    _calls_barrier,
     _constant_defaults,
     _dotted,
     _kw,
@@ -192,11 +193,10 @@ class _Scanner(ast.NodeVisitor):
         self._first += after_first
         self.visit(stmt)
         self._first -= after_first
-        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _name_of(_dotted(stmt.value.func)) == "barrier":
+        if isinstance(stmt, ast.Expr) and _calls_barrier(stmt):
             state[2] = 1
         # `if rank != 0: barrier()` ... work ... `if rank == 0: barrier()`: rank 0 goes first.
-        if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and not stmt.orelse and any(
-                isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "barrier" for b in stmt.body for n in ast.walk(b)):
+        if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and not stmt.orelse and _calls_barrier(*stmt.body):
             self._first += 1
             state[1] += 1
         if self._set_devices > before and (
@@ -230,8 +230,7 @@ class _Scanner(ast.NodeVisitor):
             self._guard += 1
         if node.name in _SILENCERS:
             self.silenced = True
-        if any(_name_of(_dotted(d)) == "contextmanager" for d in node.decorator_list) and any(
-                isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "barrier" for n in ast.walk(node)):
+        if any(_name_of(_dotted(d)) == "contextmanager" for d in node.decorator_list) and _calls_barrier(node):
             self.first_managers.add(node.name)
         self._block(node.body)
         self._functions.pop()
@@ -448,7 +447,7 @@ class _Scanner(ast.NodeVisitor):
     def one_rank_functions(self) -> set[str]:
         """Functions of this file that are only ever called under a rank check (never the function
         the workers run: every rank runs that one)."""
-        return self._only_called(lambda call, guarded: guarded) - self.worker_functions
+        return self._only_called(lambda call, guarded: guarded)
 
     def _only_called(self, where) -> set[str]:
         """The functions of this file all of whose calls are `where(call, guarded)`, or made from
