@@ -200,15 +200,17 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     parent_built = {_name_of(f) for c, f, _ in calls if _name_of(f) in _AUTO_DATASETS and (
         (id(c) in scan.main_calls and scan.main_spawns) or (scan.enclosing.get(id(c)) or ("",))[-1] in scan.spawns_in)}
 
-    settings_cache: list = []
+    # A rendezvous the script takes from a setting (`init_method=hparams.dist_url`): what the project's
+    # modules and shipped JSON configs fix it to (read only where a script does that).
+    fixed_settings: dict[str, str] = {}
+    if any(_name_of(f) == "init_process_group" and _kw(c, "init_method") is not None
+           and _setting_name(_kw(c, "init_method").value) for c, f, _ in calls):
+        from pathlib import Path
 
-    def fixed_settings() -> dict[str, str]:
-        if not settings_cache:
-            from pathlib import Path
+        from gpurig.diagnose.lint_read import project_configs
 
-            settings_cache.append(_fixed_rendezvous_settings(modules, scan.script_dir or (
-                Path(path).resolve().parent if path else None)))
-        return settings_cache[0]
+        folder = scan.script_dir or (Path(path).resolve().parent if path else None)
+        fixed_settings = _fixed_rendezvous_settings(modules, project_configs(folder))
 
     def never_run(call: ast.Call) -> bool:
         """In a function of this file that nothing in it calls or names: not run by this script."""
@@ -347,9 +349,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "Drop init_method (the default env:// reads MASTER_ADDR/MASTER_PORT set by torchrun) and start with "
                     "`gpurig launch`, which picks a free port.",
                 )
-            elif setting is not None and setting in fixed_settings():
+            elif setting is not None and setting in fixed_settings:
                 add("hard-coded-rendezvous", call,
-                    f"init_method comes from the project's {setting} setting, fixed to {fixed_settings()[setting]}: "
+                    f"init_method comes from the project's {setting} setting, fixed to {fixed_settings[setting]}: "
                     "a second job on this machine fails with 'Address already in use'",
                     "Default that setting to env:// and let the launcher choose the port (`gpurig launch` / torchrun).")
             if "destroy_process_group" not in names and not destroys_in_modules and not any(

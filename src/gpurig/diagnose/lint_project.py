@@ -96,6 +96,25 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
     return found
 
 
+def _guarded_lines(fn: ast.AST, with_else: bool = False) -> set[int]:
+    """Lines of `fn` under a rank check (`if rank == 0:` bodies; with_else, their else branches too)."""
+    return {n.lineno for stmt in ast.walk(fn) if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)
+            for b in (stmt.body + stmt.orelse if with_else else stmt.body) for n in ast.walk(b) if hasattr(n, "lineno")}
+
+
+def _functions_calling(modules: list, what: str, matches) -> dict[str, str]:
+    """Functions of the project's own modules with a call `matches(call, fn)` accepts: name -> "<what> at
+    line N of its module" (the first such call)."""
+    out: dict[str, str] = {}
+    for module in modules:
+        for fn in ast.walk(module):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                hit = next((n for n in ast.walk(fn) if isinstance(n, ast.Call) and matches(n, fn)), None)
+                if hit is not None:
+                    out[fn.name] = f"{what} at line {hit.lineno} of its module"
+    return out
+
+
 # Keras's bundled datasets: `mnist.load_data()` fetches into ~/.keras/datasets unless given a path.
 _KERAS_DATASETS = frozenset({"mnist", "fashion_mnist", "cifar10", "cifar100", "imdb", "reuters", "boston_housing",
                              "california_housing"})
@@ -138,8 +157,7 @@ def _downloading_functions(modules: list) -> dict[str, str]:
                 continue
             if _rank_zero_first(fn):
                 continue
-            guarded_lines = {n.lineno for stmt in ast.walk(fn) if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)
-                             for b in stmt.body for n in ast.walk(b) if hasattr(n, "lineno")}
+            guarded_lines = _guarded_lines(fn)
             for n in ast.walk(fn):
                 if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines:
                     out[fn.name] = f"{_name_of(_dotted(n.func))} at line {n.lineno} of its module"
@@ -152,8 +170,7 @@ def _downloading_functions(modules: list) -> dict[str, str]:
         for fn in functions:
             if fn.name in out:
                 continue
-            guarded_lines = {n.lineno for stmt in ast.walk(fn) if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)
-                             for b in stmt.body for n in ast.walk(b) if hasattr(n, "lineno")}
+            guarded_lines = _guarded_lines(fn)
             for n in ast.walk(fn):
                 if isinstance(n, ast.Call) and n.lineno not in guarded_lines and isinstance(n.func, (ast.Name, ast.Attribute)) \
                         and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls")) \
@@ -228,7 +245,7 @@ _TCP_FIXED = re.compile(r"tcp://[^:/\s]+:\d{2,5}/?$")
 _RENDEZVOUS_KEY = re.compile(r"dist_?url|init_?method", re.IGNORECASE)
 
 
-def _fixed_rendezvous_settings(modules: list, script_dir=None) -> dict[str, str]:
+def _fixed_rendezvous_settings(modules: list, configs=()) -> dict[str, str]:
     """Settings of the project that fix the rendezvous address: a `dist_url` / `init_method` given a
     literal `tcp://host:port` in its own modules (a default, an assignment, a dict entry) or in the
     JSON configs shipped beside the script: key -> where. A script passing that setting as
@@ -251,32 +268,22 @@ def _fixed_rendezvous_settings(modules: list, script_dir=None) -> dict[str, str]
                 if _RENDEZVOUS_KEY.fullmatch(key) and isinstance(value, ast.Constant) and isinstance(value.value, str) \
                         and _TCP_FIXED.match(value.value):
                     out.setdefault(key, f"{value.value!r} at line {n.lineno} of its module")
-    if script_dir is not None:
-        out.update({k: v for k, v in _json_rendezvous(script_dir).items() if k not in out})
+    out.update({k: v for k, v in _json_rendezvous(configs).items() if k not in out})
     return out
 
 
-def _json_rendezvous(folder) -> dict[str, str]:
-    """`"dist_url": "tcp://localhost:54321"` in every JSON config beside the script (or in its
-    config folder) that names one: key -> where."""
-    import json
-    from pathlib import Path
-
+def _json_rendezvous(configs) -> dict[str, str]:
+    """`"dist_url": "tcp://localhost:54321"` in every JSON config shipped with the script that names
+    one (`configs`: (file name, parsed JSON) pairs, see lint_read.project_configs): key -> where."""
     found: dict[str, list[str]] = {}
-    files = [f for d in (Path(folder), Path(folder) / "config", Path(folder) / "configs") if d.is_dir()
-             for f in sorted(d.glob("*.json"))[:50] if f.stat().st_size < 1_000_000]
-    for f in files:
-        try:
-            data = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
+    for name, data in configs:
         stack = [data]
         while stack:
             item = stack.pop()
             if isinstance(item, dict):
                 for k, v in item.items():
                     if isinstance(k, str) and _RENDEZVOUS_KEY.fullmatch(k) and isinstance(v, str):
-                        found.setdefault(k, []).append(f"{v!r} in {f.name}" if _TCP_FIXED.match(v) else "")
+                        found.setdefault(k, []).append(f"{v!r} in {name}" if _TCP_FIXED.match(v) else "")
                     stack.append(v)
             elif isinstance(item, list):
                 stack.extend(item)
@@ -293,8 +300,7 @@ def _saving_functions(modules: list) -> dict[str, str]:
                 continue
             if any(isinstance(stmt, ast.If) and _mentions_rank(stmt.test) for stmt in fn.body):
                 continue  # `if not is_main_process(): return` and the like: it decides itself
-            guarded_lines = {n.lineno for stmt in ast.walk(fn) if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)
-                             for b in stmt.body + stmt.orelse for n in ast.walk(b) if hasattr(n, "lineno")}
+            guarded_lines = _guarded_lines(fn, with_else=True)
             buffers = _buffer_names(fn)
             for n in ast.walk(fn):
                 if isinstance(n, ast.Call) and _dotted(n.func) == "torch.save" and n.lineno not in guarded_lines \
@@ -316,33 +322,20 @@ def _global_rank_device_functions(modules: list) -> dict[str, str]:
     `r = dist.get_rank()` (or RANK from the environment), then `torch.cuda.set_device(r)`: name -> where."""
     from gpurig.diagnose.lint_guards import _holds_global_rank
 
-    out: dict[str, str] = {}
-    for module in modules:
-        for fn in ast.walk(module):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            ranks = {_dotted(t) for n in ast.walk(fn) if isinstance(n, ast.Assign) and _holds_global_rank(n.value)
-                     for t in n.targets if _dotted(t)}
-            for n in ast.walk(fn):
-                if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ("set_device", "set_device_index") and n.args \
-                        and (_dotted(n.args[0]) in ranks or _holds_global_rank(n.args[0])):
-                    out[fn.name] = f"set_device(global rank) at line {n.lineno} of its module"
-                    break
-    return out
+    def global_rank_device(call: ast.Call, fn: ast.AST) -> bool:
+        if _name_of(_dotted(call.func)) not in ("set_device", "set_device_index") or not call.args:
+            return False
+        ranks = {_dotted(t) for n in ast.walk(fn) if isinstance(n, ast.Assign) and _holds_global_rank(n.value)
+                 for t in n.targets if _dotted(t)}
+        return _dotted(call.args[0]) in ranks or _holds_global_rank(call.args[0])
+
+    return _functions_calling(modules, "set_device(global rank)", global_rank_device)
 
 
 def _data_parallel_functions(modules: list) -> dict[str, str]:
     """Functions of the project's own modules that wrap a model in nn.DataParallel (`create_model`
     returning `DataParallel(model, device_ids=opt.gpu_ids)`): name -> where."""
-    out: dict[str, str] = {}
-    for module in modules:
-        for fn in ast.walk(module):
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                for n in ast.walk(fn):
-                    if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "DataParallel":
-                        out[fn.name] = f"DataParallel at line {n.lineno} of its module"
-                        break
-    return out
+    return _functions_calling(modules, "DataParallel", lambda call, fn: _name_of(_dotted(call.func)) == "DataParallel")
 
 
 def _loading_functions(modules: list) -> dict[str, str]:
@@ -361,8 +354,7 @@ def _loading_functions(modules: list) -> dict[str, str]:
                 continue
             if fn is None:
                 continue
-            guarded_lines = {n.lineno for stmt in ast.walk(fn) if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)
-                             for b in stmt.body + stmt.orelse for n in ast.walk(b) if hasattr(n, "lineno")}
+            guarded_lines = _guarded_lines(fn, with_else=True)
             for n in ast.walk(fn):
                 if isinstance(n, ast.Call) and _dotted(n.func) == "torch.load" and n.lineno not in guarded_lines \
                         and _kw(n, "map_location") is None and len(n.args) == 1 and not _mentions_rank_value(n.args[0]) \

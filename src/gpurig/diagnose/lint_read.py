@@ -142,3 +142,24 @@ def _deep(work):
     if "error" in result:
         raise result["error"]
     return result["value"]
+
+
+def project_configs(folder) -> list[tuple[str, object]]:
+    """(file name, parsed JSON) of the JSON configs shipped beside a script (in its folder, or its
+    config/ or configs/ folder: 50 a folder, under 1 MB each); what cannot be read is left out."""
+    import json
+    from pathlib import Path
+
+    if folder is None:
+        return []
+    out = []
+    for d in (Path(folder), Path(folder) / "config", Path(folder) / "configs"):
+        if not d.is_dir():
+            continue
+        for f in sorted(d.glob("*.json"))[:50]:
+            try:
+                if f.stat().st_size < 1_000_000:
+                    out.append((f.name, json.loads(f.read_text(encoding="utf-8"))))
+            except (OSError, ValueError):
+                continue
+    return out
