@@ -165,7 +165,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     loading_helpers = _loading_functions(modules)
     data_parallel_helpers = _data_parallel_functions(modules)
     rank_device_helpers = _global_rank_device_functions(modules)
-    reported_helpers: set[str] = set()
+    reported_helpers: set[tuple[str, str]] = set()  # (rule, helper): a helper is reported once per rule, at its first call
     text = source
     uses_cuda = scan.cuda_call or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
     distributed = bool(
@@ -281,9 +281,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 "Use DistributedDataParallel with one process per GPU: wrap with DDP(model, device_ids=[local_rank]) "
                 "and start with `gpurig launch script.py` (torchrun).",
             )
-        elif short in data_parallel_helpers and short not in scan.defined and "dp:" + short not in reported_helpers \
+        elif short in data_parallel_helpers and short not in scan.defined and ("data-parallel", short) not in reported_helpers \
                 and func.partition(".")[0] not in ("self", "cls"):  # a function of the project, not a method of this file's class
-            reported_helpers.add("dp:" + short)  # once per helper, at its first call
+            reported_helpers.add(("data-parallel", short))
             add("data-parallel", call, f"{short}() wraps the model in nn.DataParallel ({data_parallel_helpers[short]}): "
                 "one process drives every GPU, and the GIL and GPU 0 hold it back",
                 "Use DistributedDataParallel with one process per GPU (DDP(model, device_ids=[local_rank])) and start "
@@ -325,15 +325,15 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "torch.load without map_location: tensors saved on cuda:0 load onto GPU 0 in every rank",
                     "torch.load(path, map_location='cpu') (then .to(device)), or map_location=f'cuda:{local_rank}'.",
                 )
-        if short in rank_device_helpers and short not in scan.defined and "device:" + short not in reported_helpers \
+        if short in rank_device_helpers and short not in scan.defined and ("global-rank-as-device", short) not in reported_helpers \
                 and not guarded:
-            reported_helpers.add("device:" + short)
+            reported_helpers.add(("global-rank-as-device", short))
             add("global-rank-as-device", call, f"{short}() makes the global rank the GPU index ({rank_device_helpers[short]}): "
                 "on a second node there is no such GPU",
                 f"In {short}(), torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) (the rank within this node).")
-        if short in loading_helpers and short not in scan.defined and "load:" + short not in reported_helpers \
+        if short in loading_helpers and short not in scan.defined and ("torch-load-without-map-location", short) not in reported_helpers \
                 and distributed and not guarded:
-            reported_helpers.add("load:" + short)  # once per helper, at its first call
+            reported_helpers.add(("torch-load-without-map-location", short))
             add("torch-load-without-map-location", call,
                 f"{short}() reads a checkpoint ({loading_helpers[short]}) without map_location on every rank: "
                 "tensors saved on cuda:0 load onto GPU 0 in every rank",
@@ -443,15 +443,16 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             names_a_file = not saving_helpers.get(short, "").startswith("open(") or any(
                 any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(a)) and not _mentions_rank_value(a)
                 for a in [*call.args, *(k.value for k in call.keywords)])
-            if short in saving_helpers and short not in scan.defined and short not in reported_helpers and names_a_file:
+            if short in saving_helpers and short not in scan.defined and ("save-on-every-rank", short) not in reported_helpers \
+                    and names_a_file:
                 if not saving_helpers[short].startswith("open("):
-                    reported_helpers.add(short)  # once per helper, at its first call (a file-writing helper: per file)
+                    reported_helpers.add(("save-on-every-rank", short))  # a file-writing helper: once per file it is given
                 add("save-on-every-rank", call,
                     f"{short}() saves with {saving_helpers[short]} on every rank: they write the same file at once",
                     f"Call it from one rank: `if rank == 0: {short}(...)`, then dist.barrier() before anyone reads it.")
-            if short in downloading_helpers and short not in scan.defined and short not in reported_helpers \
+            if short in downloading_helpers and short not in scan.defined and ("download-on-every-rank", short) not in reported_helpers \
                     and not _is_download_call(call):
-                reported_helpers.add(short)  # once per helper, at its first call
+                reported_helpers.add(("download-on-every-rank", short))
                 add("download-on-every-rank", call,
                     f"{short}() downloads ({downloading_helpers[short]}) in every rank at once: they race to write the same files",
                     "Let one rank download first: `if rank == 0: <download>` then dist.barrier() (or accelerator.main_process_first()), "
