@@ -101,6 +101,21 @@ def get_data(root):
     return torchvision.datasets.CIFAR10(root, download=True)
 """
 
+RUNNER = """import torch
+
+
+class Runner:
+    def train(self, model):
+        model = torch.nn.DataParallel(model)
+        return model
+"""
+
+USES_RUNNER = """from runners import Runner
+
+runner = Runner()
+runner.train(None)
+"""
+
 USES_HELPERS = """
 from helpers import *
 import helpers as h
@@ -123,6 +138,13 @@ def test_a_streamed_script_gets_exactly_the_findings_of_the_whole_tree(tmp_path,
     whole = findings(local, False, monkeypatch)
     assert "download-on-every-rank" in {f[0] for f in whole}, whole
     assert findings(local, True, monkeypatch) == whole
+    # A method of an object built from the project's own class (`runner.train()`).
+    (tmp_path / "runners.py").write_text(RUNNER)
+    methods = tmp_path / "methods.py"
+    methods.write_text(USES_RUNNER)
+    whole = findings(methods, False, monkeypatch)
+    assert ("data-parallel", 4) in [f[:2] for f in whole], whole
+    assert findings(methods, True, monkeypatch) == whole
     for path in scripts():
         assert findings(path, True, monkeypatch) == findings(path, False, monkeypatch), path
 

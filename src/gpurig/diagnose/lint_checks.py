@@ -24,6 +24,7 @@ from gpurig.diagnose.lint_nodes import (
     _leaf_name,
     _name_of,
     _passes,
+    _reads_local_files,
     _shuffles_at,
 )
 from gpurig.diagnose.lint_project import (
@@ -49,11 +50,6 @@ from gpurig.diagnose.lint_scan import _Scanner
 _BUILDS_TCP = re.compile(r"""['"]tcp://(?:['"{]|$)""", re.M)
 
 
-# Dataset builders that read the user's own files (`load_dataset("json", data_files=...)`): nothing to download.
-_LOCAL_BUILDERS = {"json", "csv", "text", "parquet", "arrow", "pandas", "imagefolder", "audiofolder", "videofolder",
-                   "webdataset", "xml", "sql"}
-
-
 def _setting_name(value: ast.AST) -> str | None:
     """The name of the setting an expression reads: `hparams.dist_url`, `h.dist_config['dist_url']`."""
     if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant) and isinstance(value.slice.value, str):
@@ -61,27 +57,6 @@ def _setting_name(value: ast.AST) -> str | None:
     if isinstance(value, (ast.Attribute, ast.Name)):
         return _dotted(value).rpartition(".")[2] or None
     return None
-
-
-# A folder on this machine by its name: `input_dir`, `output_dir`, `ckpt_dir`, `save_dir`.
-_LOCAL_DIR = re.compile(r"\w*_dir|\w*_folder|(?:ckpt|checkpoint|output|save)_?path", re.IGNORECASE)
-
-
-def _reads_local_files(call: ast.Call) -> bool:
-    """A load from this machine's files, not a hub: load_dataset("json", ...), or from_pretrained of
-    a folder (`os.path.join(input_dir, "unet_ema")`, `input_dir`, `Path(out) / "model"`)."""
-    short = _name_of(_dotted(call.func))
-    if short == "load_dataset":
-        return bool(call.args) and isinstance(call.args[0], ast.Constant) and call.args[0].value in _LOCAL_BUILDERS
-    if short != "from_pretrained" or not call.args:
-        return False
-    where = call.args[0]
-    if isinstance(where, ast.Call) and _dotted(where.func) in ("os.path.join", "path.join", "Path", "pathlib.Path"):
-        return True
-    if isinstance(where, ast.BinOp) and isinstance(where.op, ast.Div):
-        return True
-    leaf = _leaf_name(where)
-    return leaf is not None and _LOCAL_DIR.fullmatch(leaf) is not None
 
 
 # A model factory (create_model, build_model, create_model_and_transforms, get_model): given the name

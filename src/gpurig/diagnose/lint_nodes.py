@@ -16,7 +16,7 @@ RANK_NAMES = {"main", "leader", "is_leader", "zero"}  # whole names that only ma
 GPU_NAMES = {"gpu", "gpu_id", "gpu_idx", "device_id", "local_gpu", "cuda_id", "gpu_index", "device_index"}
 # Calls that fetch from the network into a shared cache (the Hub, torch.hub, dataset hubs).
 _DOWNLOADERS = {"from_pretrained", "load_dataset", "load_state_dict_from_url", "hf_hub_download", "snapshot_download",
-                "download_url", "download_and_extract_archive"}
+                "download_url", "download_and_extract_archive", "urlretrieve"}
 # Dataset classes that download into their root folder when it lacks the files: OGB's and PyG's.
 _AUTO_DATASETS = frozenset({
     "PygNodePropPredDataset", "PygGraphPropPredDataset", "PygLinkPropPredDataset", "NodePropPredDataset",
@@ -176,3 +176,32 @@ def _calls_function(func: str, name: str) -> bool:
         return True
     head, _, last = func.rpartition(".")
     return last == name and head in ("self", "cls")
+
+
+# Dataset builders that read the user's own files (`load_dataset("json", data_files=...)`): nothing to download.
+_LOCAL_BUILDERS = {"json", "csv", "text", "parquet", "arrow", "pandas", "imagefolder", "audiofolder", "videofolder",
+                   "webdataset", "xml", "sql"}
+
+
+# A folder on this machine by its name: `input_dir`, `output_dir`, `ckpt_dir`, `save_dir`.
+_LOCAL_DIR = re.compile(r"\w*_dir|\w*_folder|(?:ckpt|checkpoint|output|save)_?path", re.IGNORECASE)
+
+
+def _reads_local_files(call: ast.Call) -> bool:
+    """A load from this machine's files, not a hub: load_dataset("json", ...), or from_pretrained of
+    a folder (`os.path.join(input_dir, "unet_ema")`, `input_dir`, `Path(out) / "model"`)."""
+    short = _name_of(_dotted(call.func))
+    if short == "load_dataset":
+        # A builder of local files, or a dataset read from a folder or files of this machine
+        # (`load_dataset("wikihow", "all", data_dir="data/")`: data the user fetched by hand).
+        return (bool(call.args) and isinstance(call.args[0], ast.Constant) and call.args[0].value in _LOCAL_BUILDERS) \
+            or any(k.arg in ("data_dir", "data_files") for k in call.keywords)
+    if short != "from_pretrained" or not call.args:
+        return False
+    where = call.args[0]
+    if isinstance(where, ast.Call) and _dotted(where.func) in ("os.path.join", "path.join", "Path", "pathlib.Path"):
+        return True
+    if isinstance(where, ast.BinOp) and isinstance(where.op, ast.Div):
+        return True
+    leaf = _leaf_name(where)
+    return leaf is not None and _LOCAL_DIR.fullmatch(leaf) is not None

@@ -20,6 +20,7 @@ from gpurig.diagnose.lint_nodes import (
     _kw,
     _name_of,
     _port_param,
+    _reads_local_files,
     _sampler_shuffle,
 )
 
@@ -44,24 +45,31 @@ def _silences_output(tree: ast.AST) -> bool:
     return False
 
 
+def _imported_names(nodes) -> list[tuple[int, str]]:
+    """(level, dotted name) of what import statements name: `from a.b import c` gives a.b and a.b.c."""
+    names: list[tuple[int, str]] = []
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append((0, node.module))
+            names.extend((0, f"{node.module}.{a.name}") for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            names.extend((node.level, n) for n in ([node.module] if node.module else [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            names.extend((0, a.name) for a in node.names)
+    return names
+
+
 def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
-    """The project's own modules the script imports (files beside it or in its folders), read
-    and parsed; what cannot be found or parsed is left out. `imports`: the script's import
-    statements when already collected (the scanner does), else they are looked for in `tree`."""
+    """The project's own modules the script imports (files beside it or in its folders), and the
+    project modules those import in turn (two steps: `VQLoss` in vq_loss.py builds `LPIPS` of
+    lpips.py), read and parsed; what cannot be found or parsed is left out. `imports`: the script's
+    import statements when already collected (the scanner does), else they are looked for in `tree`."""
     from pathlib import Path
 
     if path is None:
         return []
     base = Path(path).resolve().parent
-    names: list[str] = []
-    for node in (ast.walk(tree) if imports is None else imports):
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.append(node.module)
-            names.extend(f"{node.module}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level:
-            names.extend([node.module] if node.module else [a.name for a in node.names])
-        elif isinstance(node, ast.Import):
-            names.extend(a.name for a in node.names)
+    roots = (base, base.parent, base.parent.parent)  # a script in app/vjepa/ importing src.utils
     found, seen = [], set()
 
     def add(cand: Path) -> ast.AST | None:
@@ -86,13 +94,23 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
                 if inner is not None and depth < 2:
                     re_exports(sub / "__init__.py", inner, depth + 1)
 
-    for name in names:
-        rel = Path(*name.split("."))
-        for root in (base, base.parent, base.parent.parent):  # a script in app/vjepa/ importing src.utils
-            for cand in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
-                module = add(cand)
-                if module is not None and cand.name == "__init__.py":
-                    re_exports(cand, module)
+    def read(names: list[tuple[int, str]], here: Path) -> list[tuple[Path, ast.AST]]:
+        got = []
+        for level, name in names:
+            rel = Path(*name.split("."))
+            ups = [here, *here.parents]
+            for root in (ups[level - 1:level] if level else roots):
+                for cand in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
+                    module = add(cand)
+                    if module is not None:
+                        got.append((cand, module))
+                        if cand.name == "__init__.py":
+                            re_exports(cand, module)
+        return got
+
+    step = read(_imported_names(ast.walk(tree) if imports is None else imports), base)
+    for _ in range(2):
+        step = [got for cand, module in step for got in read(_imported_names(ast.walk(module)), cand.parent)]
     return found
 
 
@@ -122,9 +140,12 @@ _KERAS_DATASETS = frozenset({"mnist", "fashion_mnist", "cifar10", "cifar100", "i
 
 def _named_fetch(call: ast.Call) -> bool:
     """A call that fetches by what it is, not by a keyword: torch.hub, evaluate, OpenAI's clip.load,
-    a Keras dataset's load_data() (unless the path it is given holds the rank: one file per rank)."""
+    gdown and wget, a streamed `requests.get`, a Keras dataset's load_data() (unless the path it is
+    given holds the rank: one file per rank)."""
     func = _dotted(call.func)
-    if func in ("evaluate.load", "torch.hub.load", "torch.hub.list", "clip.load"):
+    if func in ("evaluate.load", "torch.hub.load", "torch.hub.list", "clip.load", "gdown.download", "wget.download"):
+        return True
+    if func == "requests.get" and _is_const(getattr(_kw(call, "stream"), "value", None), True):
         return True
     head, _, short = func.rpartition(".")
     if short == "load_data" and head.rpartition(".")[2] in _KERAS_DATASETS:
@@ -138,7 +159,7 @@ def _is_download_call(call: ast.Call) -> bool:
     short = _name_of(func)
     on = [k for k in call.keywords if k.arg in ("download", "pretrained")
           and not _is_const(k.value, False) and not _is_const(k.value, None)]
-    return bool(on) or short in _DOWNLOADERS or _named_fetch(call)
+    return bool(on) or (short in _DOWNLOADERS and not _reads_local_files(call)) or _named_fetch(call)
 
 
 def _rank_zero_first(fn: ast.AST) -> bool:
@@ -149,35 +170,38 @@ def _rank_zero_first(fn: ast.AST) -> bool:
 
 
 def _downloading_functions(modules: list) -> dict[str, str]:
-    """Functions of the project's own modules that download without a rank check: name -> what."""
-    out: dict[str, str] = {}
-    for module in modules:
-        for fn in ast.walk(module):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            if _rank_zero_first(fn):
-                continue
-            guarded_lines = _guarded_lines(fn)
-            for n in ast.walk(fn):
-                if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines:
-                    out[fn.name] = f"{_name_of(_dotted(n.func))} at line {n.lineno} of its module"
-                    break
-    # A function that calls one of those (find_model -> download_model -> download_url) downloads too.
+    """Functions of the project's own modules that download without a rank check: name -> what.
+    A class whose `__init__` downloads stands under its own name: building it downloads
+    (`VQLoss()` -> `LPIPS()` -> `vgg16(pretrained=True)`)."""
     functions = [fn for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    init_of = {id(fn): cls.name for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)
+               for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"}
+    out: dict[str, str] = {}
+    for fn in functions:
+        if _rank_zero_first(fn):
+            continue
+        guarded_lines = _guarded_lines(fn)
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines:
+                out[init_of.get(id(fn), fn.name)] = f"{_name_of(_dotted(n.func))} at line {n.lineno} of its module"
+                break
+    # A function that calls one of those (find_model -> download_model -> download_url) downloads too.
     grown = True
     while grown:
         grown = False
         for fn in functions:
-            if fn.name in out:
+            name = init_of.get(id(fn), fn.name)
+            if name in out or name == "__init__" or _rank_zero_first(fn):
                 continue
             guarded_lines = _guarded_lines(fn)
             for n in ast.walk(fn):
                 if isinstance(n, ast.Call) and n.lineno not in guarded_lines and isinstance(n.func, (ast.Name, ast.Attribute)) \
                         and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls")) \
-                        and _name_of(_dotted(n.func)) in out and _name_of(_dotted(n.func)) != fn.name:
-                    out[fn.name] = f"through {_name_of(_dotted(n.func))}(): {out[_name_of(_dotted(n.func))]}"
+                        and _name_of(_dotted(n.func)) in out and _name_of(_dotted(n.func)) != name:
+                    out[name] = f"through {_name_of(_dotted(n.func))}(): {out[_name_of(_dotted(n.func))]}"
                     grown = True
                     break
+    out.pop("__init__", None)
     return out
 
 

@@ -93,6 +93,7 @@ class _Scanner(ast.NodeVisitor):
         self.aliases: set[str] = set()  # other names of DistributedDataParallel & co. (`as NativeDDP`)
         self.flags: set[str] = set()  # names holding a rank check's result
         self._first = 0
+        self._prefetched: list[set[str]] = []  # per open block: what rank 0 called alone before a barrier
         # `with rank0_first():` where the script defines rank0_first itself (a @contextmanager that
         # waits at a barrier): known only once its def is read, which may come after the `with`.
         self.first_managers: set[str] = set()  # such context managers of this file
@@ -182,7 +183,9 @@ class _Scanner(ast.NodeVisitor):
         self._path.append(False)
         self._block_count += 1
         self._blocks.append(self._block_count)
-        return [0, 0, 0]  # (guards raised, rank-0-first sections raised, a barrier passed) in this block
+        # (guards raised, rank-0-first sections raised, a barrier passed, what rank 0 alone called,
+        # what rank 0 alone called before a barrier since passed) in this block
+        return [0, 0, 0, set(), set()]
 
     def block_step(self, state: list[int], stmt: ast.stmt) -> None:
         if self.first_stmt is None:
@@ -191,10 +194,17 @@ class _Scanner(ast.NodeVisitor):
         # `if rank == 0: build()` / `barrier()` / `if rank != 0: build()`: the others come after rank 0.
         after_first = state[2] and isinstance(stmt, ast.If) and _all_but_one(stmt.test)
         self._first += after_first
+        # `if rank == 0: CIFAR10(root, download=True)` / `barrier()` / `CIFAR10(root, download=True)`:
+        # the later call finds what rank 0 fetched while the others waited.
+        self._prefetched.append(state[4])
         self.visit(stmt)
+        self._prefetched.pop()
         self._first -= after_first
+        if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and not _all_but_one(stmt.test) and not stmt.orelse:
+            state[3] |= {_name_of(_dotted(n.func)) for b in stmt.body for n in ast.walk(b) if isinstance(n, ast.Call)}
         if isinstance(stmt, ast.Expr) and _calls_barrier(stmt):
             state[2] = 1
+            state[4] |= state[3]
         # `if rank != 0: barrier()` ... work ... `if rank == 0: barrier()`: rank 0 goes first.
         if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and not stmt.orelse and _calls_barrier(*stmt.body):
             self._first += 1
@@ -365,7 +375,7 @@ class _Scanner(ast.NodeVisitor):
             self.set_device_call = True
         if not self.compact or self._judged(node, func, short):
             self.calls.append((node, self._guard > 0))
-            if self._first:
+            if self._first or any(short in names for names in self._prefetched):
                 self.first.add(id(node))
             for name in self._pending:
                 self.first_pending.setdefault(name, set()).add(id(node))
@@ -407,6 +417,8 @@ class _Scanner(ast.NodeVisitor):
         """Whether some rule looks at this call (compact mode keeps only those)."""
         return (short in _JUDGED_CALLS or short in self.keep_names or short in self.aliases
                 or (self.keep_plain and isinstance(node.func, ast.Name))
+                # a method of an object the project's own classes may have built (`runner.sample()`)
+                or (bool(self.local_roots) and isinstance(node.func, ast.Attribute))
                 or short in self.local_names or func.split(".")[0] in self.local_roots
                 or any(k.arg in ("download", "pretrained") for k in node.keywords)
                 or any("pretrained" in (_leaf_name(a) or "").lower() for a in node.args))

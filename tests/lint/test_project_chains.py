@@ -1,0 +1,124 @@
+"""`gpurig lint` following the script's own project further: modules its modules import, classes
+whose construction downloads, and data read from this machine inside a helper. Each test is a small
+project written for it, in the shape of a pattern met in real repositories."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gpurig.diagnose.lint import RULES, lint_file
+
+HEAD = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+"""
+
+
+def _lint(project, script: str) -> list[tuple[str, int]]:
+    path = project / "train.py"
+    path.write_text(HEAD + textwrap.dedent(script))
+    return [(f.id, f.line) for f in lint_file(str(path), select=set(RULES))]
+
+
+def _write(project, rel: str, text: str) -> None:
+    target = project / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(textwrap.dedent(text))
+
+
+def test_a_loss_whose_construction_downloads_through_a_module_its_module_imports(tmp_path):
+    # train.py -> losses/vq_loss.py (VQLoss builds LPIPS) -> losses/lpips.py (LPIPS fetches its weights)
+    _write(tmp_path, "losses/__init__.py", "")
+    _write(tmp_path, "losses/lpips.py", """
+        import os
+        import requests
+        def fetch(url, path):
+            with requests.get(url, stream=True) as r, open(path, "wb") as f:
+                f.write(r.content)
+        def get_ckpt_path(name, root):
+            path = os.path.join(root, name)
+            if not os.path.exists(path):
+                fetch("https://example.org/" + name, path)
+            return path
+        class LPIPS(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.load_weights()
+            def load_weights(self):
+                self.ckpt = get_ckpt_path("vgg.pth", "cache")
+        """)
+    _write(tmp_path, "losses/vq_loss.py", """
+        import torch
+        from losses.lpips import LPIPS
+        class VQLoss(torch.nn.Module):
+            def __init__(self, weight=1.0):
+                super().__init__()
+                self.perceptual = LPIPS().eval()
+        """)
+    script = """
+    from losses.vq_loss import VQLoss
+    dist.init_process_group("nccl")
+    loss = VQLoss(weight=0.5)
+    dist.destroy_process_group()
+    """
+    assert ("download-on-every-rank", 7) in _lint(tmp_path, script)
+
+
+def test_a_class_built_only_by_rank_zero_first_or_not_downloading_is_quiet(tmp_path):
+    _write(tmp_path, "nets.py", """
+        import torch
+        from torchvision.models import resnet50
+        class Backbone(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = resnet50(pretrained=True)
+        class Head(torch.nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.fc = torch.nn.Linear(n, 10)
+        """)
+    script = """
+    from nets import Backbone, Head
+    dist.init_process_group("nccl")
+    if dist.get_rank() == 0:
+        Backbone()
+    dist.barrier()
+    model = Backbone()
+    head = Head(2048)
+    dist.destroy_process_group()
+    """
+    assert [r for r in _lint(tmp_path, script) if r[0] == "download-on-every-rank"] == []
+    # The same construction with nobody first: every rank fetches the weights.
+    script = """
+    from nets import Backbone
+    dist.init_process_group("nccl")
+    model = Backbone()
+    dist.destroy_process_group()
+    """
+    assert ("download-on-every-rank", 7) in _lint(tmp_path, script)
+
+
+def test_a_helper_reading_a_dataset_from_this_machine_is_not_a_download(tmp_path):
+    _write(tmp_path, "data.py", """
+        from datasets import load_dataset
+        from torch.utils.data import Dataset
+        class Articles(Dataset):
+            def __init__(self, split):
+                self.rows = load_dataset("wikihow", "all", data_dir="data/", split=split)
+        class Reviews(Dataset):
+            def __init__(self, files):
+                self.rows = load_dataset("imdb_reviews", data_files=files)
+        class Hub(Dataset):
+            def __init__(self):
+                self.rows = load_dataset("imdb")
+        """)
+    script = """
+    from data import Articles, Reviews, Hub
+    dist.init_process_group("nccl")
+    train = Articles("train")
+    extra = Reviews(["a.jsonl"])
+    hub = Hub()
+    dist.destroy_process_group()
+    """
+    assert [r for r in _lint(tmp_path, script) if r[0] == "download-on-every-rank"] == [("download-on-every-rank", 9)]
