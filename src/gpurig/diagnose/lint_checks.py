@@ -383,7 +383,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     f"{'print' if short == 'print' else 'logging'} runs on every rank: duplicated output",
                     "Guard it with `if rank == 0:` (rank = dist.get_rank()), or use one helper that decides which rank speaks.",
                 )
-            if func == "torch.save" or short == "SummaryWriter":
+            # (A SummaryWriter per rank is no shared file: each process names its own event file.)
+            if func == "torch.save":
                 target = call.args[1] if func == "torch.save" and len(call.args) > 1 else (
                     _kw(call, "f").value if func == "torch.save" and _kw(call, "f") else (call.args[0] if call.args else None))
                 in_buffer = isinstance(target, ast.Name) and target.id in scan.buffers  # io.BytesIO(): no file
@@ -391,7 +392,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                                                       if isinstance(n, ast.Name))
                 if (target is None or not _mentions_rank_value(target)) and not per_rank and not in_buffer \
                         and not never_run(call):
-                    kind = "torch.save" if func == "torch.save" else "SummaryWriter"
+                    kind = "torch.save"
                     fix = ("Save from one rank: `if rank == 0: torch.save(...)` then dist.barrier() before anyone reads it "
                            "(or put the rank in the file name when each rank saves its own shard).")
                     # In a save helper of this file (save_checkpoint), the mistake is where it is

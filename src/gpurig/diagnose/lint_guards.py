@@ -7,6 +7,7 @@ leaves unset, and the branches that leave a block or ask for a GPU.
 from __future__ import annotations
 
 import ast
+import re
 
 from gpurig.diagnose.lint_nodes import GPU_NAMES, RANK_NAMES, RANK_WORDS, _dotted, _leaf_name, _name_of
 
@@ -15,6 +16,25 @@ def _not_distributed(node: ast.AST) -> bool:
     """`not args.distributed`, `not args.multiprocessing_distributed`: true on every rank of a run
     started another way (torchrun without the flag), so it does not pick one rank."""
     return isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and "distributed" in _dotted(node.operand).lower()
+
+
+# A flag that says the run is distributed: `if args.distributed:`, `if ddp:`, `if is_distributed:`.
+_DISTRIBUTED_FLAG = re.compile(r"(?:is_|use_)?(?:multiprocessing_)?distributed|(?:is_|use_)?ddp", re.IGNORECASE)
+
+
+def _single_process_branch(test: ast.AST) -> tuple[bool, bool]:
+    """(body, else) of `if <test>:` that run in one process only: the `else` of `if args.distributed:`
+    or of `if dist.is_initialized():`, the body of `if not args.distributed:` (a run without the flag,
+    or without a process group, is one process)."""
+    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    flag = test.operand if negated else test
+    if isinstance(flag, ast.Call) and not flag.args:  # dist.is_initialized(), is_dist_avail_and_initialized()
+        name = _dotted(flag.func).rpartition(".")[2]
+        if name != "is_initialized" and not (name.startswith("is_dist") and name.endswith("initialized")):
+            return False, False
+    elif not isinstance(flag, (ast.Name, ast.Attribute)) or not _DISTRIBUTED_FLAG.fullmatch(_dotted(flag).rpartition(".")[2]):
+        return False, False
+    return negated, not negated
 
 
 def _bypassed(test: ast.AST, word: str = "distributed") -> bool:

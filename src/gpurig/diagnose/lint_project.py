@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import re
 
-from gpurig.diagnose.lint_guards import _mentions_rank
+from gpurig.diagnose.lint_guards import _mentions_rank, _single_process_branch
 from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
     _SILENCERS,
@@ -115,9 +115,18 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
 
 
 def _guarded_lines(fn: ast.AST, with_else: bool = False) -> set[int]:
-    """Lines of `fn` under a rank check (`if rank == 0:` bodies; with_else, their else branches too)."""
-    return {n.lineno for stmt in ast.walk(fn) if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)
-            for b in (stmt.body + stmt.orelse if with_else else stmt.body) for n in ast.walk(b) if hasattr(n, "lineno")}
+    """Lines of `fn` under a rank check (`if rank == 0:` bodies; with_else, their else branches too),
+    or on a branch only a run of one process takes (`else:` of `if dist.is_initialized():`)."""
+    lines: set[int] = set()
+    for stmt in ast.walk(fn):
+        if not isinstance(stmt, ast.If):
+            continue
+        one_body, one_else = _single_process_branch(stmt.test)
+        rank = _mentions_rank(stmt.test)
+        for branch, counts in ((stmt.body, rank or one_body), (stmt.orelse, (rank and with_else) or one_else)):
+            if counts:
+                lines |= {n.lineno for b in branch for n in ast.walk(b) if hasattr(n, "lineno")}
+    return lines
 
 
 def _functions_calling(modules: list, what: str, matches) -> dict[str, str]:

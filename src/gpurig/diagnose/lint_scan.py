@@ -19,6 +19,7 @@ from gpurig.diagnose.lint_guards import (
     _holds_global_rank,
     _is_main_test,
     _mentions_rank,
+    _single_process_branch,
 )
 from gpurig.diagnose.lint_nodes import (
     _AUTO_DATASETS,
@@ -36,6 +37,7 @@ from gpurig.diagnose.lint_nodes import (
     _port_param,
     _sampler_shuffle,
 )
+from gpurig.diagnose.lint_project import _is_download_call
 
 # Every call some rule judges, by its last name (`_lint_scanned`); a call named otherwise matters
 # only as a fact (`short_names`, `cuda_call`, ...) or as a call of the file's own functions.
@@ -47,6 +49,9 @@ _JUDGED_CALLS = frozenset({
 }) | _AUTO_DATASETS | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS
 
 _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
+# A function that fetches by its name: `download_weights(phi)`, `fetch_checkpoint()`.
+_FETCH_NAME = re.compile(r"download|fetch", re.IGNORECASE)
+
 # A context manager that lets one rank run its body first while the others wait for it.
 # A file lock serializes the ranks the same way: the first downloads, the others find the files.
 _RANK_FIRST = re.compile(r"(?:main_process|rank|zero|master)_first$|(?:^|\.)\w*(?:FileLock|file_lock)$")
@@ -94,6 +99,7 @@ class _Scanner(ast.NodeVisitor):
         self.flags: set[str] = set()  # names holding a rank check's result
         self._first = 0
         self._prefetched: list[set[str]] = []  # per open block: what rank 0 called alone before a barrier
+        self._states: list[list] = []  # the open blocks' states (see block_start)
         # `with rank0_first():` where the script defines rank0_first itself (a @contextmanager that
         # waits at a barrier): known only once its def is read, which may come after the `with`.
         self.first_managers: set[str] = set()  # such context managers of this file
@@ -171,11 +177,12 @@ class _Scanner(ast.NodeVisitor):
             elif isinstance(value, ast.AST):
                 self.visit(value)
 
-    def _block(self, stmts: list[ast.stmt]) -> None:
+    def _block(self, stmts: list[ast.stmt]) -> list:
         state = self.block_start()
         for stmt in stmts:
             self.block_step(state, stmt)
         self.block_end(state)
+        return state
 
     # A block is walked as start / one step per statement / end, so that a module read one
     # top-level statement at a time (a big file, see `_stream_scan`) is walked as one block.
@@ -185,7 +192,9 @@ class _Scanner(ast.NodeVisitor):
         self._blocks.append(self._block_count)
         # (guards raised, rank-0-first sections raised, a barrier passed, what rank 0 alone called,
         # what rank 0 alone called before a barrier since passed) in this block
-        return [0, 0, 0, set(), set()]
+        state: list = [0, 0, 0, set(), set()]
+        self._states.append(state)
+        return state
 
     def block_step(self, state: list[int], stmt: ast.stmt) -> None:
         if self.first_stmt is None:
@@ -201,7 +210,12 @@ class _Scanner(ast.NodeVisitor):
         self._prefetched.pop()
         self._first -= after_first
         if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and not _all_but_one(stmt.test) and not stmt.orelse:
-            state[3] |= {_name_of(_dotted(n.func)) for b in stmt.body for n in ast.walk(b) if isinstance(n, ast.Call)}
+            calls = [n for b in stmt.body for n in ast.walk(b) if isinstance(n, ast.Call)]
+            state[3] |= {_name_of(_dotted(n.func)) for n in calls}
+            # Rank 0 fetched something (`download_weights(phi)`): whatever is built with pretrained
+            # weights after the barrier finds them in the cache.
+            if any(_is_download_call(n) or _FETCH_NAME.search(_name_of(_dotted(n.func))) for n in calls):
+                state[3].add("*")
         if isinstance(stmt, ast.Expr) and _calls_barrier(stmt):
             state[2] = 1
             state[4] |= state[3]
@@ -217,7 +231,8 @@ class _Scanner(ast.NodeVisitor):
             self._guard += 1
             state[0] += 1
 
-    def block_end(self, state: list[int]) -> None:
+    def block_end(self, state: list) -> None:
+        self._states.pop()
         self._path.pop()
         self._blocks.pop()
         self._guard -= state[0]
@@ -295,7 +310,10 @@ class _Scanner(ast.NodeVisitor):
         self._env_absent.append(unset)
         main = _is_main_test(node.test) and not self._functions
         self._main += main
-        self._block(node.body)
+        one_body, one_else = _single_process_branch(node.test)
+        self._guard += one_body
+        body = self._block(node.body)
+        self._guard -= one_body
         self._main -= main
         self._env_absent.pop()
         if again:
@@ -305,9 +323,11 @@ class _Scanner(ast.NodeVisitor):
             self._device_conditions.add(test if test is not None else ast.dump(node.test))
         middle = self._set_devices
         self._env_absent.append(set_)
-        self._guard += all_but_one
-        self._block(node.orelse)  # `else` of a rank check is also one-rank code
-        self._guard -= all_but_one
+        self._guard += all_but_one + one_else
+        orelse = self._block(node.orelse)  # `else` of a rank check is also one-rank code
+        self._guard -= all_but_one + one_else
+        if self._states:  # what rank 0 fetched before a barrier in a branch, the rest of this block finds
+            self._states[-1][4] |= body[4] | orelse[4]
         self._env_absent.pop()
         in_else = self._set_devices > middle
         # `if not torch.cuda.is_available(): cpu else: set_device(...)`: the branch without a GPU needs no device.
@@ -375,7 +395,7 @@ class _Scanner(ast.NodeVisitor):
             self.set_device_call = True
         if not self.compact or self._judged(node, func, short):
             self.calls.append((node, self._guard > 0))
-            if self._first or any(short in names for names in self._prefetched):
+            if self._first or any(short in names or "*" in names for names in self._prefetched):
                 self.first.add(id(node))
             for name in self._pending:
                 self.first_pending.setdefault(name, set()).add(id(node))

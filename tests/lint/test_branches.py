@@ -1,0 +1,98 @@
+"""`gpurig lint` on branches that only one process takes, and on what rank 0 fetched before a
+barrier. Small scripts written for each pattern (met in real repositories while growing the corpus)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gpurig.diagnose.lint import RULES, lint_file, lint_source
+
+HEAD = """\
+import torch
+import torch.distributed as dist
+from torch.utils.tensorboard import SummaryWriter
+"""
+
+
+def found(body: str) -> list[tuple[str, int]]:
+    source = HEAD + textwrap.dedent(body)
+    return [(f.id, f.line) for f in lint_source(source, "<script>", select=set(RULES))]
+
+
+def test_rank_zero_fetches_then_a_barrier_then_everyone_builds_with_pretrained_weights():
+    body = """
+    from nets import YoloBody, download_weights
+    dist.init_process_group("nccl")
+    if pretrained:
+        if distributed:
+            if local_rank == 0:
+                download_weights(phi)
+            dist.barrier()
+        else:
+            download_weights(phi)
+    model = YoloBody(num_classes, pretrained=pretrained)
+    dist.destroy_process_group()
+    """
+    assert [r for r in found(body) if r[0] == "download-on-every-rank"] == []
+    # Rank 0 printing something before the barrier fetches nothing: the build still downloads everywhere.
+    body = """
+    from nets import YoloBody
+    dist.init_process_group("nccl")
+    if dist.get_rank() == 0:
+        print("building")
+    dist.barrier()
+    model = YoloBody(num_classes, pretrained=True)
+    dist.destroy_process_group()
+    """
+    assert ("download-on-every-rank", 10) in found(body)
+
+
+def test_the_branch_a_run_without_the_distributed_flag_takes_is_one_process():
+    body = """
+    dist.init_process_group("nccl")
+    if args.distributed:
+        if dist.get_rank() == 0:
+            torch.save(model.state_dict(), "last.pt")
+    else:
+        torch.save(model.state_dict(), "last.pt")
+    if not args.distributed:
+        torch.save(model.state_dict(), "final.pt")
+    torch.save(model.state_dict(), "every.pt")
+    dist.destroy_process_group()
+    """
+    assert [r for r in found(body) if r[0] == "save-on-every-rank"] == [("save-on-every-rank", 13)]
+
+
+def test_a_summary_writer_per_rank_is_no_shared_file():
+    body = """
+    dist.init_process_group("nccl")
+    writer = SummaryWriter("runs/exp")
+    torch.save(model.state_dict(), "runs/exp/model.pt")
+    dist.destroy_process_group()
+    """
+    assert [r for r in found(body) if r[0] == "save-on-every-rank"] == [("save-on-every-rank", 7)]
+
+
+def test_a_helper_that_loads_without_map_location_only_when_no_group_is_running(tmp_path):
+    (tmp_path / "weights.py").write_text(textwrap.dedent("""
+        import torch
+        import torch.distributed as dist
+        def load_pretrained(net, fname):
+            if dist.is_initialized():
+                state = torch.load(fname, map_location=torch.device("cuda", dist.get_rank()))
+            else:
+                state = torch.load(fname)
+            net.load_state_dict(state)
+        def load_any(net, fname):
+            net.load_state_dict(torch.load(fname))
+        """))
+    script = tmp_path / "train.py"
+    script.write_text(HEAD + textwrap.dedent("""
+        from weights import load_pretrained, load_any
+        dist.init_process_group("nccl")
+        load_pretrained(net, args.weights)
+        load_any(net, args.weights)
+        dist.destroy_process_group()
+        """))
+    got = [(f.id, f.line) for f in lint_file(str(script), select=set(RULES))]
+    assert [r for r in got if r[0] == "torch-load-without-map-location"] == [("torch-load-without-map-location", 8)]
