@@ -122,3 +122,96 @@ def test_a_helper_reading_a_dataset_from_this_machine_is_not_a_download(tmp_path
     dist.destroy_process_group()
     """
     assert [r for r in _lint(tmp_path, script) if r[0] == "download-on-every-rank"] == [("download-on-every-rank", 9)]
+
+
+def test_a_fixed_rendezvous_in_the_projects_options_or_its_launcher(tmp_path):
+    # --dist_url's default fixed in the project's opts.py, passed as init_method.
+    _write(tmp_path, "opts.py", """
+        import argparse
+        def parse_opts():
+            parser = argparse.ArgumentParser()
+            parser.add_argument('--dist_url', default='tcp://127.0.0.1:23456', type=str)
+            parser.add_argument('--workers', default=4, type=int)
+            return parser.parse_args()
+        """)
+    script = """
+    from opts import parse_opts
+    opt = parse_opts()
+    dist.init_process_group(backend="nccl", init_method=opt.dist_url, world_size=2, rank=0)
+    dist.destroy_process_group()
+    """
+    assert ("hard-coded-rendezvous", 7) in _lint(tmp_path, script)
+
+
+def test_a_group_started_on_a_fixed_address_by_the_workers_the_project_starts(tmp_path):
+    # train.py -> trainer.train() -> Process(target=run) -> distributed.multi_init(): 'tcp://localhost:10000'
+    _write(tmp_path, "distributed.py", """
+        import torch
+        def multi_init(device_id, world_size):
+            method = 'tcp://localhost:10000'
+            torch.distributed.init_process_group(backend='nccl', init_method=method, world_size=world_size, rank=device_id)
+            return torch.distributed.get_rank()
+        """)
+    _write(tmp_path, "trainer.py", """
+        import torch.multiprocessing as mp
+        import distributed
+        def run(args, device_id):
+            distributed.multi_init(device_id, args.world_size)
+        def train(args):
+            procs = [mp.Process(target=run, args=(args, i)) for i in range(args.world_size)]
+            for p in procs:
+                p.start()
+        """)
+    script = """
+    from trainer import train
+    train(args)
+    """
+    assert ("hard-coded-rendezvous", 6) in _lint(tmp_path, script)
+    # The same helper on env:// is fine.
+    _write(tmp_path, "distributed.py", """
+        import torch
+        def multi_init(device_id, world_size):
+            torch.distributed.init_process_group(backend='nccl', init_method='env://')
+        """)
+    assert [r for r in _lint(tmp_path, script) if r[0] == "hard-coded-rendezvous"] == []
+
+
+def test_a_port_option_joined_into_the_address_the_script_builds():
+    from gpurig.diagnose.lint import lint_source
+
+    source = HEAD + textwrap.dedent("""
+    import argparse
+    import torch.multiprocessing as mp
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", default="2646", type=str)
+    args = parser.parse_args()
+    def worker(gpu, port):
+        dist.init_process_group(backend="nccl", init_method="tcp://127.0.0.1:" + port, world_size=2, rank=gpu)
+        dist.destroy_process_group()
+    mp.spawn(worker, args=(args.port,), nprocs=2)
+    """)
+    assert ("hard-coded-rendezvous", 8) in [(f.id, f.line) for f in lint_source(source, "<script>", select=set(RULES))]
+
+
+def test_a_helper_that_writes_a_file_it_names_itself(tmp_path):
+    _write(tmp_path, "utils.py", """
+        import json
+        def read_split_data(root):
+            classes = sorted(root)
+            with open('class_indices.json', 'w') as f:
+                f.write(json.dumps(classes))
+            return classes
+        def load_split(root):
+            with open('class_indices.json') as f:
+                return f.read()
+        """)
+    script = """
+    from utils import read_split_data, load_split
+    dist.init_process_group("nccl")
+    classes = read_split_data(args.data)
+    again = load_split(args.data)
+    if dist.get_rank() == 0:
+        read_split_data(args.data)
+    dist.destroy_process_group()
+    """
+    assert [r for r in _lint(tmp_path, script) if r[0] == "save-on-every-rank"] == [("save-on-every-rank", 7)]

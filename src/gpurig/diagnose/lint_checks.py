@@ -30,6 +30,7 @@ from gpurig.diagnose.lint_nodes import (
 from gpurig.diagnose.lint_project import (
     _data_parallel_functions,
     _downloading_functions,
+    _fixed_init_functions,
     _fixed_port_functions,
     _fixed_rendezvous_settings,
     _global_rank_device_functions,
@@ -47,7 +48,7 @@ from gpurig.diagnose.lint_rules import RULES, LintFinding
 from gpurig.diagnose.lint_scan import _Scanner
 
 # A tcp:// address the script puts together itself: 'tcp://' + ip + ':' + port, f"tcp://{ip}:{port}".
-_BUILDS_TCP = re.compile(r"""['"]tcp://(?:['"{]|$)""", re.M)
+_BUILDS_TCP = re.compile(r"""['"]tcp://[\w.\-]*:?(?:['"{%]|$)""", re.M)
 
 
 def _setting_name(value: ast.AST) -> str | None:
@@ -507,6 +508,13 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 "two jobs on one machine collide", "Take the port from the environment (MASTER_PORT set by the launcher) "
                 "or pick a free one; drop the fixed default.")
     port_helpers = _fixed_port_functions(modules) if "MASTER_PORT" not in text else {}
+    init_helpers = _fixed_init_functions(modules) if "init_process_group" not in names else {}
+    for call, func, _ in calls:
+        short = _name_of(func)
+        if short in init_helpers and short not in scan.defined:
+            add("hard-coded-rendezvous", call, f"{short}() starts the process group on a fixed address ({init_helpers[short]}): "
+                "two jobs on one machine collide", f"Let {short}() use env:// (MASTER_ADDR/MASTER_PORT from the launcher).")
+            break
     for call, func, _ in calls:
         short = _name_of(func)
         if short in port_helpers and short not in scan.defined and not _passes(call, *port_helpers[short][:2]):

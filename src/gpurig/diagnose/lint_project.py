@@ -275,6 +275,39 @@ def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int]]:
 
 
 _TCP_FIXED = re.compile(r"tcp://[^:/\s]+:\d{2,5}/?$")
+
+
+def _fixed_init_functions(modules: list) -> dict[str, str]:
+    """Functions of the project's own modules that start the process group on a fixed tcp:// address
+    (`init_method='tcp://localhost:10000'`, or a local name given one): name -> where."""
+    out: dict[str, str] = {}
+    for module in modules:
+        for fn in ast.walk(module):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            literals = {t.id: n.value.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
+                        and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+                        for t in n.targets if isinstance(t, ast.Name)}
+            for n in ast.walk(fn):
+                init = _kw(n, "init_method") if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "init_process_group" else None
+                value = init.value if init is not None else None
+                address = value.value if isinstance(value, ast.Constant) else literals.get(getattr(value, "id", None))
+                if isinstance(address, str) and _TCP_FIXED.match(address):
+                    out[fn.name] = f"{address!r} at line {n.lineno} of its module"
+    # ... and the project's functions that call one or start workers that do (`train_abs()` ->
+    # `mp.Process(target=run)` -> `distributed.multi_init()`).
+    functions = [fn for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    grown = bool(out)
+    while grown:
+        grown = False
+        for fn in functions:
+            callee = next((name for n in ast.walk(fn) for name in [
+                _name_of(_dotted(n.func)) if isinstance(n, ast.Call) else n.id if isinstance(n, ast.Name) else None]
+                if name in out and name != fn.name), None)
+            if fn.name not in out and callee is not None:
+                out[fn.name] = f"through {callee}(): {out[callee]}"
+                grown = True
+    return out
 _RENDEZVOUS_KEY = re.compile(r"dist_?url|init_?method", re.IGNORECASE)
 
 
@@ -297,6 +330,10 @@ def _fixed_rendezvous_settings(modules: list, configs=()) -> dict[str, str]:
             elif isinstance(n, ast.Dict):
                 pairs += [(k.value, v) for k, v in zip(n.keys, n.values, strict=False)
                           if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            elif isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "add_argument" and _kw(n, "default"):
+                # `parser.add_argument('--dist_url', default='tcp://127.0.0.1:23456')` in the project's opts.py
+                pairs += [(a.value.lstrip("-").replace("-", "_"), _kw(n, "default").value) for a in n.args
+                          if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-")]
             for key, value in pairs:
                 if _RENDEZVOUS_KEY.fullmatch(key) and isinstance(value, ast.Constant) and isinstance(value.value, str) \
                         and _TCP_FIXED.match(value.value):
@@ -346,6 +383,12 @@ def _saving_functions(modules: list) -> dict[str, str]:
                         and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and str(n.args[1].value)[:1] in ("w", "a") \
                         and isinstance(n.args[0], ast.Name) and n.args[0].id in [a.arg for a in fn.args.args]:
                     out[fn.name] = f"open(..., {n.args[1].value!r}) at line {n.lineno} of its module, on the path it is given"
+                    break
+                # `with open('class_indices.json', 'w')`: a file the helper names itself, the same for every rank
+                if isinstance(n, ast.Call) and _dotted(n.func) == "open" and n.lineno not in guarded_lines \
+                        and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and str(n.args[1].value)[:1] == "w" \
+                        and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
+                    out[fn.name] = f"a write of {n.args[0].value!r} at line {n.lineno} of its module"
                     break
     return out
 
