@@ -215,3 +215,89 @@ def test_a_helper_that_writes_a_file_it_names_itself(tmp_path):
     dist.destroy_process_group()
     """
     assert [r for r in _lint(tmp_path, script) if r[0] == "save-on-every-rank"] == [("save-on-every-rank", 7)]
+
+
+def test_a_model_wrapped_by_a_trainer_class_and_its_subclass_picked_by_name(tmp_path):
+    # Trainer.__init__ -> create_model() -> DataParallel; WATrainer(Trainer) calls super().__init__;
+    # the script picks the class by a name first (`Exp = WATrainer`). One mistake, reported once.
+    _write(tmp_path, "models.py", """
+        import torch
+        def create_model(name):
+            model = torch.nn.Linear(2, 2)
+            return torch.nn.DataParallel(model)
+        """)
+    _write(tmp_path, "trainers.py", """
+        from models import create_model
+        class Trainer:
+            def __init__(self, args):
+                self.model = create_model(args.model)
+        class WATrainer(Trainer):
+            def __init__(self, args):
+                super().__init__(args)
+                self.ema = None
+        """)
+    script = """
+    from trainers import Trainer, WATrainer
+    if args.wa:
+        Exp = WATrainer
+    else:
+        Exp = Trainer
+    trainer = Exp(args)
+    other = Trainer(args)
+    """
+    assert [r for r in _lint(tmp_path, script) if r[0] == "data-parallel"] == [("data-parallel", 10)]
+
+
+def test_what_is_not_fetched_from_a_hub_in_the_projects_helpers(tmp_path):
+    _write(tmp_path, "helpers.py", """
+        import torchvision
+        from datasets import load_dataset
+        from transformers import AutoConfig, AutoTokenizer
+        def init_model(name, tokenizer_path='../model'):
+            return AutoTokenizer.from_pretrained(tokenizer_path)
+        def stream():
+            return load_dataset("allenai/c4", "en", split="train", streaming=True)
+        def local_config(model_config):
+            return AutoConfig.from_pretrained(model_config), AutoTokenizer.from_pretrained("./tokenizer")
+        def backbone(is_main_process):
+            return torchvision.models.resnet50(pretrained=is_main_process())
+        def hub(name="gpt2"):
+            return AutoTokenizer.from_pretrained(name)
+        """)
+    script = """
+    from helpers import init_model, stream, local_config, backbone, hub
+    dist.init_process_group("nccl")
+    init_model("small")
+    stream()
+    local_config(args.model_config)
+    backbone(lambda: dist.get_rank() == 0)
+    hub()
+    dist.destroy_process_group()
+    """
+    assert [r for r in _lint(tmp_path, script) if r[0] == "download-on-every-rank"] == [("download-on-every-rank", 11)]
+
+
+def test_a_helper_saving_under_a_root_worker_check_or_to_a_per_rank_name(tmp_path):
+    _write(tmp_path, "ckpt.py", """
+        import os
+        import torch
+        import torch.distributed as dist
+        def save_model(path, model, backend):
+            if not backend.is_root_worker():
+                return
+            torch.save(model.state_dict(), path)
+        def save_shard(save_dir, state):
+            save_path = os.path.join(save_dir, f"rank-specific-{dist.get_rank():05d}.pth")
+            torch.save(state, save_path)
+        def save_all(path, model):
+            torch.save(model.state_dict(), path)
+        """)
+    script = """
+    from ckpt import save_model, save_shard, save_all
+    dist.init_process_group("nccl")
+    save_model("vae.pt", model, backend)
+    save_shard("out", state)
+    save_all("all.pt", model)
+    dist.destroy_process_group()
+    """
+    assert [r for r in _lint(tmp_path, script) if r[0] == "save-on-every-rank"] == [("save-on-every-rank", 9)]

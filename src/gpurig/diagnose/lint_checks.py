@@ -51,6 +51,11 @@ from gpurig.diagnose.lint_scan import _Scanner
 _BUILDS_TCP = re.compile(r"""['"]tcp://[\w.\-]*:?(?:['"{%]|$)""", re.M)
 
 
+def _origin(where: str) -> str:
+    """What a project helper does in the end: "through a(): through b(): X at line N" -> "X at line N"."""
+    return where.rpartition("(): ")[2]
+
+
 def _setting_name(value: ast.AST) -> str | None:
     """The name of the setting an expression reads: `hparams.dist_url`, `h.dist_config['dist_url']`."""
     if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant) and isinstance(value.slice.value, str):
@@ -141,7 +146,15 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     loading_helpers = _loading_functions(modules)
     data_parallel_helpers = _data_parallel_functions(modules)
     rank_device_helpers = _global_rank_device_functions(modules)
-    reported_helpers: set[tuple[str, str]] = set()  # (rule, helper): a helper is reported once per rule, at its first call
+    # A class or function of the project picked by a name first (`Exp = Exp_Informer` ... `Exp(args)`).
+    for helpers in (downloading_helpers, saving_helpers, loading_helpers, data_parallel_helpers, rank_device_helpers):
+        for alias, targets in scan.name_aliases.items():
+            target = next((t for t in sorted(targets) if t in helpers), None)
+            if alias not in helpers and target is not None:
+                helpers[alias] = f"through {target}(): {helpers[target]}"
+    # (rule, what the helper does in the end): reported once, at the first call that gets there
+    # (`WATrainer()` and `Trainer()` both reaching the same DataParallel are one mistake).
+    reported_helpers: set[tuple[str, str]] = set()
     text = source
     uses_cuda = scan.cuda_call or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
     distributed = bool(
@@ -257,9 +270,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 "Use DistributedDataParallel with one process per GPU: wrap with DDP(model, device_ids=[local_rank]) "
                 "and start with `gpurig launch script.py` (torchrun).",
             )
-        elif short in data_parallel_helpers and short not in scan.defined and ("data-parallel", short) not in reported_helpers \
+        elif short in data_parallel_helpers and short not in scan.defined and ("data-parallel", _origin(data_parallel_helpers[short])) not in reported_helpers \
                 and func.partition(".")[0] not in ("self", "cls"):  # a function of the project, not a method of this file's class
-            reported_helpers.add(("data-parallel", short))
+            reported_helpers.add(("data-parallel", _origin(data_parallel_helpers[short])))
             add("data-parallel", call, f"{short}() wraps the model in nn.DataParallel ({data_parallel_helpers[short]}): "
                 "one process drives every GPU, and the GIL and GPU 0 hold it back",
                 "Use DistributedDataParallel with one process per GPU (DDP(model, device_ids=[local_rank])) and start "
@@ -301,15 +314,15 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "torch.load without map_location: tensors saved on cuda:0 load onto GPU 0 in every rank",
                     "torch.load(path, map_location='cpu') (then .to(device)), or map_location=f'cuda:{local_rank}'.",
                 )
-        if short in rank_device_helpers and short not in scan.defined and ("global-rank-as-device", short) not in reported_helpers \
+        if short in rank_device_helpers and short not in scan.defined and ("global-rank-as-device", _origin(rank_device_helpers[short])) not in reported_helpers \
                 and not guarded:
-            reported_helpers.add(("global-rank-as-device", short))
+            reported_helpers.add(("global-rank-as-device", _origin(rank_device_helpers[short])))
             add("global-rank-as-device", call, f"{short}() makes the global rank the GPU index ({rank_device_helpers[short]}): "
                 "on a second node there is no such GPU",
                 f"In {short}(), torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) (the rank within this node).")
-        if short in loading_helpers and short not in scan.defined and ("torch-load-without-map-location", short) not in reported_helpers \
+        if short in loading_helpers and short not in scan.defined and ("torch-load-without-map-location", _origin(loading_helpers[short])) not in reported_helpers \
                 and distributed and not guarded:
-            reported_helpers.add(("torch-load-without-map-location", short))
+            reported_helpers.add(("torch-load-without-map-location", _origin(loading_helpers[short])))
             add("torch-load-without-map-location", call,
                 f"{short}() reads a checkpoint ({loading_helpers[short]}) without map_location on every rank: "
                 "tensors saved on cuda:0 load onto GPU 0 in every rank",
@@ -427,9 +440,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 add("save-on-every-rank", call,
                     f"{short}() saves with {saving_helpers[short]} on every rank: they write the same file at once",
                     f"Call it from one rank: `if rank == 0: {short}(...)`, then dist.barrier() before anyone reads it.")
-            if short in downloading_helpers and short not in scan.defined and ("download-on-every-rank", short) not in reported_helpers \
+            if short in downloading_helpers and short not in scan.defined and ("download-on-every-rank", _origin(downloading_helpers[short])) not in reported_helpers \
                     and not _is_download_call(call):
-                reported_helpers.add(("download-on-every-rank", short))
+                reported_helpers.add(("download-on-every-rank", _origin(downloading_helpers[short])))
                 add("download-on-every-rank", call,
                     f"{short}() downloads ({downloading_helpers[short]}) in every rank at once: they race to write the same files",
                     "Let one rank download first: `if rank == 0: <download>` then dist.barrier() (or accelerator.main_process_first()), "

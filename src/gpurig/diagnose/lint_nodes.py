@@ -10,7 +10,8 @@ import os
 import re
 from typing import Any
 
-RANK_WORDS = ("rank", "is_main", "main_process", "master", "is_master", "is_primary", "primary", "local_zero", "global_zero")
+RANK_WORDS = ("rank", "is_main", "main_process", "master", "is_master", "is_primary", "primary", "local_zero", "global_zero",
+              "is_root", "root_worker", "is_chief")
 RANK_NAMES = {"main", "leader", "is_leader", "zero"}  # whole names that only make sense as "the rank that speaks"
 # Names of the process's GPU index: `if gpu == 0` / `if self.gpu_id == 0` picks one process as well.
 GPU_NAMES = {"gpu", "gpu_id", "gpu_idx", "device_id", "local_gpu", "cuda_id", "gpu_index", "device_index"}
@@ -184,7 +185,8 @@ _LOCAL_BUILDERS = {"json", "csv", "text", "parquet", "arrow", "pandas", "imagefo
 
 
 # A folder on this machine by its name: `input_dir`, `output_dir`, `ckpt_dir`, `save_dir`.
-_LOCAL_DIR = re.compile(r"\w*_dir|\w*_folder|(?:ckpt|checkpoint|output|save)_?path", re.IGNORECASE)
+_LOCAL_DIR = re.compile(r"\w*_dir|\w*_folder|(?:ckpt|checkpoint|output|save)_?path|(?:model_)?config_?(?:path|file)?",
+                        re.IGNORECASE)
 
 
 def _reads_local_files(call: ast.Call) -> bool:
@@ -193,12 +195,17 @@ def _reads_local_files(call: ast.Call) -> bool:
     short = _name_of(_dotted(call.func))
     if short == "load_dataset":
         # A builder of local files, or a dataset read from a folder or files of this machine
-        # (`load_dataset("wikihow", "all", data_dir="data/")`: data the user fetched by hand).
+        # (`load_dataset("wikihow", "all", data_dir="data/")`: data the user fetched by hand), or
+        # streamed (nothing is written to the cache).
         return (bool(call.args) and isinstance(call.args[0], ast.Constant) and call.args[0].value in _LOCAL_BUILDERS) \
-            or any(k.arg in ("data_dir", "data_files") for k in call.keywords)
+            or any(k.arg in ("data_dir", "data_files") for k in call.keywords) \
+            or any(k.arg == "streaming" and _is_const(k.value, True) for k in call.keywords)
     if short != "from_pretrained" or not call.args:
         return False
     where = call.args[0]
+    # A path, not a hub id: "../model", "./out/ckpt", "/data/llama", "~/weights".
+    if isinstance(where, ast.Constant) and isinstance(where.value, str) and where.value.startswith((".", "/", "~")):
+        return True
     if isinstance(where, ast.Call) and _dotted(where.func) in ("os.path.join", "path.join", "Path", "pathlib.Path"):
         return True
     if isinstance(where, ast.BinOp) and isinstance(where.op, ast.Div):

@@ -70,7 +70,9 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
         return []
     base = Path(path).resolve().parent
     roots = (base, base.parent, base.parent.parent)  # a script in app/vjepa/ importing src.utils
-    found, seen = [], set()
+    found: list[ast.AST] = []
+    paths: list[Path] = []
+    seen: set[Path] = set()
 
     def add(cand: Path) -> ast.AST | None:
         if cand in seen or not cand.is_file() or cand.stat().st_size > 2_000_000 or len(seen) > 50:
@@ -81,6 +83,7 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
         except (SyntaxError, ValueError, RecursionError, OSError):
             return None
         found.append(module)
+        paths.append(cand)
         return module
 
     def re_exports(init: Path, module: ast.AST, depth: int = 0) -> None:
@@ -94,23 +97,22 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
                 if inner is not None and depth < 2:
                     re_exports(sub / "__init__.py", inner, depth + 1)
 
-    def read(names: list[tuple[int, str]], here: Path) -> list[tuple[Path, ast.AST]]:
-        got = []
+    def read(names: list[tuple[int, str]], here: Path) -> None:
         for level, name in names:
             rel = Path(*name.split("."))
             ups = [here, *here.parents]
             for root in (ups[level - 1:level] if level else roots):
                 for cand in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
                     module = add(cand)
-                    if module is not None:
-                        got.append((cand, module))
-                        if cand.name == "__init__.py":
-                            re_exports(cand, module)
-        return got
+                    if module is not None and cand.name == "__init__.py":
+                        re_exports(cand, module)
 
-    step = read(_imported_names(ast.walk(tree) if imports is None else imports), base)
-    for _ in range(2):
-        step = [got for cand, module in step for got in read(_imported_names(ast.walk(module)), cand.parent)]
+    read(_imported_names(ast.walk(tree) if imports is None else imports), base)
+    done = 0
+    for _ in range(2):  # what those modules (and the ones their packages re-export) import
+        step, done = list(zip(paths[done:], found[done:], strict=True)), len(found)
+        for cand, module in step:
+            read(_imported_names(ast.walk(module)), cand.parent)
     return found
 
 
@@ -131,14 +133,16 @@ def _guarded_lines(fn: ast.AST, with_else: bool = False) -> set[int]:
 
 def _functions_calling(modules: list, what: str, matches) -> dict[str, str]:
     """Functions of the project's own modules with a call `matches(call, fn)` accepts: name -> "<what> at
-    line N of its module" (the first such call)."""
+    line N of its module" (the first such call). A class's `__init__` stands under the class's name."""
     out: dict[str, str] = {}
     for module in modules:
+        init_of = {id(fn): cls.name for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)
+                   for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"}
         for fn in ast.walk(module):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 hit = next((n for n in ast.walk(fn) if isinstance(n, ast.Call) and matches(n, fn)), None)
                 if hit is not None:
-                    out[fn.name] = f"{what} at line {hit.lineno} of its module"
+                    out[init_of.get(id(fn), fn.name)] = f"{what} at line {hit.lineno} of its module"
     return out
 
 
@@ -166,8 +170,9 @@ def _named_fetch(call: ast.Call) -> bool:
 def _is_download_call(call: ast.Call) -> bool:
     func = _dotted(call.func)
     short = _name_of(func)
+    # (`pretrained=is_main_process()`: only the main process fetches, DETR's way)
     on = [k for k in call.keywords if k.arg in ("download", "pretrained")
-          and not _is_const(k.value, False) and not _is_const(k.value, None)]
+          and not _is_const(k.value, False) and not _is_const(k.value, None) and not _mentions_rank(k.value)]
     return bool(on) or (short in _DOWNLOADERS and not _reads_local_files(call)) or _named_fetch(call)
 
 
@@ -178,40 +183,63 @@ def _rank_zero_first(fn: ast.AST) -> bool:
                for stmt in getattr(fn, "body", []))
 
 
-def _downloading_functions(modules: list) -> dict[str, str]:
-    """Functions of the project's own modules that download without a rank check: name -> what.
-    A class whose `__init__` downloads stands under its own name: building it downloads
-    (`VQLoss()` -> `LPIPS()` -> `vgg16(pretrained=True)`)."""
+def _grown(modules: list, out: dict[str, str], skip=lambda fn: False) -> dict[str, str]:
+    """`out` (function name -> what it does; a class's `__init__` under its class name) grown through
+    the project's own code: a function that calls one of them (by name or as `self.`/`cls.` method)
+    does it too (find_model -> download_model -> download_url), and so does building a class whose
+    `__init__` calls one, or whose base does when it has no `__init__` or calls `super().__init__`
+    (`WATrainer(Trainer)` -> `Trainer.__init__` -> `create_model()`). Calls under a rank check are not
+    followed; `skip` leaves functions out (a helper that lets rank 0 go first)."""
     functions = [fn for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    init_of = {id(fn): cls.name for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)
-               for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"}
-    out: dict[str, str] = {}
-    for fn in functions:
-        if _rank_zero_first(fn):
-            continue
-        guarded_lines = _guarded_lines(fn)
-        for n in ast.walk(fn):
-            if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines:
-                out[init_of.get(id(fn), fn.name)] = f"{_name_of(_dotted(n.func))} at line {n.lineno} of its module"
-                break
-    # A function that calls one of those (find_model -> download_model -> download_url) downloads too.
+    classes = [cls for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)]
+    init_of = {id(fn): cls.name for cls in classes for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"}
+    guarded = {id(fn): _guarded_lines(fn) for fn in functions}
     grown = True
     while grown:
         grown = False
         for fn in functions:
             name = init_of.get(id(fn), fn.name)
-            if name in out or name == "__init__" or _rank_zero_first(fn):
+            if name in out or name == "__init__" or skip(fn):
                 continue
-            guarded_lines = _guarded_lines(fn)
             for n in ast.walk(fn):
-                if isinstance(n, ast.Call) and n.lineno not in guarded_lines and isinstance(n.func, (ast.Name, ast.Attribute)) \
+                if isinstance(n, ast.Call) and n.lineno not in guarded[id(fn)] and isinstance(n.func, (ast.Name, ast.Attribute)) \
                         and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls")) \
                         and _name_of(_dotted(n.func)) in out and _name_of(_dotted(n.func)) != name:
                     out[name] = f"through {_name_of(_dotted(n.func))}(): {out[_name_of(_dotted(n.func))]}"
                     grown = True
                     break
+        for cls in classes:
+            base = next((b for b in (_name_of(_dotted(x)) for x in cls.bases) if b in out and b != cls.name), None)
+            init = next((fn for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"), None)
+            if cls.name not in out and base is not None and (init is None or any(
+                    isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "__init__" for n in ast.walk(init))):
+                out[cls.name] = f"through {base}(): {out[base]}"
+                grown = True
     out.pop("__init__", None)
     return out
+
+
+def _downloading_functions(modules: list) -> dict[str, str]:
+    """Functions of the project's own modules that download without a rank check: name -> what.
+    A class whose `__init__` downloads stands under its own name: building it downloads
+    (`VQLoss()` -> `LPIPS()` -> `vgg16(pretrained=True)`)."""
+    init_of = {id(fn): cls.name for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)
+               for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"}
+    out: dict[str, str] = {}
+    for module in modules:
+        for fn in ast.walk(module):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or _rank_zero_first(fn):
+                continue
+            guarded_lines = _guarded_lines(fn)
+            # parameters that default to a path of this machine (`tokenizer_path='../model'`)
+            local = {name for name, value in _constant_defaults(fn).items()
+                     if isinstance(value, str) and value.startswith((".", "/", "~"))}
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines and not (
+                        _name_of(_dotted(n.func)) == "from_pretrained" and n.args and getattr(n.args[0], "id", None) in local):
+                    out[init_of.get(id(fn), fn.name)] = f"{_name_of(_dotted(n.func))} at line {n.lineno} of its module"
+                    break
+    return _grown(modules, out, skip=_rank_zero_first)
 
 
 def _reachable_call(modules: list, name: str, script_calls: set[str]) -> bool:
@@ -372,10 +400,13 @@ def _saving_functions(modules: list) -> dict[str, str]:
                 continue  # `if not is_main_process(): return` and the like: it decides itself
             guarded_lines = _guarded_lines(fn, with_else=True)
             buffers = _buffer_names(fn)
+            # a file name held in a local variable (`save_path = ...{dist.get_rank()}...`)
+            per_rank = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and _mentions_rank_value(n.value)
+                        for t in n.targets if isinstance(t, ast.Name)}
             for n in ast.walk(fn):
                 if isinstance(n, ast.Call) and _dotted(n.func) == "torch.save" and n.lineno not in guarded_lines \
                         and len(n.args) > 1 and not _mentions_rank_value(n.args[1]) \
-                        and not (isinstance(n.args[1], ast.Name) and n.args[1].id in buffers):
+                        and not (isinstance(n.args[1], ast.Name) and n.args[1].id in buffers | per_rank):
                     out[fn.name] = f"torch.save at line {n.lineno} of its module"
                     break
                 # `def yaml_save(file, data): with open(file, "w")`: the file the caller names
@@ -411,7 +442,7 @@ def _global_rank_device_functions(modules: list) -> dict[str, str]:
 def _data_parallel_functions(modules: list) -> dict[str, str]:
     """Functions of the project's own modules that wrap a model in nn.DataParallel (`create_model`
     returning `DataParallel(model, device_ids=opt.gpu_ids)`): name -> where."""
-    return _functions_calling(modules, "DataParallel", lambda call, fn: _name_of(_dotted(call.func)) == "DataParallel")
+    return _grown(modules, _functions_calling(modules, "DataParallel", lambda call, fn: _name_of(_dotted(call.func)) == "DataParallel"))
 
 
 def _loading_functions(modules: list) -> dict[str, str]:

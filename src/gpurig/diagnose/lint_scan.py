@@ -131,6 +131,7 @@ class _Scanner(ast.NodeVisitor):
         self.spawns_in: set[str] = set()  # functions that start the workers (mp.spawn) themselves
         self.settings: dict[str, set] = {}  # last name -> the constant values the script assigns it (x = 1, x: int = 1)
         self.buffers: set[str] = set()  # names bound to an in-memory file (io.BytesIO())
+        self.name_aliases: dict[str, set[str]] = {}  # `Exp = Exp_Informer`: name -> the names it was given
         # (function, name) -> the path expression a name is given once there (`log = os.path.join(out, "log.txt")`);
         # None where the function gives it more than one value.
         self.path_vars: dict[tuple[str, str], ast.AST | None] = {}
@@ -435,7 +436,7 @@ class _Scanner(ast.NodeVisitor):
 
     def _judged(self, node: ast.Call, func: str, short: str) -> bool:
         """Whether some rule looks at this call (compact mode keeps only those)."""
-        return (short in _JUDGED_CALLS or short in self.keep_names or short in self.aliases
+        return (short in _JUDGED_CALLS or short in self.keep_names or short in self.aliases or short in self.name_aliases
                 or (self.keep_plain and isinstance(node.func, ast.Name))
                 # a method of an object the project's own classes may have built (`runner.sample()`)
                 or (bool(self.local_roots) and isinstance(node.func, ast.Attribute))
@@ -554,6 +555,8 @@ class _Scanner(ast.NodeVisitor):
                 if param is not None:
                     self.port_params.append((node, self._functions[-1], param, self._params[-1].index(param)))
         value = node.value
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and isinstance(value, ast.Name):
+            self.name_aliases.setdefault(node.targets[0].id, set()).add(value.id)  # `Exp = Exp_Long_Term_Forecast`
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and _path_like(value):
             key = (self._functions[-1] if self._functions else "", node.targets[0].id)
             self.path_vars[key] = None if key in self.path_vars else value
