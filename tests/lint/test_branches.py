@@ -96,3 +96,16 @@ def test_a_helper_that_loads_without_map_location_only_when_no_group_is_running(
         """))
     got = [(f.id, f.line) for f in lint_file(str(script), select=set(RULES))]
     assert [r for r in got if r[0] == "torch-load-without-map-location"] == [("torch-load-without-map-location", 8)]
+
+
+def test_the_branch_of_a_dist_train_setting_that_is_off_is_one_process():
+    body = """
+    dist.init_process_group("nccl")
+    if cfg.MODEL.DIST_TRAIN:
+        if dist.get_rank() == 0:
+            torch.save(model.state_dict(), "model.pth")
+    else:
+        torch.save(model.state_dict(), "model.pth")
+    dist.destroy_process_group()
+    """
+    assert [r for r in found(body) if r[0] == "save-on-every-rank"] == []

@@ -301,3 +301,69 @@ def test_a_helper_saving_under_a_root_worker_check_or_to_a_per_rank_name(tmp_pat
     dist.destroy_process_group()
     """
     assert [r for r in _lint(tmp_path, script) if r[0] == "save-on-every-rank"] == [("save-on-every-rank", 9)]
+
+
+def test_the_projects_worker_started_by_mp_spawn_is_judged_as_run_on_every_rank(tmp_path):
+    _write(tmp_path, "trainer.py", """
+        import torch
+        def train(rank, args, ckpt):
+            state = torch.load(ckpt)
+            return state
+        """)
+    script = """
+    import torch.multiprocessing as mp
+    from trainer import train
+    if __name__ == "__main__":
+        mp.spawn(train, nprocs=2, args=(args, "last.pt"))
+    """
+    assert ("torch-load-without-map-location", 8) in _lint(tmp_path, script)
+
+
+def test_a_helper_that_fixes_master_port_unless_it_is_only_a_fallback(tmp_path):
+    _write(tmp_path, "dist_utils.py", """
+        import os
+        import torch.distributed as dist
+        def init_slurm():
+            os.environ['MASTER_PORT'] = '8964'
+            dist.init_process_group('nccl')
+        def init_env(port=None):
+            if port is not None:
+                os.environ['MASTER_PORT'] = str(port)
+            elif 'MASTER_PORT' in os.environ:
+                pass
+            else:
+                os.environ['MASTER_PORT'] = '29500'
+            dist.init_process_group('nccl')
+        """)
+    fixed = """
+    from dist_utils import init_slurm
+    init_slurm()
+    dist.destroy_process_group()
+    """
+    assert ("hard-coded-rendezvous", 6) in _lint(tmp_path, fixed)
+    fallback = """
+    from dist_utils import init_env
+    init_env()
+    dist.destroy_process_group()
+    """
+    assert [r for r in _lint(tmp_path, fallback) if r[0] == "hard-coded-rendezvous"] == []
+
+
+def test_a_rendezvous_fixed_under_any_key_of_the_shipped_json_configs_or_a_master_ip_option(tmp_path):
+    _write(tmp_path, "config.json", '{"distributed": {"backend": "nccl", "url": "tcp://localhost:54321"}}')
+    script = """
+    import json
+    c = json.load(open("config.json"))
+    dist.init_process_group(c["distributed"]["backend"], init_method=c["distributed"]["url"], world_size=2, rank=0)
+    dist.destroy_process_group()
+    """
+    assert ("hard-coded-rendezvous", 7) in _lint(tmp_path, script)
+    script = """
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--master_ip", default="tcp://localhost:12345", type=str)
+    args = parser.parse_args()
+    dist.init_process_group("nccl", init_method=args.master_ip, world_size=2, rank=0)
+    dist.destroy_process_group()
+    """
+    assert ("hard-coded-rendezvous", 7) in _lint(tmp_path, script)

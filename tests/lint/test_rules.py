@@ -293,3 +293,16 @@ def test_messages_meant_for_every_rank_are_not_reported():
         print('epoch done')
     """
     assert _ids(body) == []
+
+
+def test_pythons_warnings_about_the_scripts_text_are_not_printed(tmp_path):
+    import warnings
+
+    from gpurig.diagnose.lint import lint_file
+
+    script = tmp_path / "train.py"
+    script.write_text('import re\nPATTERN = re.compile("\\d+\\e")\n')
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert lint_file(str(script)) == []
+    assert [str(w.message) for w in seen] == []

@@ -95,9 +95,14 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
 
 def lint_file(script: str, select=None, ignore=None) -> list:
     """Findings for a script on disk; a missing, unreadable or invalid file is bad input (exit 2)."""
+    import warnings
+
     from gpurig.errors import BadInput
 
-    with _no_gc():
+    # Python's own complaints about the script's text (`"\d"`: invalid escape sequence) are not ours to print.
+    with _no_gc(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
         if _size(script) > STREAM_BYTES:
             source = _read_text(script)
             try:

@@ -39,6 +39,7 @@ from gpurig.diagnose.lint_project import (
     _local_modules,
     _mentions_rank_value,
     _named_fetch,
+    _origin,
     _reachable_call,
     _sampler_functions,
     _saving_functions,
@@ -49,11 +50,6 @@ from gpurig.diagnose.lint_scan import _Scanner
 
 # A tcp:// address the script puts together itself: 'tcp://' + ip + ':' + port, f"tcp://{ip}:{port}".
 _BUILDS_TCP = re.compile(r"""['"]tcp://[\w.\-]*:?(?:['"{%]|$)""", re.M)
-
-
-def _origin(where: str) -> str:
-    """What a project helper does in the end: "through a(): through b(): X at line N" -> "X at line N"."""
-    return where.rpartition("(): ")[2]
 
 
 def _setting_name(value: ast.AST) -> str | None:
@@ -139,6 +135,15 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         (c, _dotted(c.func), g or any(f in one_rank for f in scan.enclosing.get(id(c), ())))
         for c, g in scan.calls
     ]
+    # The project's function started as every rank's worker (`mp.spawn(train, ...)`,
+    # `Process(target=train)`) runs on every rank: judged as a call of it there.
+    for c, func, _ in list(calls):
+        worker = c.args[0] if _name_of(func) == "spawn" and c.args else getattr(_kw(c, "target"), "value", None) \
+            if _name_of(func) == "Process" else None
+        if isinstance(worker, ast.Name) and worker.id not in scan.defined:
+            calls.append((ast.Call(func=ast.Name(id=worker.id, ctx=ast.Load()), args=[], keywords=[], lineno=c.lineno,
+                                   col_offset=c.col_offset, end_lineno=c.end_lineno, end_col_offset=c.end_col_offset),
+                          worker.id, False))
     names = set(scan.short_names)
     module_calls = {_name_of(_dotted(n.func)) for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)}
     downloading_helpers = _downloading_functions(modules)
@@ -350,7 +355,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         # A rendezvous option with a fixed default: --dist-url/--master-port/--init-method, or a plain
         # --port in a script that builds its own tcp:// address from it.
         if short == "add_argument" and any(isinstance(a, ast.Constant) and isinstance(a.value, str) and (
-                re.search(r"dist[-_]url|master[-_]port|init[-_]method", a.value)
+                re.search(r"dist[-_](?:url|port)|master[-_](?:port|ip|addr)|init[-_]method", a.value)
                 or (re.fullmatch(r"--?(?:\w+[-_])?port", a.value) and _BUILDS_TCP.search(text))) for a in call.args):
             default = _kw(call, "default")
             if default is not None and isinstance(default.value, ast.Constant) and isinstance(default.value.value, str) \

@@ -19,7 +19,8 @@ def _not_distributed(node: ast.AST) -> bool:
 
 
 # A flag that says the run is distributed: `if args.distributed:`, `if ddp:`, `if is_distributed:`.
-_DISTRIBUTED_FLAG = re.compile(r"(?:is_|use_)?(?:multiprocessing_)?distributed|(?:is_|use_)?ddp", re.IGNORECASE)
+_DISTRIBUTED_FLAG = re.compile(r"(?:is_|use_)?(?:multiprocessing_)?distributed(?:_train(?:ing)?)?|(?:is_|use_)?ddp"
+                               r"|(?:use_)?dist_train(?:ing)?", re.IGNORECASE)
 
 
 def _single_process_branch(test: ast.AST) -> tuple[bool, bool]:

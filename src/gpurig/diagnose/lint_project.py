@@ -183,6 +183,11 @@ def _rank_zero_first(fn: ast.AST) -> bool:
                for stmt in getattr(fn, "body", []))
 
 
+def _origin(where: str) -> str:
+    """What a project helper does in the end: "through a(): through b(): X at line N" -> "X at line N"."""
+    return where.rpartition("(): ")[2]
+
+
 def _grown(modules: list, out: dict[str, str], skip=lambda fn: False) -> dict[str, str]:
     """`out` (function name -> what it does; a class's `__init__` under its class name) grown through
     the project's own code: a function that calls one of them (by name or as `self.`/`cls.` method)
@@ -322,6 +327,15 @@ def _fixed_init_functions(modules: list) -> dict[str, str]:
                 address = value.value if isinstance(value, ast.Constant) else literals.get(getattr(value, "id", None))
                 if isinstance(address, str) and _TCP_FIXED.match(address):
                     out[fn.name] = f"{address!r} at line {n.lineno} of its module"
+            # `os.environ['MASTER_PORT'] = '8964'`, unless only where the launcher left it unset
+            unset = {id(x) for n in ast.walk(fn) if isinstance(n, ast.If) and "MASTER_PORT" in ast.dump(n.test)
+                     for b in n.body + n.orelse for x in ast.walk(b)}
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Assign) and id(n) not in unset and isinstance(n.value, ast.Constant) \
+                        and re.fullmatch(r"\d{4,5}", str(n.value.value)) and any(
+                        isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant)
+                        and t.slice.value == "MASTER_PORT" for t in n.targets):
+                    out.setdefault(fn.name, f"MASTER_PORT = {n.value.value!r} at line {n.lineno} of its module")
     # ... and the project's functions that call one or start workers that do (`train_abs()` ->
     # `mp.Process(target=run)` -> `distributed.multi_init()`).
     functions = [fn for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
@@ -380,7 +394,8 @@ def _json_rendezvous(configs) -> dict[str, str]:
             item = stack.pop()
             if isinstance(item, dict):
                 for k, v in item.items():
-                    if isinstance(k, str) and _RENDEZVOUS_KEY.fullmatch(k) and isinstance(v, str):
+                    # a rendezvous key, or any key holding a tcp:// address (`"distributed": {"url": "tcp://..."}`)
+                    if isinstance(k, str) and isinstance(v, str) and (_RENDEZVOUS_KEY.fullmatch(k) or v.startswith("tcp://")):
                         found.setdefault(k, []).append(f"{v!r} in {name}" if _TCP_FIXED.match(v) else "")
                     stack.append(v)
             elif isinstance(item, list):
