@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 
 from gpurig.diagnose.lint_guards import _mentions_rank, _single_process_branch
@@ -45,6 +46,12 @@ def _silences_output(tree: ast.AST) -> bool:
     return False
 
 
+def _at(module: ast.AST, line: int) -> str:
+    """A line of a project module, as a finding names it: "losses/lpips.py:6" (relative to the script's folder)."""
+    where = getattr(module, "gpurig_where", None)
+    return f"{where}:{line}" if where else f"line {line} of its module"
+
+
 def _imported_names(nodes) -> list[tuple[int, str]]:
     """(level, dotted name) of what import statements name: `from a.b import c` gives a.b and a.b.c."""
     names: list[tuple[int, str]] = []
@@ -82,6 +89,7 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
             module = ast.parse(cand.read_bytes())
         except (SyntaxError, ValueError, RecursionError, OSError):
             return None
+        module.gpurig_where = os.path.relpath(cand, base)  # type: ignore[attr-defined]  # "losses/lpips.py", "../src/utils.py"
         found.append(module)
         paths.append(cand)
         return module
@@ -133,7 +141,7 @@ def _guarded_lines(fn: ast.AST, with_else: bool = False) -> set[int]:
 
 def _functions_calling(modules: list, what: str, matches) -> dict[str, str]:
     """Functions of the project's own modules with a call `matches(call, fn)` accepts: name -> "<what> at
-    line N of its module" (the first such call). A class's `__init__` stands under the class's name."""
+    <file>:N" (the first such call). A class's `__init__` stands under the class's name."""
     out: dict[str, str] = {}
     for module in modules:
         init_of = {id(fn): cls.name for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)
@@ -142,7 +150,7 @@ def _functions_calling(modules: list, what: str, matches) -> dict[str, str]:
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 hit = next((n for n in ast.walk(fn) if isinstance(n, ast.Call) and matches(n, fn)), None)
                 if hit is not None:
-                    out[init_of.get(id(fn), fn.name)] = f"{what} at line {hit.lineno} of its module"
+                    out[init_of.get(id(fn), fn.name)] = f"{what} at {_at(module, hit.lineno)}"
     return out
 
 
@@ -242,7 +250,7 @@ def _downloading_functions(modules: list) -> dict[str, str]:
             for n in ast.walk(fn):
                 if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines and not (
                         _name_of(_dotted(n.func)) == "from_pretrained" and n.args and getattr(n.args[0], "id", None) in local):
-                    out[init_of.get(id(fn), fn.name)] = f"{_name_of(_dotted(n.func))} at line {n.lineno} of its module"
+                    out[init_of.get(id(fn), fn.name)] = f"{_name_of(_dotted(n.func))} at {_at(module, n.lineno)}"
                     break
     return _grown(modules, out, skip=_rank_zero_first)
 
@@ -326,7 +334,7 @@ def _fixed_init_functions(modules: list) -> dict[str, str]:
                 value = init.value if init is not None else None
                 address = value.value if isinstance(value, ast.Constant) else literals.get(getattr(value, "id", None))
                 if isinstance(address, str) and _TCP_FIXED.match(address):
-                    out[fn.name] = f"{address!r} at line {n.lineno} of its module"
+                    out[fn.name] = f"{address!r} at {_at(module, n.lineno)}"
             # `os.environ['MASTER_PORT'] = '8964'`, unless only where the launcher left it unset
             unset = {id(x) for n in ast.walk(fn) if isinstance(n, ast.If) and "MASTER_PORT" in ast.dump(n.test)
                      for b in n.body + n.orelse for x in ast.walk(b)}
@@ -335,7 +343,7 @@ def _fixed_init_functions(modules: list) -> dict[str, str]:
                         and re.fullmatch(r"\d{4,5}", str(n.value.value)) and any(
                         isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant)
                         and t.slice.value == "MASTER_PORT" for t in n.targets):
-                    out.setdefault(fn.name, f"MASTER_PORT = {n.value.value!r} at line {n.lineno} of its module")
+                    out.setdefault(fn.name, f"MASTER_PORT = {n.value.value!r} at {_at(module, n.lineno)}")
     # ... and the project's functions that call one or start workers that do (`train_abs()` ->
     # `mp.Process(target=run)` -> `distributed.multi_init()`).
     functions = [fn for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
@@ -379,7 +387,7 @@ def _fixed_rendezvous_settings(modules: list, configs=()) -> dict[str, str]:
             for key, value in pairs:
                 if _RENDEZVOUS_KEY.fullmatch(key) and isinstance(value, ast.Constant) and isinstance(value.value, str) \
                         and _TCP_FIXED.match(value.value):
-                    out.setdefault(key, f"{value.value!r} at line {n.lineno} of its module")
+                    out.setdefault(key, f"{value.value!r} at {_at(module, n.lineno)}")
     out.update({k: v for k, v in _json_rendezvous(configs).items() if k not in out})
     return out
 
@@ -422,19 +430,19 @@ def _saving_functions(modules: list) -> dict[str, str]:
                 if isinstance(n, ast.Call) and _dotted(n.func) == "torch.save" and n.lineno not in guarded_lines \
                         and len(n.args) > 1 and not _mentions_rank_value(n.args[1]) \
                         and not (isinstance(n.args[1], ast.Name) and n.args[1].id in buffers | per_rank):
-                    out[fn.name] = f"torch.save at line {n.lineno} of its module"
+                    out[fn.name] = f"torch.save at {_at(module, n.lineno)}"
                     break
                 # `def yaml_save(file, data): with open(file, "w")`: the file the caller names
                 if isinstance(n, ast.Call) and _dotted(n.func) == "open" and n.lineno not in guarded_lines \
                         and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and str(n.args[1].value)[:1] in ("w", "a") \
                         and isinstance(n.args[0], ast.Name) and n.args[0].id in [a.arg for a in fn.args.args]:
-                    out[fn.name] = f"open(..., {n.args[1].value!r}) at line {n.lineno} of its module, on the path it is given"
+                    out[fn.name] = f"open(..., {n.args[1].value!r}) at {_at(module, n.lineno)}, on the path it is given"
                     break
                 # `with open('class_indices.json', 'w')`: a file the helper names itself, the same for every rank
                 if isinstance(n, ast.Call) and _dotted(n.func) == "open" and n.lineno not in guarded_lines \
                         and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and str(n.args[1].value)[:1] == "w" \
                         and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
-                    out[fn.name] = f"a write of {n.args[0].value!r} at line {n.lineno} of its module"
+                    out[fn.name] = f"a write of {n.args[0].value!r} at {_at(module, n.lineno)}"
                     break
     return out
 
@@ -481,7 +489,7 @@ def _loading_functions(modules: list) -> dict[str, str]:
                 if isinstance(n, ast.Call) and _dotted(n.func) == "torch.load" and n.lineno not in guarded_lines \
                         and _kw(n, "map_location") is None and len(n.args) == 1 and not _mentions_rank_value(n.args[0]) \
                         and not _data_file(n.args[0]):
-                    out[name] = f"torch.load at line {n.lineno} of its module"
+                    out[name] = f"torch.load at {_at(module, n.lineno)}"
                     break
     return out
 
