@@ -109,3 +109,58 @@ def test_the_branch_of_a_dist_train_setting_that_is_off_is_one_process():
     dist.destroy_process_group()
     """
     assert [r for r in found(body) if r[0] == "save-on-every-rank"] == []
+
+
+def test_a_parameter_named_rank_that_every_call_gives_the_local_rank():
+    body = """
+    import os
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    def train(rank, world_size):
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        torch.cuda.set_device(rank)
+        model = DDP(torch.nn.Linear(2, 2).cuda(rank), device_ids=[rank])
+        dist.destroy_process_group()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    train(local_rank, int(os.environ["WORLD_SIZE"]))
+    """
+    assert [r for r in found(body) if r[0] == "global-rank-as-device"] == []
+    # Given the global rank at one of its calls, the same lines are the mistake.
+    body = body.replace('train(local_rank, int(os.environ["WORLD_SIZE"]))',
+                        'train(local_rank, 2)\n    train(int(os.environ["RANK"]), 2)')
+    assert {r for r, _ in found(body)} >= {"global-rank-as-device"}
+
+
+def test_a_fixed_address_only_where_the_launcher_set_nothing_is_a_fallback():
+    body = """
+    import os
+    try:
+        rank = int(os.environ["RANK"])
+        world_size = int(os.environ["WORLD_SIZE"])
+        dist.init_process_group("nccl")
+    except KeyError:
+        rank, world_size = 0, 1
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:12584", rank=rank, world_size=world_size)
+    dist.destroy_process_group()
+    """
+    assert [r for r in found(body) if r[0] == "hard-coded-rendezvous"] == []
+    body = """
+    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:12584", rank=0, world_size=2)
+    dist.destroy_process_group()
+    """
+    assert [r for r in found(body) if r[0] == "hard-coded-rendezvous"] == [("hard-coded-rendezvous", 5)]
+
+
+def test_data_parallel_over_one_listed_gpu_and_a_pretrained_switch_the_script_keeps_off():
+    body = """
+    import torchvision
+    dist.init_process_group("nccl")
+    one = torch.nn.DataParallel(model, device_ids=[local_rank])
+    many = torch.nn.DataParallel(model, device_ids=[0, 1])
+    pretrained = False
+    net = torchvision.models.resnet50(pretrained=pretrained)
+    dist.destroy_process_group()
+    """
+    got = found(body)
+    assert [r for r in got if r[0] == "data-parallel"] == [("data-parallel", 8)]
+    assert [r for r in got if r[0] == "download-on-every-rank"] == []
+    assert ("download-on-every-rank", 10) in found(body.replace("pretrained = False", "pretrained = True"))

@@ -27,23 +27,23 @@ from gpurig.diagnose.lint_nodes import (
     _reads_local_files,
     _shuffles_at,
 )
+from gpurig.diagnose.lint_nodes import (
+    _one_device as _one_device_ids,
+)
 from gpurig.diagnose.lint_project import (
-    _data_parallel_functions,
-    _downloading_functions,
     _fixed_init_functions,
     _fixed_port_functions,
     _fixed_rendezvous_settings,
-    _global_rank_device_functions,
     _is_download_call,
-    _loading_functions,
     _local_modules,
     _mentions_rank_value,
     _named_fetch,
     _origin,
+    _project_helpers,
     _reachable_call,
     _sampler_functions,
-    _saving_functions,
     _silences_output,
+    _worker_calls,
 )
 from gpurig.diagnose.lint_rules import RULES, LintFinding
 from gpurig.diagnose.lint_scan import _Scanner
@@ -135,28 +135,11 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         (c, _dotted(c.func), g or any(f in one_rank for f in scan.enclosing.get(id(c), ())))
         for c, g in scan.calls
     ]
-    # The project's function started as every rank's worker (`mp.spawn(train, ...)`,
-    # `Process(target=train)`) runs on every rank: judged as a call of it there.
-    for c, func, _ in list(calls):
-        worker = c.args[0] if _name_of(func) == "spawn" and c.args else getattr(_kw(c, "target"), "value", None) \
-            if _name_of(func) == "Process" else None
-        if isinstance(worker, ast.Name) and worker.id not in scan.defined:
-            calls.append((ast.Call(func=ast.Name(id=worker.id, ctx=ast.Load()), args=[], keywords=[], lineno=c.lineno,
-                                   col_offset=c.col_offset, end_lineno=c.end_lineno, end_col_offset=c.end_col_offset),
-                          worker.id, False))
+    calls += _worker_calls(calls, scan.defined)
     names = set(scan.short_names)
     module_calls = {_name_of(_dotted(n.func)) for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)}
-    downloading_helpers = _downloading_functions(modules)
-    saving_helpers = _saving_functions(modules)
-    loading_helpers = _loading_functions(modules)
-    data_parallel_helpers = _data_parallel_functions(modules)
-    rank_device_helpers = _global_rank_device_functions(modules)
-    # A class or function of the project picked by a name first (`Exp = Exp_Informer` ... `Exp(args)`).
-    for helpers in (downloading_helpers, saving_helpers, loading_helpers, data_parallel_helpers, rank_device_helpers):
-        for alias, targets in scan.name_aliases.items():
-            target = next((t for t in sorted(targets) if t in helpers), None)
-            if alias not in helpers and target is not None:
-                helpers[alias] = f"through {target}(): {helpers[target]}"
+    downloading_helpers, saving_helpers, loading_helpers, data_parallel_helpers, rank_device_helpers = \
+        _project_helpers(modules, scan.name_aliases)
     # (rule, what the helper does in the end): reported once, at the first call that gets there
     # (`WATrainer()` and `Trainer()` both reaching the same DataParallel are one mistake).
     reported_helpers: set[tuple[str, str]] = set()
@@ -263,12 +246,26 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     # even with `RANK` as the fallback where LOCAL_RANK is unset) is a fine GPU index.
     rank_names -= scan.local_rank_names
 
-    def is_global_rank(node: ast.AST) -> bool:
-        return any(_dotted(n) in rank_names for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)))
+    def given_local_rank(name: str, call: ast.Call) -> bool:
+        """`name` is a parameter of the function around `call` that every call of it in this file
+        gives the local rank (`def train(rank, world)` ... `train(local_rank, world)`)."""
+        inside = scan.enclosing.get(id(call), ())
+        params = scan.params.get(inside[-1], []) if inside else []
+        if name not in params:
+            return False
+        i = params.index(name)
+        sites = [c for c, f, _ in calls if _calls_function(f, inside[-1])]
+        return bool(sites) and all(
+            len(c.args) > i and isinstance(c.args[i], ast.Name)
+            and (c.args[i].id in scan.local_rank_names or "local_rank" in c.args[i].id.lower()) for c in sites)
+
+    def is_global_rank(node: ast.AST, call: ast.Call | None = None) -> bool:
+        return any(_dotted(n) in rank_names and not (call is not None and given_local_rank(_dotted(n), call))
+                   for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)))
 
     for call, func, guarded in calls:
         short = _name_of(func)
-        if short == "DataParallel" or func.endswith("parallel.data_parallel"):
+        if (short == "DataParallel" or func.endswith("parallel.data_parallel")) and not _one_device_ids(call):
             add(
                 "data-parallel", call,
                 "nn.DataParallel: one process drives every GPU, and the GIL and GPU 0 hold it back",
@@ -299,14 +296,16 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "DDP(model, device_ids=[local_rank]).",
                 )
             ids = _kw(call, "device_ids")
-            if ids is not None and is_global_rank(ids.value):
+            if ids is not None and is_global_rank(ids.value, call):
                 add("global-rank-as-device", call, "device_ids uses the global rank: on a second node there is no such GPU",
                     "Use the local rank: local_rank = int(os.environ['LOCAL_RANK']); DDP(model, device_ids=[local_rank]).")
-        if short in ("set_device", "set_device_index") and call.args and _dotted(call.args[0]) in rank_names:
+        if short in ("set_device", "set_device_index") and call.args and _dotted(call.args[0]) in rank_names \
+                and not given_local_rank(_dotted(call.args[0]), call):
             add("global-rank-as-device", call, "torch.cuda.set_device(global rank): on a second node there is no such GPU",
                 "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) (the rank within this node).")
         elif short in ("to", "cuda") and isinstance(call.func, ast.Attribute) and len(call.args) == 1 \
-                and _device_from(call.args[0], rank_names):
+                and _device_from(call.args[0], rank_names) and not any(
+                    given_local_rank(_dotted(n), call) for n in ast.walk(call.args[0]) if isinstance(n, ast.Name)):
             add("global-rank-as-device", call, f".{short}({ast.unparse(call.args[0])[:40]}): the global rank used as the GPU index",
                 "Move to the local GPU: device = torch.device('cuda', int(os.environ['LOCAL_RANK'])); x.to(device).")
         if func == "torch.load":
@@ -336,7 +335,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             init = _kw(call, "init_method")
             setting = _setting_name(init.value) if init is not None else None
             if init is not None and isinstance(init.value, ast.Constant) and isinstance(init.value.value, str) \
-                    and init.value.value.startswith("tcp://"):
+                    and init.value.value.startswith("tcp://") and id(call) not in scan.env_fallback:
                 add(
                     "hard-coded-rendezvous", call,
                     f"init_method={init.value.value!r} is hard-coded: a second job on this machine fails with 'Address already in use'",
@@ -372,7 +371,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             own = (head, short) in scan.own_methods or (head in ("self", "cls") and short in scan.defined)
             fetches = (short in _DOWNLOADERS and not own and not _reads_local_files(call)) \
                 or _named_fetch(call) or (short in _AUTO_DATASETS and short not in scan.defined and short not in parent_built)
-            on = lambda kw: kw is not None and not _is_const(kw.value, False) and not _is_const(kw.value, None)  # noqa: E731
+            # (`pretrained=pretrained` where the script only ever sets `pretrained = False`: off)
+            on = lambda kw: kw is not None and not _is_const(kw.value, False) and not _is_const(kw.value, None) \
+                and not (isinstance(kw.value, ast.Name) and scan.settings.get(kw.value.id, {True}) <= {False, None})  # noqa: E731
             # `create_model_and_transforms(args.model, args.pretrained)`: the weights named by a
             # positional argument, as the `pretrained=` keyword names them.
             by_position = short not in scan.defined and not own and _MODEL_FACTORY.match(short) is not None and any(

@@ -212,3 +212,10 @@ def _reads_local_files(call: ast.Call) -> bool:
         return True
     leaf = _leaf_name(where)
     return leaf is not None and _LOCAL_DIR.fullmatch(leaf) is not None
+
+
+def _one_device(call: ast.Call) -> bool:
+    """`DataParallel(model, device_ids=[local_rank])`: a list of one GPU, nothing to spread over."""
+    ids = _kw(call, "device_ids")
+    value = ids.value if ids is not None else call.args[1] if len(call.args) > 1 else None
+    return isinstance(value, (ast.List, ast.Tuple)) and len(value.elts) == 1 and not isinstance(value.elts[0], ast.Starred)

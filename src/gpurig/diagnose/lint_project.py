@@ -20,6 +20,7 @@ from gpurig.diagnose.lint_nodes import (
     _is_const,
     _kw,
     _name_of,
+    _one_device,
     _port_param,
     _reads_local_files,
     _sampler_shuffle,
@@ -465,7 +466,8 @@ def _global_rank_device_functions(modules: list) -> dict[str, str]:
 def _data_parallel_functions(modules: list) -> dict[str, str]:
     """Functions of the project's own modules that wrap a model in nn.DataParallel (`create_model`
     returning `DataParallel(model, device_ids=opt.gpu_ids)`): name -> where."""
-    return _grown(modules, _functions_calling(modules, "DataParallel", lambda call, fn: _name_of(_dotted(call.func)) == "DataParallel"))
+    return _grown(modules, _functions_calling(modules, "DataParallel", lambda call, fn: _name_of(_dotted(call.func)) == "DataParallel"
+                                              and not _one_device(call)))
 
 
 def _loading_functions(modules: list) -> dict[str, str]:
@@ -505,3 +507,32 @@ def _buffer_names(fn: ast.AST) -> set[str]:
                     and _name_of(_dotted(value.func)) in ("BytesIO", "StringIO"):
                 names.add(target.id)
     return names
+
+
+def _project_helpers(modules: list, name_aliases: dict[str, set[str]]) -> tuple[dict[str, str], ...]:
+    """What the project's own functions and classes do on every rank that a rule judges at their
+    call: (download, save, load without map_location, DataParallel, global rank as device), each
+    name -> where. A class or function picked by a name first (`Exp = Exp_Informer` ... `Exp(args)`)
+    stands under that name too."""
+    found = (_downloading_functions(modules), _saving_functions(modules), _loading_functions(modules),
+             _data_parallel_functions(modules), _global_rank_device_functions(modules))
+    for helpers in found:
+        for alias, targets in name_aliases.items():
+            target = next((t for t in sorted(targets) if t in helpers), None)
+            if alias not in helpers and target is not None:
+                helpers[alias] = f"through {target}(): {helpers[target]}"
+    return found
+
+
+def _worker_calls(calls: list, defined: set[str]) -> list:
+    """The project's function started as every rank's worker (`mp.spawn(train, ...)`,
+    `Process(target=train)`), as a call of it at that line: it runs on every rank."""
+    out = []
+    for c, func, _ in calls:
+        worker = c.args[0] if _name_of(func) == "spawn" and c.args else getattr(_kw(c, "target"), "value", None) \
+            if _name_of(func) == "Process" else None
+        if isinstance(worker, ast.Name) and worker.id not in defined:
+            out.append((ast.Call(func=ast.Name(id=worker.id, ctx=ast.Load()), args=[], keywords=[], lineno=c.lineno,
+                                 col_offset=c.col_offset, end_lineno=c.end_lineno, end_col_offset=c.end_col_offset),
+                        worker.id, False))
+    return out

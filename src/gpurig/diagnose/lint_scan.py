@@ -49,6 +49,9 @@ _JUDGED_CALLS = frozenset({
 }) | _AUTO_DATASETS | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS
 
 _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
+# What a launcher (torchrun, mpirun, Slurm) sets: where these are unset, the run was started by hand.
+_LAUNCHER_KEYS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID"})
+
 # A function that fetches by its name: `download_weights(phi)`, `fetch_checkpoint()`.
 _FETCH_NAME = re.compile(r"download|fetch", re.IGNORECASE)
 
@@ -125,12 +128,14 @@ class _Scanner(ast.NodeVisitor):
         self.keep_plain = False
         self.script_dir = None
         self.local_rank_names: set[str] = set()  # names assigned the rank within the node (LOCAL_RANK)
-        self.env_fallback: set[int] = set()  # ids of `os.environ[K] = v` run only where K is not set
+        self.env_fallback: set[int] = set()  # ids of `os.environ[K] = v` run only where K is not set (and of
+        # init_process_group calls run only where the launcher's keys are not set)
         self._env_absent: list[frozenset[str]] = []  # per open `if`: environment keys known to be unset
         self.own_methods: set[tuple[str, str]] = set()  # (class, method) defined in this file
         self.spawns_in: set[str] = set()  # functions that start the workers (mp.spawn) themselves
         self.settings: dict[str, set] = {}  # last name -> the constant values the script assigns it (x = 1, x: int = 1)
         self.buffers: set[str] = set()  # names bound to an in-memory file (io.BytesIO())
+        self.params: dict[str, list[str]] = {}  # the file's functions: name -> parameter names (the first def)
         self.name_aliases: dict[str, set[str]] = {}  # `Exp = Exp_Informer`: name -> the names it was given
         # (function, name) -> the path expression a name is given once there (`log = os.path.join(out, "log.txt")`);
         # None where the function gives it more than one value.
@@ -250,6 +255,7 @@ class _Scanner(ast.NodeVisitor):
         outer_path, self._path = self._path, []
         self._functions.append(node.name)
         self._params.append([a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs])
+        self.params.setdefault(node.name, self._params[-1])
         self._defaults.append(node)  # its constant defaults are read only where MASTER_PORT is set
         self.defined.add(node.name)
         if node.name == "prepare_data":  # Lightning calls it on one process per node (or globally) only
@@ -379,8 +385,15 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Try(self, node: ast.Try) -> None:
         self._block(node.body)
+        # `try: rank = int(os.environ["RANK"]) ... except KeyError:`: the handler runs where the
+        # launcher set none of those keys (a run started by hand).
+        read = frozenset(n.slice.value for b in node.body for n in ast.walk(b) if isinstance(n, ast.Subscript)
+                         and _dotted(n.value).endswith("environ") and isinstance(n.slice, ast.Constant))
         for h in node.handlers:
+            unset = read if read and h.type is not None and "KeyError" in ast.dump(h.type) else frozenset()
+            self._env_absent.append(unset)
             self._block(h.body)
+            self._env_absent.pop()
         self._block(node.orelse)
         self._block(node.finalbody)
 
@@ -394,6 +407,8 @@ class _Scanner(ast.NodeVisitor):
             self.set_epoch_call = True  # also on a receiver no dotted name reads: self.sampler["train"].set_epoch(...)
         if func.endswith(("set_device", "set_device_index")):
             self.set_device_call = True
+        if short == "init_process_group" and any(keys & _LAUNCHER_KEYS for keys in self._env_absent):
+            self.env_fallback.add(id(node))  # the group a run without a launcher starts
         if not self.compact or self._judged(node, func, short):
             self.calls.append((node, self._guard > 0))
             if self._first or any(short in names or "*" in names for names in self._prefetched):
@@ -522,9 +537,10 @@ class _Scanner(ast.NodeVisitor):
                                            if isinstance(n, (ast.Name, ast.Attribute)))
 
     def _setting(self, target: ast.AST, value: ast.AST | None) -> None:
-        """Only settings that can name a device count (`devices`, `gpus`, `num_gpus`)."""
+        """Only settings that can name a device count (`devices`, `gpus`, `num_gpus`) or switch a
+        download (`pretrained = False`)."""
         leaf = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else None
-        if leaf is not None and ("device" in leaf or "gpu" in leaf):
+        if leaf is not None and ("device" in leaf or "gpu" in leaf or "pretrained" in leaf or "download" in leaf):
             self.settings.setdefault(leaf, set()).add(value.value if isinstance(value, ast.Constant) else _VARIES)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
