@@ -196,9 +196,9 @@ class _Scanner(ast.NodeVisitor):
         self._path.append(False)
         self._block_count += 1
         self._blocks.append(self._block_count)
-        # (guards raised, rank-0-first sections raised, a barrier passed, what rank 0 alone called,
-        # what rank 0 alone called before a barrier since passed) in this block
-        state: list = [0, 0, 0, set(), set()]
+        # (guards raised, rank-0-first sections raised, a barrier passed, the one-rank sections no barrier
+        # has followed yet, what rank 0 alone called before a barrier since passed) in this block
+        state: list = [0, 0, 0, [], set()]
         self._states.append(state)
         return state
 
@@ -211,20 +211,25 @@ class _Scanner(ast.NodeVisitor):
         self._first += after_first
         # `if rank == 0: CIFAR10(root, download=True)` / `barrier()` / `CIFAR10(root, download=True)`:
         # the later call finds what rank 0 fetched while the others waited.
-        self._prefetched.append(state[4])
+        fetched = bool(state[4])  # (only a block where rank 0 fetched something is looked at by the calls)
+        if fetched:
+            self._prefetched.append(state[4])
         self.visit(stmt)
-        self._prefetched.pop()
+        if fetched:
+            self._prefetched.pop()
         self._first -= after_first
-        if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and not _all_but_one(stmt.test) and not stmt.orelse:
-            calls = [n for b in stmt.body for n in ast.walk(b) if isinstance(n, ast.Call)]
-            state[3] |= {_name_of(_dotted(n.func)) for n in calls}
-            # Rank 0 fetched something (`download_weights(phi)`): whatever is built with pretrained
-            # weights after the barrier finds them in the cache.
-            if any(_is_download_call(n) or _FETCH_NAME.search(_name_of(_dotted(n.func))) for n in calls):
-                state[3].add("*")
+        if isinstance(stmt, ast.If) and not stmt.orelse and _mentions_rank(stmt.test) and not _all_but_one(stmt.test):
+            state[3].append(stmt)  # read only if a barrier follows (most one-rank sections are not followed by one)
         if isinstance(stmt, ast.Expr) and _calls_barrier(stmt):
             state[2] = 1
-            state[4] |= state[3]
+            for section in state[3]:
+                calls = [n for b in section.body for n in ast.walk(b) if isinstance(n, ast.Call)]
+                state[4].update(_name_of(_dotted(n.func)) for n in calls)
+                # Rank 0 fetched something (`download_weights(phi)`): whatever is built with
+                # pretrained weights after the barrier finds them in the cache.
+                if any(_is_download_call(n) or _FETCH_NAME.search(_name_of(_dotted(n.func))) for n in calls):
+                    state[4].add("*")
+            state[3].clear()
         # `if rank != 0: barrier()` ... work ... `if rank == 0: barrier()`: rank 0 goes first.
         if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and not stmt.orelse and _calls_barrier(*stmt.body):
             self._first += 1
@@ -411,7 +416,7 @@ class _Scanner(ast.NodeVisitor):
             self.env_fallback.add(id(node))  # the group a run without a launcher starts
         if not self.compact or self._judged(node, func, short):
             self.calls.append((node, self._guard > 0))
-            if self._first or any(short in names or "*" in names for names in self._prefetched):
+            if self._first or (self._prefetched and any(short in names or "*" in names for names in self._prefetched)):
                 self.first.add(id(node))
             for name in self._pending:
                 self.first_pending.setdefault(name, set()).add(id(node))
