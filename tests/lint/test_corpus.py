@@ -21,11 +21,12 @@ from gpurig.diagnose.lint import DEFAULT_RULES, RULES
 MANIFEST = lc.load_manifest()
 CACHED = [name for name, entry in MANIFEST.items() if lc.present(entry)]
 
-# Targets: precision >= 90%, recall >= 85%. Both are met on the development part; the test part is
-# below both (docs/lint.md, 218 scripts since the third round of 2026-12-02); these floors keep
-# them from losing ground.
-DEV_PRECISION, DEV_RECALL = 0.95, 0.88
-TEST_PRECISION, TEST_RECALL = 0.80, 0.75
+# Targets: precision >= 90%, recall >= 85%. Both are met on the development part; the test part
+# meets neither (docs/lint.md: 351 scripts since the seventh round of 2026-12-02, the development
+# part grown with scripts the linter first met at 72% / 61%); these floors keep both parts from
+# losing ground.
+DEV_PRECISION, DEV_RECALL = 0.95, 0.86
+TEST_PRECISION, TEST_RECALL = 0.84, 0.80
 
 
 def test_the_manifest_names_real_scripts_and_judged_mistakes():

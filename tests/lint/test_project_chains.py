@@ -367,3 +367,42 @@ def test_a_rendezvous_fixed_under_any_key_of_the_shipped_json_configs_or_a_maste
     dist.destroy_process_group()
     """
     assert ("hard-coded-rendezvous", 7) in _lint(tmp_path, script)
+
+
+def test_the_projects_own_pretrained_builders_and_caches_are_judged_by_their_bodies(tmp_path):
+    # resnet50(pretrained=True) of the project reads a local file; another one fetches from a URL.
+    _write(tmp_path, "nets.py", """
+        import torch
+        from torch.hub import load_state_dict_from_url
+        def resnet50(pretrained=False):
+            model = torch.nn.Linear(2, 2)
+            if pretrained:
+                model.load_state_dict(torch.load('./initmodel/resnet50_v2.pth', map_location='cpu'))
+            return model
+        def resnet18(pretrained=False):
+            model = torch.nn.Linear(2, 2)
+            if pretrained:
+                model.load_state_dict(load_state_dict_from_url('https://example.org/resnet18.pth'))
+            return model
+        class PSPNet(torch.nn.Module):
+            def __init__(self, layers=50, pretrained=True):
+                super().__init__()
+                self.backbone = resnet50(pretrained=pretrained)
+        class BiSeNet(torch.nn.Module):
+            def __init__(self, pretrained=True):
+                super().__init__()
+                self.backbone = resnet18(pretrained=pretrained)
+        def load_cached(cache_fn):
+            return torch.load(cache_fn)
+        """)
+    script = """
+    from nets import PSPNet, BiSeNet, load_cached
+    dist.init_process_group("nccl")
+    a = PSPNet()
+    b = BiSeNet()
+    data = load_cached(args.cache_path)
+    dist.destroy_process_group()
+    """
+    got = _lint(tmp_path, script)
+    assert [r for r in got if r[0] == "download-on-every-rank"] == [("download-on-every-rank", 8)]
+    assert [r for r in got if r[0] == "torch-load-without-map-location"] == []

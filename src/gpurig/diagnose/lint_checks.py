@@ -169,7 +169,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     # ranks leave their group to interpreter exit.
     if destroys and all(g for c, f, g in calls if _name_of(f) == "destroy_process_group"):
         names = names - {"destroy_process_group"}
-    destroys_in_modules = _reachable_call(modules, "destroy_process_group", names)
+    destroys_in_modules = _reachable_call(modules, "destroy_process_group", names | {f for _, f, _ in calls})
     any_set_device = scan.set_device_call or "set_device" in module_calls  # a setup helper of the project may set it
 
     # Datasets that download on construction (OGB, PyG) built by the parent before it spawns the

@@ -140,7 +140,7 @@ def _names_a_gpu(value: ast.AST) -> bool:
 
 
 # A file of prepared data rather than a checkpoint: `torch.load(os.path.join(data_dir, "train.pt"))`.
-_DATA_STEM = re.compile(r"(?:\w*[_-])?(?:train|val|valid|validation|eval|test|dev|dataset|data|tokens|features|labels)(?:[_-]\w*)?",
+_DATA_STEM = re.compile(r"(?:\w*[_-])?(?:train|val|valid|validation|eval|test|dev|dataset|data|tokens|features|labels|cache|cached)(?:[_-]\w*)?",
                         re.IGNORECASE)
 _NOT_DATA = re.compile(r"ckpt|checkpoint|model|weight|state|snapshot|pretrain|optim|epoch", re.IGNORECASE)
 
@@ -184,8 +184,10 @@ _LOCAL_BUILDERS = {"json", "csv", "text", "parquet", "arrow", "pandas", "imagefo
                    "webdataset", "xml", "sql"}
 
 
-# A folder on this machine by its name: `input_dir`, `output_dir`, `ckpt_dir`, `save_dir`.
-_LOCAL_DIR = re.compile(r"\w*_dir|\w*_folder|(?:ckpt|checkpoint|output|save)_?path|(?:model_)?config_?(?:path|file)?",
+# A folder on this machine by its name: `input_dir`, `output_dir`, `ckpt_dir`, `model_path` (never
+# `model_name_or_path`, which may name a hub model).
+_LOCAL_DIR = re.compile(r"\w*_dir|\w*_folder|(?:\w+_)?(?:ckpt|checkpoint|output|save|model|weights?|tokenizer|pretrained)_?path"
+                        r"|(?:model_)?config_?(?:path|file)?",
                         re.IGNORECASE)
 
 
@@ -219,3 +221,10 @@ def _one_device(call: ast.Call) -> bool:
     ids = _kw(call, "device_ids")
     value = ids.value if ids is not None else call.args[1] if len(call.args) > 1 else None
     return isinstance(value, (ast.List, ast.Tuple)) and len(value.elts) == 1 and not isinstance(value.elts[0], ast.Starred)
+
+
+# What a launcher (torchrun, mpirun, Slurm) sets: where these are unset, the run was started by hand.
+_LAUNCHER_KEYS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID"})
+
+# A function that fetches by its name: `download_weights(phi)`, `fetch_checkpoint()`.
+_FETCH_NAME = re.compile(r"download|fetch", re.IGNORECASE)

@@ -239,6 +239,10 @@ def _downloading_functions(modules: list) -> dict[str, str]:
     (`VQLoss()` -> `LPIPS()` -> `vgg16(pretrained=True)`)."""
     init_of = {id(fn): cls.name for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)
                for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"}
+    # The project's own `resnet50(pretrained=True)` is judged by its body (it may read a local file),
+    # not by the keyword: the growth below finds it if its body fetches.
+    own = {n.name for module in modules for n in ast.walk(module)
+           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     out: dict[str, str] = {}
     for module in modules:
         for fn in ast.walk(module):
@@ -249,7 +253,8 @@ def _downloading_functions(modules: list) -> dict[str, str]:
             local = {name for name, value in _constant_defaults(fn).items()
                      if isinstance(value, str) and value.startswith((".", "/", "~"))}
             for n in ast.walk(fn):
-                if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines and not (
+                if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines \
+                        and _name_of(_dotted(n.func)) not in own and not (
                         _name_of(_dotted(n.func)) == "from_pretrained" and n.args and getattr(n.args[0], "id", None) in local):
                     out[init_of.get(id(fn), fn.name)] = f"{_name_of(_dotted(n.func))} at {_at(module, n.lineno)}"
                     break
@@ -258,17 +263,18 @@ def _downloading_functions(modules: list) -> dict[str, str]:
 
 def _reachable_call(modules: list, name: str, script_calls: set[str]) -> bool:
     """Whether the project's own modules call `name` where the script gets to it: at a module's
-    top level, or in a function the script calls (one level). A wrapper nobody calls does not count."""
+    top level, or in a function the script calls, directly or through the project's other
+    functions (`ddp_main()` -> `ddp_cleanup()` -> `destroy_process_group()`). A wrapper nobody
+    calls does not count."""
     for module in modules:
-        for fn in ast.walk(module):
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in script_calls and any(
-                    isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == name for n in ast.walk(fn)):
-                return True
         for stmt in getattr(module, "body", []):
             if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
                     isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == name for n in ast.walk(stmt)):
                 return True
-    return False
+    callers = _functions_calling(modules, name, lambda call, fn: _name_of(_dotted(call.func)) == name)
+    if any(fn in script_calls for fn in callers):
+        return True
+    return any(fn in script_calls for fn in _grown(modules, callers))
 
 
 def _mentions_rank_value(node: ast.AST) -> bool:

@@ -24,6 +24,8 @@ from gpurig.diagnose.lint_guards import (
 from gpurig.diagnose.lint_nodes import (
     _AUTO_DATASETS,
     _DOWNLOADERS,
+    _FETCH_NAME,
+    _LAUNCHER_KEYS,
     _SILENCERS,
     OUTPUT_LOG_METHODS,
     _calls_barrier,
@@ -49,12 +51,6 @@ _JUDGED_CALLS = frozenset({
 }) | _AUTO_DATASETS | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS
 
 _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
-# What a launcher (torchrun, mpirun, Slurm) sets: where these are unset, the run was started by hand.
-_LAUNCHER_KEYS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID"})
-
-# A function that fetches by its name: `download_weights(phi)`, `fetch_checkpoint()`.
-_FETCH_NAME = re.compile(r"download|fetch", re.IGNORECASE)
-
 # A context manager that lets one rank run its body first while the others wait for it.
 # A file lock serializes the ranks the same way: the first downloads, the others find the files.
 _RANK_FIRST = re.compile(r"(?:main_process|rank|zero|master)_first$|(?:^|\.)\w*(?:FileLock|file_lock)$")
