@@ -164,3 +164,21 @@ def test_data_parallel_over_one_listed_gpu_and_a_pretrained_switch_the_script_ke
     assert [r for r in got if r[0] == "data-parallel"] == [("data-parallel", 8)]
     assert [r for r in got if r[0] == "download-on-every-rank"] == []
     assert ("download-on-every-rank", 10) in found(body.replace("pretrained = False", "pretrained = True"))
+
+
+def test_horovods_rank_and_a_list_of_the_global_rank_are_not_gpu_indices():
+    body = """
+    import horovod.torch as hvd
+    hvd.init()
+    torch.cuda.set_device(hvd.rank())
+    torch.cuda.set_device(hvd.local_rank())
+    """
+    assert [r for r in found(body) if r[0] == "global-rank-as-device"] == [("global-rank-as-device", 7)]
+    body = """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("nccl")
+    device_ids = [dist.get_rank()]
+    model = DDP(model, device_ids=device_ids)
+    dist.destroy_process_group()
+    """
+    assert ("global-rank-as-device", 8) in found(body)

@@ -406,3 +406,18 @@ def test_the_projects_own_pretrained_builders_and_caches_are_judged_by_their_bod
     got = _lint(tmp_path, script)
     assert [r for r in got if r[0] == "download-on-every-rank"] == [("download-on-every-rank", 8)]
     assert [r for r in got if r[0] == "torch-load-without-map-location"] == []
+
+
+def test_a_subclass_of_data_parallel_in_the_project_is_data_parallel(tmp_path):
+    _write(tmp_path, "utils.py", """
+        import torch
+        class CustomDataParallel(torch.nn.DataParallel):
+            def __init__(self, module, num_gpus):
+                super().__init__(module)
+                self.num_gpus = num_gpus
+        """)
+    script = """
+    from utils import CustomDataParallel
+    model = CustomDataParallel(torch.nn.Linear(2, 2), 4)
+    """
+    assert ("data-parallel", 6) in _lint(tmp_path, script)

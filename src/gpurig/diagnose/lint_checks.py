@@ -299,8 +299,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             if ids is not None and is_global_rank(ids.value, call):
                 add("global-rank-as-device", call, "device_ids uses the global rank: on a second node there is no such GPU",
                     "Use the local rank: local_rank = int(os.environ['LOCAL_RANK']); DDP(model, device_ids=[local_rank]).")
-        if short in ("set_device", "set_device_index") and call.args and _dotted(call.args[0]) in rank_names \
-                and not given_local_rank(_dotted(call.args[0]), call):
+        if short in ("set_device", "set_device_index") and call.args and not given_local_rank(_dotted(call.args[0]), call) and (
+                _dotted(call.args[0]) in rank_names or _dotted(getattr(call.args[0], "func", call.args[0])) in ("hvd.rank", "horovod.rank")):
             add("global-rank-as-device", call, "torch.cuda.set_device(global rank): on a second node there is no such GPU",
                 "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) (the rank within this node).")
         elif short in ("to", "cuda") and isinstance(call.func, ast.Attribute) and len(call.args) == 1 \

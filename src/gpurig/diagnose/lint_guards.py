@@ -91,12 +91,16 @@ def _exits(body: list[ast.stmt]) -> bool:
 
 
 def _holds_global_rank(value: ast.AST, key: str = "RANK") -> bool:
-    """`int(os.environ["RANK"])`, `os.environ.get("RANK")`, `os.getenv("RANK")`, `dist.get_rank()`
-    (not LOCAL_RANK); with key="LOCAL_RANK", the same reads of the rank within the node. Looked at
-    shallowly: it runs on every assignment of the file."""
+    """`int(os.environ["RANK"])`, `os.environ.get("RANK")`, `os.getenv("RANK")`, `dist.get_rank()`,
+    `hvd.rank()`, a list of one of those (not LOCAL_RANK); with key="LOCAL_RANK", the same reads of
+    the rank within the node. Looked at shallowly: it runs on every assignment of the file."""
+    if isinstance(value, (ast.List, ast.Tuple)) and len(value.elts) == 1:  # `device_ids = [dist.get_rank()]`
+        return _holds_global_rank(value.elts[0], key)
     if isinstance(value, ast.Call):
         func = _dotted(value.func)
-        if _name_of(func) == "get_rank" and key == "RANK":
+        if key == "RANK" and (_name_of(func) == "get_rank" or func in ("hvd.rank", "horovod.rank")):
+            return True  # (Horovod's rank() is global too; its local_rank() is the index on the node)
+        if key == "LOCAL_RANK" and func in ("hvd.local_rank", "horovod.local_rank"):
             return True
         if func == "int" and value.args:
             return _holds_global_rank(value.args[0], key)

@@ -472,8 +472,13 @@ def _global_rank_device_functions(modules: list) -> dict[str, str]:
 def _data_parallel_functions(modules: list) -> dict[str, str]:
     """Functions of the project's own modules that wrap a model in nn.DataParallel (`create_model`
     returning `DataParallel(model, device_ids=opt.gpu_ids)`): name -> where."""
-    return _grown(modules, _functions_calling(modules, "DataParallel", lambda call, fn: _name_of(_dotted(call.func)) == "DataParallel"
-                                              and not _one_device(call)))
+    found = _functions_calling(modules, "DataParallel", lambda call, fn: _name_of(_dotted(call.func)) == "DataParallel"
+                               and not _one_device(call))
+    # A subclass of it (`class CustomDataParallel(nn.DataParallel)`) is one too.
+    found.update({cls.name: f"a DataParallel subclass at {_at(module, cls.lineno)}" for module in modules
+                  for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)
+                  and any(_name_of(_dotted(b)) == "DataParallel" for b in cls.bases)})
+    return _grown(modules, found)
 
 
 def _loading_functions(modules: list) -> dict[str, str]:
