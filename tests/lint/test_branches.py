@@ -182,3 +182,22 @@ def test_horovods_rank_and_a_list_of_the_global_rank_are_not_gpu_indices():
     dist.destroy_process_group()
     """
     assert ("global-rank-as-device", 8) in found(body)
+
+
+def test_what_a_class_of_the_script_does_when_it_is_built_and_ddps_positional_device_ids():
+    body = """
+    from datasets import load_dataset
+    from torch.nn.parallel import DistributedDataParallel
+    class Trainer:
+        def __init__(self, name):
+            self.data = load_dataset(name, split="train")
+    def main():
+        dist.init_process_group("nccl")
+        trainer = Trainer("imdb")
+        model = DistributedDataParallel(torch.nn.Linear(2, 2).cuda(), [local_rank])
+        dist.destroy_process_group()
+    main()
+    """
+    got = found(body)
+    assert ("download-on-every-rank", 9) in got
+    assert [r for r in got if r[0] == "ddp-without-device"] == []

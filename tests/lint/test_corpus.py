@@ -22,7 +22,7 @@ MANIFEST = lc.load_manifest()
 CACHED = [name for name, entry in MANIFEST.items() if lc.present(entry)]
 
 # Targets: precision >= 90%, recall >= 85%. Both are met on the development part; the test part
-# meets neither (docs/lint.md: 351 scripts since the fourth round of 2026-12-02, the development
+# meets neither (docs/lint.md: 373 scripts since the fourth round of 2026-12-02, the development
 # part grown with scripts the linter first met at 72% / 61%); these floors keep both parts from
 # losing ground.
 DEV_PRECISION, DEV_RECALL = 0.95, 0.86

@@ -421,3 +421,24 @@ def test_a_subclass_of_data_parallel_in_the_project_is_data_parallel(tmp_path):
     model = CustomDataParallel(torch.nn.Linear(2, 2), 4)
     """
     assert ("data-parallel", 6) in _lint(tmp_path, script)
+
+
+def test_a_datasets_own_torch_load_and_the_projects_own_load_dataset_are_data(tmp_path):
+    _write(tmp_path, "data.py", """
+        import torch
+        from torch.utils.data import Dataset
+        class DistilledDataset(Dataset):
+            def __init__(self, file_path):
+                self.data = torch.load(file_path)
+        def load_dataset():
+            return DistilledDataset("distilled.pt")
+        """)
+    script = """
+    from data import DistilledDataset, load_dataset
+    dist.init_process_group("nccl")
+    train = DistilledDataset(args.file)
+    more = load_dataset()
+    dist.destroy_process_group()
+    """
+    got = _lint(tmp_path, script)
+    assert [r for r in got if r[0] in ("torch-load-without-map-location", "download-on-every-rank")] == []

@@ -192,7 +192,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     def never_run(call: ast.Call) -> bool:
         """In a function of this file that nothing in it calls or names: not run by this script."""
         inside = scan.enclosing.get(id(call), ())
-        return bool(inside) and inside[-1] in scan.defined and inside[-1] not in scan.referenced
+        # (`__init__` and the other special methods run without being named: building the object runs them)
+        return bool(inside) and inside[-1] in scan.defined and inside[-1] not in scan.referenced \
+            and not (inside[-1].startswith("__") and inside[-1].endswith("__"))
 
     def set_device_before(call: ast.Call) -> bool:
         """Whether torch.cuda.set_device ran on every path that reaches `call`: in a statement
@@ -288,7 +290,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "Leave it off unless DDP raises 'Expected to have finished reduction'; if some parameters really are "
                     "unused, freeze them or make every output feed the loss (static_graph=True helps when the unused set is fixed).",
                 )
-            if uses_cuda and _kw(call, "device_ids") is None and not set_device_before(call) and not placed_on_own_gpu(call):
+            if uses_cuda and _kw(call, "device_ids") is None and len(call.args) < 2 and not set_device_before(call) \
+                    and not placed_on_own_gpu(call):  # (`DDP(model, device_ids)`: its second argument)
                 add(
                     "ddp-without-device", call,
                     "DDP built with no device_ids and no torch.cuda.set_device(local_rank) before it on this path: every rank may use GPU 0",

@@ -195,6 +195,8 @@ def _reads_local_files(call: ast.Call) -> bool:
     """A load from this machine's files, not a hub: load_dataset("json", ...), or from_pretrained of
     a folder (`os.path.join(input_dir, "unet_ema")`, `input_dir`, `Path(out) / "model"`)."""
     short = _name_of(_dotted(call.func))
+    if short == "load_dataset" and not call.args and _kw(call, "path") is None:
+        return True  # not the Hub's (it needs a path): the project's own `load_dataset()`
     if short == "load_dataset":
         # A builder of local files, or a dataset read from a folder or files of this machine
         # (`load_dataset("wikihow", "all", data_dir="data/")`: data the user fetched by hand), or

@@ -256,7 +256,8 @@ def _downloading_functions(modules: list) -> dict[str, str]:
                 if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines \
                         and _name_of(_dotted(n.func)) not in own and not (
                         _name_of(_dotted(n.func)) == "from_pretrained" and n.args and getattr(n.args[0], "id", None) in local):
-                    out[init_of.get(id(fn), fn.name)] = f"{_name_of(_dotted(n.func))} at {_at(module, n.lineno)}"
+                    what = _name_of(_dotted(n.func)) or ast.unparse(n.func)[:40]  # `models.__dict__[arch](pretrained=True)`
+                    out[init_of.get(id(fn), fn.name)] = f"{what} at {_at(module, n.lineno)}"
                     break
     return _grown(modules, out, skip=_rank_zero_first)
 
@@ -489,6 +490,8 @@ def _loading_functions(modules: list) -> dict[str, str]:
     for module in modules:
         for node in ast.walk(module):
             if isinstance(node, ast.ClassDef):
+                if any(_name_of(_dotted(b)).endswith("Dataset") for b in node.bases):
+                    continue  # a Dataset's torch.load reads its data, not a checkpoint
                 init = next((b for b in node.body if isinstance(b, ast.FunctionDef) and b.name == "__init__"), None)
                 fn, name = init, node.name
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
