@@ -23,12 +23,10 @@ from gpurig.diagnose.lint_nodes import (
     _kw,
     _leaf_name,
     _name_of,
+    _one_listed_gpu,
     _passes,
     _reads_local_files,
     _shuffles_at,
-)
-from gpurig.diagnose.lint_nodes import (
-    _one_device as _one_device_ids,
 )
 from gpurig.diagnose.lint_project import (
     _fixed_init_functions,
@@ -267,7 +265,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
 
     for call, func, guarded in calls:
         short = _name_of(func)
-        if (short == "DataParallel" or func.endswith("parallel.data_parallel")) and not _one_device_ids(call):
+        if (short == "DataParallel" or func.endswith("parallel.data_parallel")) and not _one_listed_gpu(call):
             add(
                 "data-parallel", call,
                 "nn.DataParallel: one process drives every GPU, and the GIL and GPU 0 hold it back",

@@ -218,7 +218,7 @@ def _reads_local_files(call: ast.Call) -> bool:
     return leaf is not None and _LOCAL_DIR.fullmatch(leaf) is not None
 
 
-def _one_device(call: ast.Call) -> bool:
+def _one_listed_gpu(call: ast.Call) -> bool:
     """`DataParallel(model, device_ids=[local_rank])`: a list of one GPU, nothing to spread over."""
     ids = _kw(call, "device_ids")
     value = ids.value if ids is not None else call.args[1] if len(call.args) > 1 else None

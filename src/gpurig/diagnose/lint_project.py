@@ -20,7 +20,7 @@ from gpurig.diagnose.lint_nodes import (
     _is_const,
     _kw,
     _name_of,
-    _one_device,
+    _one_listed_gpu,
     _port_param,
     _reads_local_files,
     _sampler_shuffle,
@@ -207,7 +207,13 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False) -> dict[st
     functions = [fn for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
     classes = [cls for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)]
     init_of = {id(fn): cls.name for cls in classes for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"}
-    guarded = {id(fn): _guarded_lines(fn) for fn in functions}
+    # Each function's calls of the project's names, read once: (name called) in order, unguarded only.
+    called: dict[int, list[str]] = {}
+    for fn in functions:
+        guarded = _guarded_lines(fn)
+        called[id(fn)] = [_name_of(_dotted(n.func)) for n in ast.walk(fn)
+                          if isinstance(n, ast.Call) and n.lineno not in guarded and isinstance(n.func, (ast.Name, ast.Attribute))
+                          and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls"))]
     grown = True
     while grown:
         grown = False
@@ -215,13 +221,10 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False) -> dict[st
             name = init_of.get(id(fn), fn.name)
             if name in out or name == "__init__" or skip(fn):
                 continue
-            for n in ast.walk(fn):
-                if isinstance(n, ast.Call) and n.lineno not in guarded[id(fn)] and isinstance(n.func, (ast.Name, ast.Attribute)) \
-                        and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls")) \
-                        and _name_of(_dotted(n.func)) in out and _name_of(_dotted(n.func)) != name:
-                    out[name] = f"through {_name_of(_dotted(n.func))}(): {out[_name_of(_dotted(n.func))]}"
-                    grown = True
-                    break
+            callee = next((c for c in called[id(fn)] if c in out and c != name), None)
+            if callee is not None:
+                out[name] = f"through {callee}(): {out[callee]}"
+                grown = True
         for cls in classes:
             base = next((b for b in (_name_of(_dotted(x)) for x in cls.bases) if b in out and b != cls.name), None)
             init = next((fn for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"), None)
@@ -474,7 +477,7 @@ def _data_parallel_functions(modules: list) -> dict[str, str]:
     """Functions of the project's own modules that wrap a model in nn.DataParallel (`create_model`
     returning `DataParallel(model, device_ids=opt.gpu_ids)`): name -> where."""
     found = _functions_calling(modules, "DataParallel", lambda call, fn: _name_of(_dotted(call.func)) == "DataParallel"
-                               and not _one_device(call))
+                               and not _one_listed_gpu(call))
     # A subclass of it (`class CustomDataParallel(nn.DataParallel)`) is one too.
     found.update({cls.name: f"a DataParallel subclass at {_at(module, cls.lineno)}" for module in modules
                   for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)
