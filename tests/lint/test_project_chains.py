@@ -442,3 +442,26 @@ def test_a_datasets_own_torch_load_and_the_projects_own_load_dataset_are_data(tm
     """
     got = _lint(tmp_path, script)
     assert [r for r in got if r[0] in ("torch-load-without-map-location", "download-on-every-rank")] == []
+
+
+def test_a_helper_that_fetches_several_things_is_one_finding_naming_them(tmp_path):
+    from gpurig.diagnose.lint import lint_file
+
+    _write(tmp_path, "work.py", """
+        from datasets import load_dataset
+        from transformers import AutoTokenizer
+        def worker(rank):
+            tok = AutoTokenizer.from_pretrained("gpt2")
+            parts = [load_dataset("a/one"), load_dataset("a/two"), load_dataset("a/three"), load_dataset("a/four")]
+            return tok, parts
+        """)
+    script = tmp_path / "train.py"
+    script.write_text(HEAD + textwrap.dedent("""
+        import torch.multiprocessing as mp
+        from work import worker
+        if __name__ == "__main__":
+            mp.spawn(worker, nprocs=2)
+        """))
+    found = [f for f in lint_file(str(script), select=set(RULES)) if f.id == "download-on-every-rank"]
+    assert [f.line for f in found] == [8]
+    assert "from_pretrained at work.py:5" in found[0].title and "and 2 more" in found[0].title

@@ -33,6 +33,7 @@ from gpurig.diagnose.lint_project import (
     _fixed_port_functions,
     _fixed_rendezvous_settings,
     _is_download_call,
+    _listed,
     _local_modules,
     _mentions_rank_value,
     _named_fetch,
@@ -447,13 +448,14 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 add("save-on-every-rank", call,
                     f"{short}() saves with {saving_helpers[short]} on every rank: they write the same file at once",
                     f"Call it from one rank: `if rank == 0: {short}(...)`, then dist.barrier() before anyone reads it.")
-            if short in downloading_helpers and short not in scan.defined and ("download-on-every-rank", _origin(downloading_helpers[short])) not in reported_helpers \
-                    and not _is_download_call(call):
+            if short in downloading_helpers and short not in scan.defined and not _is_download_call(call) \
+                    and ("download-on-every-rank", _origin(downloading_helpers[short])) not in reported_helpers:
                 reported_helpers.add(("download-on-every-rank", _origin(downloading_helpers[short])))
-                add("download-on-every-rank", call,
-                    f"{short}() downloads ({downloading_helpers[short]}) in every rank at once: they race to write the same files",
-                    "Let one rank download first: `if rank == 0: <download>` then dist.barrier() (or accelerator.main_process_first()), "
-                    "or download ahead of the run.")
+                add("download-on-every-rank", call,  # naming what it fetches (a tokenizer and six datasets)
+                    f"{short}() downloads ({_listed(downloading_helpers[short])}) in every rank at once: "
+                    "they race to write the same files",
+                    "Let one rank download first: `if rank == 0: <download>` then dist.barrier() (or "
+                    "accelerator.main_process_first()), or download ahead of the run.")
             # A file named in the script (a literal name, alone or joined to a directory) and not per
             # rank; a path held in a variable or a parameter is not judged (its rank may be in it).
             # A name given one such path in the same function counts as that path (`log = os.path.join(out,

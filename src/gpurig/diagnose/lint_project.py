@@ -197,6 +197,14 @@ def _origin(where: str) -> str:
     return where.rpartition("(): ")[2]
 
 
+def _listed(where: str) -> str:
+    """A helper's fetches as a finding names them: "through f(): a at x.py:3, b at x.py:9 and 4 more"."""
+    through, _, fetches = where.rpartition("(): ")
+    sites = fetches.split("; ")
+    listed = ", ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
+    return f"{through}(): {listed}" if through else listed
+
+
 def _grown(modules: list, out: dict[str, str], skip=lambda fn: False) -> dict[str, str]:
     """`out` (function name -> what it does; a class's `__init__` under its class name) grown through
     the project's own code: a function that calls one of them (by name or as `self.`/`cls.` method)
@@ -236,6 +244,9 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False) -> dict[st
     return out
 
 
+_MAX_SITES = 8  # the fetches of one helper named in its findings
+
+
 def _downloading_functions(modules: list) -> dict[str, str]:
     """Functions of the project's own modules that download without a rank check: name -> what.
     A class whose `__init__` downloads stands under its own name: building it downloads
@@ -255,13 +266,13 @@ def _downloading_functions(modules: list) -> dict[str, str]:
             # parameters that default to a path of this machine (`tokenizer_path='../model'`)
             local = {name for name, value in _constant_defaults(fn).items()
                      if isinstance(value, str) and value.startswith((".", "/", "~"))}
-            for n in ast.walk(fn):
-                if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines \
-                        and _name_of(_dotted(n.func)) not in own and not (
-                        _name_of(_dotted(n.func)) == "from_pretrained" and n.args and getattr(n.args[0], "id", None) in local):
-                    what = _name_of(_dotted(n.func)) or ast.unparse(n.func)[:40]  # `models.__dict__[arch](pretrained=True)`
-                    out[init_of.get(id(fn), fn.name)] = f"{what} at {_at(module, n.lineno)}"
-                    break
+            # every fetch of the function, each a thing its callers do on every rank
+            sites = [f"{_name_of(_dotted(n.func)) or ast.unparse(n.func)[:40]} at {_at(module, n.lineno)}"
+                     for n in ast.walk(fn) if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines
+                     and _name_of(_dotted(n.func)) not in own and not (
+                         _name_of(_dotted(n.func)) == "from_pretrained" and n.args and getattr(n.args[0], "id", None) in local)]
+            if sites:
+                out[init_of.get(id(fn), fn.name)] = "; ".join(sites[:_MAX_SITES])
     return _grown(modules, out, skip=_rank_zero_first)
 
 
