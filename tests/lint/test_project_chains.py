@@ -263,10 +263,13 @@ def test_what_is_not_fetched_from_a_hub_in_the_projects_helpers(tmp_path):
             return torchvision.models.resnet50(pretrained=is_main_process())
         def hub(name="gpt2"):
             return AutoTokenizer.from_pretrained(name)
+        def from_folder(config):
+            return load_dataset(config.paths.train_dataset_dir)
         """)
     script = """
-    from helpers import init_model, stream, local_config, backbone, hub
+    from helpers import init_model, stream, local_config, backbone, hub, from_folder
     dist.init_process_group("nccl")
+    from_folder(cfg)
     init_model("small")
     stream()
     local_config(args.model_config)
@@ -274,7 +277,7 @@ def test_what_is_not_fetched_from_a_hub_in_the_projects_helpers(tmp_path):
     hub()
     dist.destroy_process_group()
     """
-    assert [r for r in _lint(tmp_path, script) if r[0] == "download-on-every-rank"] == [("download-on-every-rank", 11)]
+    assert [r for r in _lint(tmp_path, script) if r[0] == "download-on-every-rank"] == [("download-on-every-rank", 12)]
 
 
 def test_a_helper_saving_under_a_root_worker_check_or_to_a_per_rank_name(tmp_path):

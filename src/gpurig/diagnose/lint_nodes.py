@@ -199,9 +199,10 @@ def _reads_local_files(call: ast.Call) -> bool:
         return True  # not the Hub's (it needs a path): the project's own `load_dataset()`
     if short == "load_dataset":
         # A builder of local files, or a dataset read from a folder or files of this machine
-        # (`load_dataset("wikihow", "all", data_dir="data/")`: data the user fetched by hand), or
-        # streamed (nothing is written to the cache).
+        # (`load_dataset("wikihow", "all", data_dir="data/")`, `load_dataset(cfg.train_dataset_dir)`:
+        # data the user fetched by hand), or streamed (nothing is written to the cache).
         return (bool(call.args) and isinstance(call.args[0], ast.Constant) and call.args[0].value in _LOCAL_BUILDERS) \
+            or (bool(call.args) and _LOCAL_DIR.fullmatch(_leaf_name(call.args[0]) or "") is not None) \
             or any(k.arg in ("data_dir", "data_files") for k in call.keywords) \
             or any(k.arg == "streaming" and _is_const(k.value, True) for k in call.keywords)
     if short != "from_pretrained" or not call.args:
