@@ -425,3 +425,14 @@ def test_dcgm_results_about_other_entities_do_not_fail_gpus():
     parsed = parse_dcgm_diag(doc)
     assert [(r["test"], r["gpu"]) for r in parsed["results"]] == [("memory", 1)]
     assert dcgm_findings(parsed, 0) == [] and dcgm_findings(parsed, 1) == []
+
+
+def test_a_progress_line_two_ranks_ran_together_is_skipped_not_a_traceback():
+    from gpurig.burn.run import progress_line
+
+    shown = []
+    progress_line('gpurig-burn: {"rank": 0, "part": "compute"}', shown.append)
+    progress_line('gpurig-burn: {"rank": 0, "part": "compute"}{"rank": 1, "part": "comp', shown.append)
+    progress_line('gpurig-burn: [1, 2]', shown.append)
+    progress_line("some other line", shown.append)
+    assert shown == [{"rank": 0, "part": "compute"}]

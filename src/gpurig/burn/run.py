@@ -190,6 +190,20 @@ def run_dcgm(run_dir: Path, indices: list[int], level: int = DCGM_LEVEL, timeout
     return out
 
 
+def progress_line(line: str, echo) -> None:
+    """Show a worker's progress record (`gpurig-burn: {...}`). A line two ranks' writes ran together
+    in (a worker cut off by Ctrl-C mid-line) is skipped: the next record says the same, and a
+    traceback in the reader would help no one."""
+    if not line.startswith("gpurig-burn: "):
+        return
+    try:
+        record = json.loads(line[len("gpurig-burn: "):])
+    except ValueError:
+        return
+    if isinstance(record, dict):
+        echo(record)
+
+
 def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float = LEVELS["default"],
              out_dir: str | os.PathLike | None = None, echo: Callable[[dict[str, Any]], None] | None = None,
              size: int | None = None, dcgm: bool = False) -> dict[str, Any]:
@@ -233,8 +247,8 @@ def run_burn(device: str = "auto", gpus: list[int] | None = None, seconds: float
     plan = plan_torchrun(entry, choice.nproc, choice.device, run_dir=str(run_dir), env=env)
 
     def on_line(line: str) -> None:
-        if echo and line.startswith("gpurig-burn: "):
-            echo(json.loads(line[len("gpurig-burn: "):]))
+        if echo:
+            progress_line(line, echo)
 
     facts_before = read_facts() if choice.device == "cuda" else None
     before = health(facts_before)
