@@ -140,13 +140,18 @@ def _guarded_lines(fn: ast.AST, with_else: bool = False) -> set[int]:
     return lines
 
 
+def _inits(modules: list) -> dict[int, str]:
+    """id of each class's `__init__` -> the class's name: building the class runs it."""
+    return {id(fn): cls.name for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)
+            for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"}
+
+
 def _functions_calling(modules: list, what: str, matches) -> dict[str, str]:
     """Functions of the project's own modules with a call `matches(call, fn)` accepts: name -> "<what> at
     <file>:N" (the first such call). A class's `__init__` stands under the class's name."""
     out: dict[str, str] = {}
     for module in modules:
-        init_of = {id(fn): cls.name for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)
-                   for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"}
+        init_of = _inits([module])
         for fn in ast.walk(module):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 hit = next((n for n in ast.walk(fn) if isinstance(n, ast.Call) and matches(n, fn)), None)
@@ -214,7 +219,7 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False) -> dict[st
     followed; `skip` leaves functions out (a helper that lets rank 0 go first)."""
     functions = [fn for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
     classes = [cls for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)]
-    init_of = {id(fn): cls.name for cls in classes for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"}
+    init_of = _inits(modules)
     # Each function's calls of the project's names, read once: (name called) in order, unguarded only.
     called: dict[int, list[str]] = {}
     for fn in functions:
@@ -251,8 +256,7 @@ def _downloading_functions(modules: list) -> dict[str, str]:
     """Functions of the project's own modules that download without a rank check: name -> what.
     A class whose `__init__` downloads stands under its own name: building it downloads
     (`VQLoss()` -> `LPIPS()` -> `vgg16(pretrained=True)`)."""
-    init_of = {id(fn): cls.name for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)
-               for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"}
+    init_of = _inits(modules)
     # The project's own `resnet50(pretrained=True)` is judged by its body (it may read a local file),
     # not by the keyword: the growth below finds it if its body fetches.
     own = {n.name for module in modules for n in ast.walk(module)
