@@ -1,5 +1,5 @@
-"""The `gpurig` command line: each subcommand's module in `gpurig.commands` is named and registered
-in `_register_all()`.
+"""The `gpurig` command line: each subcommand's module in `gpurig.commands` (named in `ORDER`) is
+registered by `_register`, only the one a command line runs (all of them for `gpurig --help`).
 
 Each module defines `register(app)` (the `bench_*` ones `register(bench_app)`, shown under
 `gpurig bench`); the options, the work and the output live in the module.
@@ -134,7 +134,7 @@ class _JourneyOrder(TyperGroup):
         return sorted(names, key=lambda n: (rank.get(n, len(ORDER)), n))
 
 
-app = typer.Typer(
+_app = typer.Typer(
     cls=_JourneyOrder,
     help=HELP,
     no_args_is_help=True,
@@ -156,7 +156,7 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
+@_app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
@@ -211,46 +211,63 @@ def _stops_quietly(callback):
 
 def _reflow_all(typer_app: typer.Typer) -> None:
     for info in typer_app.registered_commands:
+        if getattr(info.callback, "_gpurig", False):
+            continue  # reflowed and wrapped when it was registered
         info.help = reflow(info.help or (info.callback.__doc__ if info.callback else None))
         if info.callback is not None:
             info.callback = _stops_quietly(info.callback)
+            info.callback._gpurig = True
     for group in typer_app.registered_groups:
         if group.typer_instance is not None:
             _reflow_all(group.typer_instance)
 
 
+_registered: set[str] = set()
+
+
+def _register(names) -> None:
+    """Register the named commands (`bench` is its group) once each, then reflow their help."""
+    import importlib
+
+    for name in names:
+        if name in _registered:
+            continue
+        _registered.add(name)
+        if name == "bench":
+            for sub in ("bench_comm", "bench_train"):
+                importlib.import_module(f"gpurig.commands.{sub}").register(bench_app)
+            _app.add_typer(bench_app, name="bench")
+        else:
+            importlib.import_module(f"gpurig.commands.{name}").register(_app)
+    _reflow_all(_app)
+
+
 def _register_all() -> None:
     """Every command, named here: what `gpurig --help` lists is what this function registers."""
-    from gpurig.commands import (
-        bench_comm,
-        bench_train,
-        burn,
-        check,
-        doctor,
-        env,
-        explain,
-        launch,
-        lint,
-        monitor,
-        train,
-        verify,
-    )
-
-    for module in (check, doctor, verify, burn, train, launch, explain, lint, monitor, env):
-        module.register(app)
-    for module in (bench_comm, bench_train):
-        module.register(bench_app)
-    app.add_typer(bench_app, name="bench")
-    _reflow_all(app)
+    _register(ORDER)
 
 
-_register_all()
+def __getattr__(name: str):
+    """`gpurig.cli.app`: the whole command line, every command registered (tests, embedding)."""
+    if name == "app":
+        _register_all()
+        return _app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _command_named(argv: list[str]) -> str | None:
+    """The one command a command line runs (`gpurig lint x.py`), or None (`gpurig --help`)."""
+    return argv[0] if argv and argv[0] in ORDER else None
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script and of `python -m gpurig`."""
+    # Only the command asked for is imported: `gpurig lint` does not pay for torch-free imports of
+    # every other command (a tenth of a second at each start). `gpurig --help` registers them all.
+    named = _command_named(sys.argv[1:] if argv is None else argv)
+    _register([named] if named else ORDER)
     try:
-        app(args=argv, prog_name="gpurig", standalone_mode=True)
+        _app(args=argv, prog_name="gpurig", standalone_mode=True)
     except BadInput as exc:
         print(f"gpurig: error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -38,6 +38,29 @@ def test_console_script_is_installed():
     assert r.returncode == 0 and r.stdout.startswith("gpurig ")
 
 
+def test_a_command_starts_without_importing_the_others():
+    """`gpurig lint x.py` imports lint alone (a tenth of a second at each start on a small VM);
+    `gpurig --help`, a typo and `gpurig.cli.app` still see every command."""
+    probe = ("import sys; from gpurig.cli import main\n"
+             "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m.split('.')[-1] for m in sys.modules if m.startswith('gpurig.commands.')))")
+    run = lambda *args: subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)  # noqa: E731
+    commands = {"check", "doctor", "verify", "burn", "bench_comm", "bench_train", "train", "launch", "explain",
+                "lint", "monitor", "env"}
+
+    def imported(*args: str) -> set[str]:
+        return commands & set(eval(run(*args).stdout.strip().splitlines()[-1]))
+
+    assert imported("lint", "--help") == {"lint"}
+    assert imported("bench", "comm", "--help") == {"bench_comm", "bench_train"}
+    assert imported("--help") == imported("lnit") == commands
+    import typer
+
+    from gpurig.cli import app
+
+    assert set(typer.main.get_command(app).commands) >= {"check", "lint", "env", "bench"}
+
+
 def test_unknown_command_exits_2(run_cli):
     r = run_cli("frobnicate")
     assert r.returncode == 2 and "frobnicate" in r.stderr

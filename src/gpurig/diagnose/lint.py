@@ -15,6 +15,7 @@ import re
 
 from gpurig.diagnose.lint_checks import _lint_scanned
 from gpurig.diagnose.lint_guards import _RANK_CACHE
+from gpurig.diagnose.lint_nodes import OUTPUT_LOG_METHODS
 from gpurig.diagnose.lint_read import (  # noqa: F401  (re-exported: read_script, read_script_tree)
     _deep,
     _no_gc,
@@ -55,8 +56,11 @@ def _chosen(findings: list[LintFinding], source: str, select, ignore) -> list[Li
 def _lint_streamed(source: str, script: str, select, ignore) -> list[LintFinding]:
     """`lint_source` for a big script: scanned one group of top-level statements at a time."""
     _RANK_CACHE.clear()
+    chosen = set(select) if select else set(DEFAULT_RULES)
+    # Output calls (a print in every helper of a big file) are kept only when their rule is chosen.
+    unjudged = frozenset() if "print-on-every-rank" in chosen - set(ignore or ()) else _OUTPUT_CALLS
     try:
-        scan = _stream_scan(source, script, script)
+        scan = _stream_scan(source, script, script, unjudged)
         _RANK_CACHE.clear()  # the nodes it holds belong to groups already walked
         findings = _lint_scanned(scan, source, script)
     finally:
@@ -64,6 +68,7 @@ def _lint_streamed(source: str, script: str, select, ignore) -> list[LintFinding
     return _chosen(findings, source, select, ignore)
 
 
+_OUTPUT_CALLS = frozenset({"print"} | OUTPUT_LOG_METHODS)  # what only print-on-every-rank looks at
 _IGNORE = re.compile(r"#\s*gpurig:\s*ignore(-file)?(?:\[([\w\-, ]+)\])?")
 
 

@@ -18,11 +18,13 @@ from gpurig.diagnose.lint_nodes import (
     OUTPUT_LOG_METHODS,
     _calls_function,
     _data_file,
+    _device_from,
     _dotted,
     _is_const,
     _kw,
     _leaf_name,
     _name_of,
+    _one_device,
     _one_listed_gpu,
     _passes,
     _reads_local_files,
@@ -68,32 +70,6 @@ _MODEL_FACTORY = re.compile(r"(?:create|build|get|make|init)_?\w*model", re.IGNO
 # A dataset for evaluation, by its name: val_dataset, dataset_val, testset, eval_data, data.valid.
 _EVAL_DATA = re.compile(r"(?:^|[._])(?:val|valid|validation|test|eval|evaluation)(?:set|_?data(?:set)?)?(?:$|[._])"
                         r"|^(?:val|valid|test|eval)(?:set|_?data(?:set)?)$|(?:val|test)set$", re.IGNORECASE)
-
-
-def _one_device(call: ast.Call, settings: dict) -> bool:
-    """A Lightning Trainer / Fabric given one device: devices=1 (or gpus=1), as a literal or as a
-    name the script sets to 1 (`devices = 1`, a config field `devices: int = 1`) and to nothing else."""
-    kw = _kw(call, "devices") or _kw(call, "gpus")
-    if kw is None:
-        return False  # "auto": every GPU it sees
-    if isinstance(kw.value, ast.Constant):
-        return kw.value.value == 1
-    leaf = _leaf_name(kw.value)
-    return leaf is not None and settings.get(leaf) == {1}
-
-
-def _device_from(node: ast.AST, rank_names: set[str]) -> bool:
-    """A device named by a rank: `rank`, f"cuda:{rank}", torch.device("cuda", rank)."""
-    if isinstance(node, (ast.Name, ast.Attribute)):
-        return _dotted(node) in rank_names
-    if isinstance(node, ast.JoinedStr):
-        text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
-        return text.startswith("cuda:") and any(isinstance(v, ast.FormattedValue) and _dotted(v.value) in rank_names
-                                                for v in node.values)
-    if isinstance(node, ast.Call) and _dotted(node.func) in ("torch.device", "device") and node.args:
-        return any(_device_from(a, rank_names) for a in node.args[-1:]) and (
-            len(node.args) == 1 or isinstance(node.args[0], ast.Constant) and node.args[0].value == "cuda")
-    return False
 
 
 def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
@@ -217,16 +193,19 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 return value
         return node
 
-    def own_gpu(device: ast.AST, depth: int = 0) -> bool:
+    def own_gpu(device: ast.AST) -> bool:
         """A device of this process's own GPU: `local_rank`, `args.gpu`, f"cuda:{local_rank}",
-        torch.device("cuda", gpu_id), or a name assigned one of those; never the global rank."""
-        names = [n for n in ast.walk(device) if isinstance(n, (ast.Name, ast.Attribute))]
-        if any(_dotted(n) in rank_names for n in names):
-            return False
-        if isinstance(device, (ast.Name, ast.Attribute)) and _dotted(device) in scan.device_vars and depth < 3:
-            return own_gpu(scan.device_vars[_dotted(device)], depth + 1)
-        return any((_leaf_name(n) or "").lower() in GPU_NAMES or "local_rank" in (_leaf_name(n) or "").lower()
-                   for n in names)
+        torch.device("cuda", gpu_id), or a name assigned one of those (three steps); never the global rank."""
+        for depth in range(4):  # (a loop, not a call of itself: no reference cycle keeps `scan` alive)
+            names = [n for n in ast.walk(device) if isinstance(n, (ast.Name, ast.Attribute))]
+            if any(_dotted(n) in rank_names for n in names):
+                return False
+            if isinstance(device, (ast.Name, ast.Attribute)) and _dotted(device) in scan.device_vars and depth < 3:
+                device = scan.device_vars[_dotted(device)]
+                continue
+            return any((_leaf_name(n) or "").lower() in GPU_NAMES or "local_rank" in (_leaf_name(n) or "").lower()
+                       for n in names)
+        return False  # not reached: the last step returns
 
     def placed_on_own_gpu(call: ast.Call) -> bool:
         """DDP(model) of a model already moved to this process's GPU on the path to it (in its own

@@ -231,3 +231,69 @@ _LAUNCHER_KEYS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "
 
 # A function that fetches by its name: `download_weights(phi)`, `fetch_checkpoint()`.
 _FETCH_NAME = re.compile(r"download|fetch", re.IGNORECASE)
+
+
+
+def _one_device(call: ast.Call, settings: dict) -> bool:
+    """A Lightning Trainer / Fabric given one device: devices=1 (or gpus=1), as a literal or as a
+    name the script sets to 1 (`devices = 1`, a config field `devices: int = 1`) and to nothing else."""
+    kw = _kw(call, "devices") or _kw(call, "gpus")
+    if kw is None:
+        return False  # "auto": every GPU it sees
+    if isinstance(kw.value, ast.Constant):
+        return kw.value.value == 1
+    leaf = _leaf_name(kw.value)
+    return leaf is not None and settings.get(leaf) == {1}
+
+
+def _device_from(node: ast.AST, rank_names: set[str]) -> bool:
+    """A device named by a rank: `rank`, f"cuda:{rank}", torch.device("cuda", rank)."""
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        return _dotted(node) in rank_names
+    if isinstance(node, ast.JoinedStr):
+        text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
+        return text.startswith("cuda:") and any(isinstance(v, ast.FormattedValue) and _dotted(v.value) in rank_names
+                                                for v in node.values)
+    if isinstance(node, ast.Call) and _dotted(node.func) in ("torch.device", "device") and node.args:
+        return any(_device_from(a, rank_names) for a in node.args[-1:]) and (
+            len(node.args) == 1 or isinstance(node.args[0], ast.Constant) and node.args[0].value == "cuda")
+    return False
+
+class _Walker(ast.NodeVisitor):
+    """ast.NodeVisitor, walked faster: one method per node class, looked up once (NodeVisitor builds
+    a method name at every node); operators and a name's Load/Store are not walked into; a literal
+    is not looked at (NodeVisitor's visit_Constant looks for the visit_Num/visit_Str of old Pythons).
+    The tables live on the class, never as bound methods on an instance: a walker that referred to
+    itself would be freed only by a pass of the cycle collector over everything it holds (seconds,
+    at the end of a 14 MB script)."""
+
+    _dispatch: dict[type, Any] = {}  # each subclass has its own (set in __init_subclass__)
+    _child_fields: dict[type, tuple[str, ...]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._dispatch = {}
+
+    def visit(self, node: ast.AST) -> Any:
+        method = self._dispatch.get(node.__class__)
+        if method is None:
+            cls = type(self)
+            method = self._dispatch[node.__class__] = getattr(cls, "visit_" + node.__class__.__name__, None) or cls.generic_visit
+        return method(self, node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        pass
+
+    def generic_visit(self, node: ast.AST) -> None:
+        fields = self._child_fields.get(node.__class__)
+        if fields is None:
+            fields = self._child_fields[node.__class__] = tuple(f for f in node._fields if f not in ("ctx", "op", "ops"))
+        visit = self.visit
+        for name in fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        visit(item)
+            elif isinstance(value, ast.AST):
+                visit(value)

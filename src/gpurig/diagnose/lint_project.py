@@ -95,16 +95,22 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
         paths.append(cand)
         return module
 
-    def re_exports(init: Path, module: ast.AST, depth: int = 0) -> None:
+    def re_exports(init: Path, module: ast.AST) -> None:
         """A package re-exports its modules (`from .train_utils import *`, `from .datasets import
-        create_dataloader` where datasets is a package itself): read those too, three levels down."""
-        for node in ast.walk(module):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+        create_dataloader` where datasets is a package itself): read those too, three levels down,
+        depth first. (A stack, not a call of itself: no reference cycle keeps what was read alive.)"""
+        stack = [(init, ast.walk(module), 0)]
+        while stack:
+            init, nodes, depth = stack[-1]
+            node = next(nodes, None)
+            if node is None:
+                stack.pop()
+            elif isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
                 sub = init.parent / Path(*node.module.split("."))
                 add(sub.with_suffix(".py"))
                 inner = add(sub / "__init__.py")
                 if inner is not None and depth < 2:
-                    re_exports(sub / "__init__.py", inner, depth + 1)
+                    stack.append((sub / "__init__.py", ast.walk(inner), depth + 1))
 
     def read(names: list[tuple[int, str]], here: Path) -> None:
         for level, name in names:

@@ -38,6 +38,7 @@ from gpurig.diagnose.lint_nodes import (
     _path_like,
     _port_param,
     _sampler_shuffle,
+    _Walker,
 )
 from gpurig.diagnose.lint_project import _is_download_call
 
@@ -72,7 +73,7 @@ _BRANCHING = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.FunctionDef
 _VARIES = object()  # a setting assigned something other than a constant
 
 
-class _Scanner(ast.NodeVisitor):
+class _Scanner(_Walker):
     """Walks the tree remembering whether the current statement only runs on one rank."""
 
     def __init__(self) -> None:
@@ -90,7 +91,6 @@ class _Scanner(ast.NodeVisitor):
         self.device_before: dict[int, bool] = {}  # id(DDP call) -> set_device ran before it on its path
         self._path: list[bool] = []  # per open block: set_device already ran in it
         self._set_devices = 0
-        self._methods: dict[type, Any] = {}
         self.sets_device_in: set[str] = set()  # functions that call set_device themselves
         self._device_conditions: set[str] = set()  # if-tests under which set_device ran
         self.first: set[int] = set()  # ids of calls made by rank 0 first while the others wait
@@ -119,6 +119,7 @@ class _Scanner(ast.NodeVisitor):
         # functions the file defines (read from its text first: a call may come before its def).
         self.compact = False
         self.keep_names: set[str] = set()
+        self.unjudged: frozenset[str] = frozenset()  # judged call names no chosen rule looks at
         self.local_names: set[str] = set()  # names imported from the project's own modules
         self.local_roots: set[str] = set()  # the project's own modules, as imported
         self.keep_plain = False
@@ -153,31 +154,9 @@ class _Scanner(ast.NodeVisitor):
         self.port_params: list[tuple[ast.Assign, str, str, int]] = []
         self.main_calls: set[int] = set()  # ids of calls in the `if __name__ == "__main__":` block
         self.main_spawns = False  # that block starts the workers itself
+        self.barriers = 0  # calls of dist.barrier() (under any name) walked so far
         self._main = 0
         self._classes: list[str] = []
-
-    def visit(self, node: ast.AST) -> Any:
-        # NodeVisitor's own dispatch builds a method name for every node; a table per class is
-        # what keeps a 14 MB file in seconds.
-        method = self._methods.get(node.__class__)
-        if method is None:
-            method = getattr(self, "visit_" + node.__class__.__name__, None) or self.generic_visit
-            self._methods[node.__class__] = method
-        return method(node)
-
-    def visit_Constant(self, node: ast.Constant) -> None:
-        """A literal has nothing under it (ast.NodeVisitor's own visit_Constant looks for the
-        visit_Num/visit_Str of old Pythons at every literal)."""
-
-    def generic_visit(self, node: ast.AST) -> None:
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if isinstance(value, list):
-                for item in value:
-                    if isinstance(item, ast.AST):
-                        self.visit(item)
-            elif isinstance(value, ast.AST):
-                self.visit(value)
 
     def _block(self, stmts: list[ast.stmt]) -> list:
         state = self.block_start()
@@ -210,13 +189,14 @@ class _Scanner(ast.NodeVisitor):
         fetched = bool(state[4])  # (only a block where rank 0 fetched something is looked at by the calls)
         if fetched:
             self._prefetched.append(state[4])
+        barriers = self.barriers
         self.visit(stmt)
         if fetched:
             self._prefetched.pop()
         self._first -= after_first
         if isinstance(stmt, ast.If) and not stmt.orelse and _mentions_rank(stmt.test) and not _all_but_one(stmt.test):
             state[3].append(stmt)  # read only if a barrier follows (most one-rank sections are not followed by one)
-        if isinstance(stmt, ast.Expr) and _calls_barrier(stmt):
+        if isinstance(stmt, ast.Expr) and self.barriers > barriers:  # it called dist.barrier() under some name
             state[2] = 1
             for section in state[3]:
                 calls = [n for b in section.body for n in ast.walk(b) if isinstance(n, ast.Call)]
@@ -402,6 +382,8 @@ class _Scanner(ast.NodeVisitor):
         func = _dotted(node.func)
         short = _name_of(func)
         self.short_names.add(short)
+        if short == "barrier":
+            self.barriers += 1
         if "cuda" in func.split(".") or func.endswith(".cuda"):
             self.cuda_call = True
         if func.endswith("set_epoch") or (isinstance(node.func, ast.Attribute) and node.func.attr == "set_epoch"):
@@ -452,7 +434,7 @@ class _Scanner(ast.NodeVisitor):
 
     def _judged(self, node: ast.Call, func: str, short: str) -> bool:
         """Whether some rule looks at this call (compact mode keeps only those)."""
-        return (short in _JUDGED_CALLS or short in self.keep_names or short in self.aliases or short in self.name_aliases
+        return (short in _JUDGED_CALLS and short not in self.unjudged or short in self.keep_names or short in self.aliases or short in self.name_aliases
                 or (self.keep_plain and isinstance(node.func, ast.Name))
                 # a method of an object the project's own classes may have built (`runner.sample()`)
                 or (bool(self.local_roots) and isinstance(node.func, ast.Attribute))

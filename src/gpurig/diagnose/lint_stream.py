@@ -48,14 +48,17 @@ def _top_level_chunks(source: str, label: str):
 _DEF_NAME = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
 
 
-def _stream_scan(source: str, label: str, path=None) -> _Scanner:
+def _stream_scan(source: str, label: str, path=None, unjudged=frozenset()) -> _Scanner:
     """One scan of a big script, top-level statement groups parsed and walked one after another,
-    keeping only what the rules judge (the rest is freed with its group)."""
+    keeping only what the rules judge (the rest is freed with its group). `unjudged`: names of calls
+    no chosen rule looks at (`print` when print-on-every-rank is off), not kept for their name."""
     from pathlib import Path
 
     scan = _Scanner()
     scan.compact = True
-    scan.keep_names = set(_DEF_NAME.findall(source))
+    scan.unjudged = unjudged
+    # (`super().__init__()` is not kept for its name: a class is built by its own name.)
+    scan.keep_names = set(_DEF_NAME.findall(source)) - {"__init__"}
     scan.script_dir = Path(path).resolve().parent if path else None
     state = scan.block_start()
     for chunk in _top_level_chunks(source, label):
