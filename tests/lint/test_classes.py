@@ -426,6 +426,9 @@ def test_a_sampler_over_evaluation_data_needs_no_epoch():
         pass
     """
     assert [r for r in found(body) if r[0] == "sampler-without-set-epoch"] == [("sampler-without-set-epoch", 12)]
+    # datasets kept in a dict by split: {"train": ..., "val": ...}
+    by_split = body.replace("val_dataset)", 'datasets["val"])').replace("train_dataset)", 'datasets["train"])')
+    assert [r for r in found(by_split) if r[0] == "sampler-without-set-epoch"] == [("sampler-without-set-epoch", 12)]
 
 
 def test_a_download_under_a_file_lock_runs_once():

@@ -468,3 +468,56 @@ def test_a_helper_that_fetches_several_things_is_one_finding_naming_them(tmp_pat
     found = [f for f in lint_file(str(script), select=set(RULES)) if f.id == "download-on-every-rank"]
     assert [f.line for f in found] == [8]
     assert "from_pretrained at work.py:5" in found[0].title and "and 2 more" in found[0].title
+
+
+def test_a_call_through_a_library_is_none_of_the_projects_helpers_of_that_name(tmp_path):
+    # checkpointManager.py's CheckpointManager.load reads a checkpoint without map_location;
+    # OmegaConf.load, json.load and np.load in the script are other libraries' functions.
+    _write(tmp_path, "checkpointManager.py", """
+        import torch
+        class CheckpointManager:
+            def load(self, path, model):
+                checkpoint = torch.load(path)
+                model.load_state_dict(checkpoint["model"])
+        """)
+    script = """
+    import json
+    import numpy as np
+    from omegaconf import OmegaConf
+    from checkpointManager import CheckpointManager
+
+    def main():
+        dist.init_process_group("nccl")
+        config = OmegaConf.load("config.yaml")
+        with open("vocab.json") as f:
+            vocab = json.load(f)
+        table = np.load("table.npy")
+        manager = CheckpointManager()
+        manager.load("last.pt", model)
+        dist.destroy_process_group()
+    """
+    found = _lint(tmp_path, script)
+    loads = [line for rule, line in found if rule == "torch-load-without-map-location"]
+    assert loads == [17], found  # manager.load(...), and none of the libraries' loads
+
+
+def test_from_pretrained_of_a_name_the_script_only_sets_to_a_local_folder(tmp_path):
+    script = """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    def get_model(model_name):
+        tokenizer = AutoTokenizer.from_pretrained(model_name)
+        return tokenizer, AutoModelForCausalLM.from_pretrained(model_name)
+
+    def main():
+        dist.init_process_group("nccl")
+        model_name = "/scratch/llama3.2-3B-HF"
+        tokenizer, model = get_model(model_name)
+        hub = AutoModelForCausalLM.from_pretrained(hub_name)
+        dist.destroy_process_group()
+
+    hub_name = "meta-llama/Llama-3.2-3B"
+    main()
+    """
+    found = _lint(tmp_path, script)
+    assert [line for rule, line in found if rule == "download-on-every-rank"] == [15], found

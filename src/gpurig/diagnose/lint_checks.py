@@ -10,6 +10,7 @@ import ast
 import re
 
 from gpurig.diagnose.lint_guards import _mentions_rank
+from gpurig.diagnose.lint_modules import _foreign_names, _local_modules
 from gpurig.diagnose.lint_nodes import (
     _AUTO_DATASETS,
     _DOWNLOADERS,
@@ -28,6 +29,7 @@ from gpurig.diagnose.lint_nodes import (
     _one_listed_gpu,
     _passes,
     _reads_local_files,
+    _set_to_local_path,
     _shuffles_at,
 )
 from gpurig.diagnose.lint_project import (
@@ -36,7 +38,6 @@ from gpurig.diagnose.lint_project import (
     _fixed_rendezvous_settings,
     _is_download_call,
     _listed,
-    _local_modules,
     _mentions_rank_value,
     _named_fetch,
     _origin,
@@ -243,8 +244,10 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         return any(_dotted(n) in rank_names and not (call is not None and given_local_rank(_dotted(n), call))
                    for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)))
 
+    foreign = _foreign_names(scan.imports, path)
     for call, func, guarded in calls:
         short = _name_of(func)
+        helper = None if func.partition(".")[0] in foreign else short  # (`OmegaConf.load` is no helper of the project)
         if (short == "DataParallel" or func.endswith("parallel.data_parallel")) and not _one_listed_gpu(call):
             add(
                 "data-parallel", call,
@@ -252,7 +255,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 "Use DistributedDataParallel with one process per GPU: wrap with DDP(model, device_ids=[local_rank]) "
                 "and start with `gpurig launch script.py` (torchrun).",
             )
-        elif short in data_parallel_helpers and short not in scan.defined and ("data-parallel", _origin(data_parallel_helpers[short])) not in reported_helpers \
+        elif helper in data_parallel_helpers and short not in scan.defined and ("data-parallel", _origin(data_parallel_helpers[short])) not in reported_helpers \
                 and func.partition(".")[0] not in ("self", "cls"):  # a function of the project, not a method of this file's class
             reported_helpers.add(("data-parallel", _origin(data_parallel_helpers[short])))
             add("data-parallel", call, f"{short}() wraps the model in nn.DataParallel ({data_parallel_helpers[short]}): "
@@ -299,13 +302,13 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "torch.load without map_location: tensors saved on cuda:0 load onto GPU 0 in every rank",
                     "torch.load(path, map_location='cpu') (then .to(device)), or map_location=f'cuda:{local_rank}'.",
                 )
-        if short in rank_device_helpers and short not in scan.defined and ("global-rank-as-device", _origin(rank_device_helpers[short])) not in reported_helpers \
+        if helper in rank_device_helpers and short not in scan.defined and ("global-rank-as-device", _origin(rank_device_helpers[short])) not in reported_helpers \
                 and not guarded:
             reported_helpers.add(("global-rank-as-device", _origin(rank_device_helpers[short])))
             add("global-rank-as-device", call, f"{short}() makes the global rank the GPU index ({rank_device_helpers[short]}): "
                 "on a second node there is no such GPU",
                 f"In {short}(), torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) (the rank within this node).")
-        if short in loading_helpers and short not in scan.defined and ("torch-load-without-map-location", _origin(loading_helpers[short])) not in reported_helpers \
+        if helper in loading_helpers and short not in scan.defined and ("torch-load-without-map-location", _origin(loading_helpers[short])) not in reported_helpers \
                 and distributed and not guarded:
             reported_helpers.add(("torch-load-without-map-location", _origin(loading_helpers[short])))
             add("torch-load-without-map-location", call,
@@ -350,7 +353,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             # `GPT.from_pretrained(...)` of a class of this file: its own body is judged, not its name.
             head = func.rpartition(".")[0]
             own = (head, short) in scan.own_methods or (head in ("self", "cls") and short in scan.defined)
-            fetches = (short in _DOWNLOADERS and not own and not _reads_local_files(call)) \
+            fetches = (short in _DOWNLOADERS and not own and not _reads_local_files(call)
+                       and not _set_to_local_path(call, scan.settings)) \
                 or _named_fetch(call) or (short in _AUTO_DATASETS and short not in scan.defined and short not in parent_built)
             # (`pretrained=pretrained` where the script only ever sets `pretrained = False`: off)
             on = lambda kw: kw is not None and not _is_const(kw.value, False) and not _is_const(kw.value, None) \
@@ -420,14 +424,14 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             names_a_file = not saving_helpers.get(short, "").startswith("open(") or any(
                 any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(a)) and not _mentions_rank_value(a)
                 for a in [*call.args, *(k.value for k in call.keywords)])
-            if short in saving_helpers and short not in scan.defined and ("save-on-every-rank", short) not in reported_helpers \
+            if helper in saving_helpers and short not in scan.defined and ("save-on-every-rank", short) not in reported_helpers \
                     and names_a_file:
                 if not saving_helpers[short].startswith("open("):
                     reported_helpers.add(("save-on-every-rank", short))  # a file-writing helper: once per file it is given
                 add("save-on-every-rank", call,
                     f"{short}() saves with {saving_helpers[short]} on every rank: they write the same file at once",
                     f"Call it from one rank: `if rank == 0: {short}(...)`, then dist.barrier() before anyone reads it.")
-            if short in downloading_helpers and short not in scan.defined and not _is_download_call(call) \
+            if helper in downloading_helpers and short not in scan.defined and not _is_download_call(call) \
                     and ("download-on-every-rank", _origin(downloading_helpers[short])) not in reported_helpers:
                 reported_helpers.add(("download-on-every-rank", _origin(downloading_helpers[short])))
                 add("download-on-every-rank", call,  # naming what it fetches (a tokenizer and six datasets)
@@ -547,8 +551,11 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 shuffle = _kw(call, "shuffle")
                 if shuffle is not None and not _is_const(shuffle.value, True):
                     continue
-                # A sampler over evaluation data (`DistributedSampler(val_dataset)`): its order does not matter.
+                # A sampler over evaluation data (`DistributedSampler(val_dataset)`, `(datasets["val"])`):
+                # its order does not matter.
                 data = call.args[0] if call.args else (_kw(call, "dataset").value if _kw(call, "dataset") else None)
+                if isinstance(data, ast.Subscript) and isinstance(data.slice, ast.Constant) and isinstance(data.slice.value, str):
+                    data = ast.Attribute(value=data.value, attr=data.slice.value)
                 if data is not None and _EVAL_DATA.search(_dotted(data) or ""):
                     continue
                 add(

@@ -219,6 +219,14 @@ def _reads_local_files(call: ast.Call) -> bool:
     return leaf is not None and _LOCAL_DIR.fullmatch(leaf) is not None
 
 
+def _set_to_local_path(call: ast.Call, settings: dict) -> bool:
+    """from_pretrained(model_name) where the script sets that name only ever to paths of this
+    machine (`model_name = "/scratch/llama3.2-3B-HF"`, passed on to the helper that loads it)."""
+    leaf = _leaf_name(call.args[0]) if call.args and _name_of(_dotted(call.func)) == "from_pretrained" else None
+    values = settings.get(leaf) if leaf else None
+    return bool(values) and all(isinstance(v, str) and v.startswith((".", "/", "~")) for v in values)
+
+
 def _one_listed_gpu(call: ast.Call) -> bool:
     """`DataParallel(model, device_ids=[local_rank])`: a list of one GPU, nothing to spread over."""
     ids = _kw(call, "device_ids")

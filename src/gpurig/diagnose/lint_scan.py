@@ -70,6 +70,7 @@ def _walks_container(loop: ast.AST) -> bool:
 _FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute, ast.IfExp)
 _BRANCHING = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
+_SETTING = re.compile(r"device|gpu|pretrained|download|model|path|ckpt|checkpoint|tokenizer|weight", re.IGNORECASE)
 _VARIES = object()  # a setting assigned something other than a constant
 
 
@@ -520,10 +521,10 @@ class _Scanner(_Walker):
                                            if isinstance(n, (ast.Name, ast.Attribute)))
 
     def _setting(self, target: ast.AST, value: ast.AST | None) -> None:
-        """Only settings that can name a device count (`devices`, `gpus`, `num_gpus`) or switch a
-        download (`pretrained = False`)."""
+        """Only settings that can name a device count (`devices`, `gpus`, `num_gpus`), switch a
+        download (`pretrained = False`) or name where a model is (`model_name = "/data/llama"`)."""
         leaf = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else None
-        if leaf is not None and ("device" in leaf or "gpu" in leaf or "pretrained" in leaf or "download" in leaf):
+        if leaf is not None and _SETTING.search(leaf):
             self.settings.setdefault(leaf, set()).add(value.value if isinstance(value, ast.Constant) else _VARIES)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:

@@ -1,0 +1,116 @@
+"""The script's own project on disk, for `gpurig lint`: which modules it imports are the project's
+(beside the script or in its folders) and which come from elsewhere, read and parsed, and how a
+finding names a line of one of them.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+
+def _at(module: ast.AST, line: int) -> str:
+    """A line of a project module, as a finding names it: "losses/lpips.py:6" (relative to the script's folder)."""
+    where = getattr(module, "gpurig_where", None)
+    return f"{where}:{line}" if where else f"line {line} of its module"
+
+
+def _imported_names(nodes) -> list[tuple[int, str]]:
+    """(level, dotted name) of what import statements name: `from a.b import c` gives a.b and a.b.c."""
+    names: list[tuple[int, str]] = []
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append((0, node.module))
+            names.extend((0, f"{node.module}.{a.name}") for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            names.extend((node.level, n) for n in ([node.module] if node.module else [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            names.extend((0, a.name) for a in node.names)
+    return names
+
+
+def _foreign_names(imports, path) -> set[str]:
+    """Names the script binds by importing from outside its project (`from omegaconf import
+    OmegaConf`, `import json`, `import numpy as np`): a call through one (`OmegaConf.load(cfg)`) is
+    none of the project's helpers, whatever its name."""
+    import sys
+    from pathlib import Path
+
+    base = Path(path).resolve().parent if path is not None else None
+    roots = (base, base.parent, base.parent.parent) if base is not None else ()
+
+    def project(module: str) -> bool:
+        top = module.split(".")[0]
+        return top not in sys.stdlib_module_names and any((r / top).is_dir() or (r / f"{top}.py").is_file() for r in roots)
+
+    out: set[str] = set()
+    for node in imports:
+        if isinstance(node, ast.Import):
+            out.update(a.asname or a.name.split(".")[0] for a in node.names if not project(a.name))
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module and not project(node.module):
+            out.update(a.asname or a.name for a in node.names)
+    return out
+
+
+def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
+    """The project's own modules the script imports (files beside it or in its folders), and the
+    project modules those import in turn (two steps: `VQLoss` in vq_loss.py builds `LPIPS` of
+    lpips.py), read and parsed; what cannot be found or parsed is left out. `imports`: the script's
+    import statements when already collected (the scanner does), else they are looked for in `tree`."""
+    from pathlib import Path
+
+    if path is None:
+        return []
+    base = Path(path).resolve().parent
+    roots = (base, base.parent, base.parent.parent)  # a script in app/vjepa/ importing src.utils
+    found: list[ast.AST] = []
+    paths: list[Path] = []
+    seen: set[Path] = set()
+
+    def add(cand: Path) -> ast.AST | None:
+        if cand in seen or not cand.is_file() or cand.stat().st_size > 2_000_000 or len(seen) > 50:
+            return None
+        seen.add(cand)
+        try:
+            module = ast.parse(cand.read_bytes())
+        except (SyntaxError, ValueError, RecursionError, OSError):
+            return None
+        module.gpurig_where = os.path.relpath(cand, base)  # type: ignore[attr-defined]  # "losses/lpips.py", "../src/utils.py"
+        found.append(module)
+        paths.append(cand)
+        return module
+
+    def re_exports(init: Path, module: ast.AST) -> None:
+        """A package re-exports its modules (`from .train_utils import *`, `from .datasets import
+        create_dataloader` where datasets is a package itself): read those too, three levels down,
+        depth first. (A stack, not a call of itself: no reference cycle keeps what was read alive.)"""
+        stack = [(init, ast.walk(module), 0)]
+        while stack:
+            init, nodes, depth = stack[-1]
+            node = next(nodes, None)
+            if node is None:
+                stack.pop()
+            elif isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                sub = init.parent / Path(*node.module.split("."))
+                add(sub.with_suffix(".py"))
+                inner = add(sub / "__init__.py")
+                if inner is not None and depth < 2:
+                    stack.append((sub / "__init__.py", ast.walk(inner), depth + 1))
+
+    def read(names: list[tuple[int, str]], here: Path) -> None:
+        for level, name in names:
+            rel = Path(*name.split("."))
+            ups = [here, *here.parents]
+            for root in (ups[level - 1:level] if level else roots):
+                for cand in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
+                    module = add(cand)
+                    if module is not None and cand.name == "__init__.py":
+                        re_exports(cand, module)
+
+    read(_imported_names(ast.walk(tree) if imports is None else imports), base)
+    done = 0
+    for _ in range(2):  # what those modules (and the ones their packages re-export) import
+        step, done = list(zip(paths[done:], found[done:], strict=True)), len(found)
+        for cand, module in step:
+            read(_imported_names(ast.walk(module)), cand.parent)
+    return found
