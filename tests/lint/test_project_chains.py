@@ -521,3 +521,41 @@ def test_from_pretrained_of_a_name_the_script_only_sets_to_a_local_folder(tmp_pa
     """
     found = _lint(tmp_path, script)
     assert [line for rule, line in found if rule == "download-on-every-rank"] == [15], found
+
+
+def test_a_project_module_that_downloads_as_it_is_imported(tmp_path):
+    # utils.py builds its datasets at import time; the script only imports them.
+    _write(tmp_path, "utils.py", """
+        from torchvision import datasets, transforms
+        train_dataset = datasets.MNIST(root="./data", train=True, download=True)
+        val_dataset = datasets.MNIST(root="./data", train=False, download=True)
+        def later():
+            return datasets.MNIST(root="./data", download=True)
+        if __name__ == "__main__":
+            datasets.CIFAR10(root="./data", download=True)
+        """)
+    _write(tmp_path, "quiet.py", """
+        from torchvision import datasets
+        def build():
+            return datasets.MNIST(root="./data", download=True)
+        if __name__ == "__main__":
+            build()
+        """)
+    script = """
+    from utils import train_dataset
+    import quiet
+
+    def main():
+        dist.init_process_group("nccl")
+        dist.destroy_process_group()
+    main()
+    """
+    found = [f for f in lint_file(str(_script(tmp_path, script)), select=set(RULES)) if f.id == "download-on-every-rank"]
+    assert [f.line for f in found] == [5], found
+    assert "utils.py:3" in found[0].title and "utils.py:4" in found[0].title and "utils.py:6" not in found[0].title
+
+
+def _script(project, script: str):
+    path = project / "train.py"
+    path.write_text(HEAD + textwrap.dedent(script))
+    return path

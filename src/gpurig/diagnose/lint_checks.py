@@ -36,6 +36,7 @@ from gpurig.diagnose.lint_project import (
     _fixed_init_functions,
     _fixed_port_functions,
     _fixed_rendezvous_settings,
+    _import_time_fetches,
     _is_download_call,
     _listed,
     _mentions_rank_value,
@@ -478,6 +479,13 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 )
 
     constants = scan.constants
+    # A project module whose own top-level code fetches (`train_dataset = MNIST(root, download=True)`
+    # in utils.py) does so as the script imports it: in every rank at once.
+    for node, sites in _import_time_fetches(modules, scan.imports) if distributed else ():
+        add("download-on-every-rank", node, f"importing it runs the downloads of the module's top-level code in every rank at once "
+            f"({_listed(sites)}): they race to write the same files",
+            "Move the download into a function the script calls on one rank first (`if rank == 0:` then "
+            "dist.barrier()), or download ahead of the run.")
     for assign, _guarded in scan.assigns:
         if id(assign) in scan.env_fallback:
             continue  # `if "MASTER_PORT" not in os.environ:` a default where no launcher set it

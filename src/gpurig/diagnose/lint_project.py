@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 
-from gpurig.diagnose.lint_guards import _mentions_rank, _single_process_branch
+from gpurig.diagnose.lint_guards import _is_main_test, _mentions_rank, _single_process_branch
 from gpurig.diagnose.lint_modules import _at
 from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
@@ -110,6 +111,43 @@ def _is_download_call(call: ast.Call) -> bool:
     on = [k for k in call.keywords if k.arg in ("download", "pretrained")
           and not _is_const(k.value, False) and not _is_const(k.value, None) and not _mentions_rank(k.value)]
     return bool(on) or (short in _DOWNLOADERS and not _reads_local_files(call)) or _named_fetch(call)
+
+
+def _module_name(module: ast.AST) -> str:
+    """A project module's dotted name from where it was found: "../src/utils.py" -> "src.utils"."""
+    parts = [p for p in getattr(module, "gpurig_where", "").replace(os.sep, "/").split("/") if p not in ("", ".", "..")]
+    if parts and parts[-1].endswith(".py"):
+        parts[-1] = parts[-1][:-3]
+    return ".".join(parts[:-1] if parts and parts[-1] == "__init__" else parts)
+
+
+def _import_time_fetches(modules: list, imports: list) -> list[tuple[ast.AST, str]]:
+    """(an import of the script, "MNIST() at utils.py:6; ...") for each project module it imports
+    whose own top-level code fetches (`train_dataset = MNIST(root, download=True)` in utils.py): that
+    code runs as the module is imported, in every rank at once. Code under `if __name__ ==
+    "__main__":` or a rank check, and inside functions and classes, is not import-time code."""
+    out = []
+    for node in imports:
+        if isinstance(node, ast.ImportFrom):
+            names = [node.module] if node.module else [a.name for a in node.names]
+        else:
+            names = [a.name for a in node.names]
+        for module in modules:
+            dotted = _module_name(module)
+            if not any(dotted == n or dotted.endswith("." + n) for n in names if n):
+                continue
+            todo, sites = list(module.body), []
+            while todo:
+                stmt = todo.pop(0)
+                if isinstance(stmt, ast.If):
+                    if not _is_main_test(stmt.test) and not _mentions_rank(stmt.test):
+                        todo[:0] = stmt.body + stmt.orelse
+                elif not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    sites += [f"{_name_of(_dotted(n.func))}() at {_at(module, n.lineno)}" for n in ast.walk(stmt)
+                              if isinstance(n, ast.Call) and _is_download_call(n)]
+            if sites:
+                out.append((node, "; ".join(sites)))
+    return out
 
 
 def _rank_zero_first(fn: ast.AST) -> bool:
