@@ -559,3 +559,58 @@ def _script(project, script: str):
     path = project / "train.py"
     path.write_text(HEAD + textwrap.dedent(script))
     return path
+
+
+def test_a_backbone_fetched_with_the_old_model_zoo_name_through_its_classes(tmp_path):
+    # BiSeNet -> ContextPath -> Resnet18.__init__ -> self.init_weight() -> modelzoo.load_url(url)
+    _write(tmp_path, "resnet.py", """
+        import torch
+        import torch.utils.model_zoo as modelzoo
+        resnet18_url = "https://download.pytorch.org/models/resnet18-5c106cde.pth"
+        class Resnet18(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.init_weight()
+            def init_weight(self):
+                state_dict = modelzoo.load_url(resnet18_url)
+                self.load_state_dict(state_dict, strict=False)
+        """)
+    _write(tmp_path, "model.py", """
+        import torch
+        from resnet import Resnet18
+        class ContextPath(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.resnet = Resnet18()
+        class BiSeNet(torch.nn.Module):
+            def __init__(self, n_classes):
+                super().__init__()
+                self.cp = ContextPath()
+        """)
+    script = """
+    from model import BiSeNet
+    dist.init_process_group("nccl")
+    net = BiSeNet(19)
+    dist.destroy_process_group()
+    """
+    assert [r for r in _lint(tmp_path, script) if r[0] == "download-on-every-rank"] == [("download-on-every-rank", 7)]
+
+
+def test_a_logger_class_that_writes_the_file_it_is_given_when_built(tmp_path):
+    _write(tmp_path, "utils/logger.py", """
+        class CSVLogger(object):
+            def __init__(self, args, fieldnames, filename):
+                self.fieldnames = fieldnames
+                self.filename = filename
+                with open(self.filename, "a") as f:
+                    f.write(str(args) + "\\n")
+        """)
+    script = """
+    from utils.logger import CSVLogger
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    log = CSVLogger(args, ["epoch", "loss"], "results/run.csv")
+    mine = CSVLogger(args, ["epoch", "loss"], f"results/run_{rank}.csv")
+    dist.destroy_process_group()
+    """
+    assert [r for r in _lint(tmp_path, script) if r[0] == "save-on-every-rank"] == [("save-on-every-rank", 8)]

@@ -42,6 +42,7 @@ from gpurig.diagnose.lint_project import (
     _mentions_rank_value,
     _named_fetch,
     _origin,
+    _path_given,
     _project_helpers,
     _reachable_call,
     _sampler_functions,
@@ -424,7 +425,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "save_pretrained(..., is_main_process=accelerator.is_main_process, save_function=accelerator.save)).")
             names_a_file = not saving_helpers.get(short, "").startswith("open(") or any(
                 any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(a)) and not _mentions_rank_value(a)
-                for a in [*call.args, *(k.value for k in call.keywords)])
+                for a in _path_given(call, saving_helpers[short]))
             if helper in saving_helpers and short not in scan.defined and ("save-on-every-rank", short) not in reported_helpers \
                     and names_a_file:
                 if not saving_helpers[short].startswith("open("):

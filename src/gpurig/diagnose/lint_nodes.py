@@ -17,7 +17,8 @@ RANK_NAMES = {"main", "leader", "is_leader", "zero"}  # whole names that only ma
 GPU_NAMES = {"gpu", "gpu_id", "gpu_idx", "device_id", "local_gpu", "cuda_id", "gpu_index", "device_index"}
 # Calls that fetch from the network into a shared cache (the Hub, torch.hub, dataset hubs).
 _DOWNLOADERS = {"from_pretrained", "load_dataset", "load_state_dict_from_url", "hf_hub_download", "snapshot_download",
-                "download_url", "download_and_extract_archive", "urlretrieve"}
+                "download_url", "download_and_extract_archive", "urlretrieve",
+                "load_url"}  # torch.utils.model_zoo.load_url: load_state_dict_from_url's old name
 # Dataset classes that download into their root folder when it lacks the files: OGB's and PyG's.
 _AUTO_DATASETS = frozenset({
     "PygNodePropPredDataset", "PygGraphPropPredDataset", "PygLinkPropPredDataset", "NodePropPredDataset",

@@ -399,12 +399,19 @@ def _json_rendezvous(configs) -> dict[str, str]:
 
 def _saving_functions(modules: list) -> dict[str, str]:
     """Functions of the project's own modules that torch.save to a file without a rank check (nor
-    the rank in the file name): name -> where. A call of one on every rank writes that file at once."""
+    the rank in the file name): name -> where (a class's `__init__` under the class's name). A call of
+    one on every rank writes that file at once."""
     out: dict[str, str] = {}
+    init_of = _inits(modules)
     for module in modules:
         for fn in ast.walk(module):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
+            name = init_of.get(id(fn), fn.name)
+            params = [a.arg for a in fn.args.args]
+            # `self.filename = filename` then `open(self.filename, "a")`: still the path it is given
+            kept = {t.attr for n in ast.walk(fn) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)
+                    and n.value.id in params for t in n.targets if isinstance(t, ast.Attribute) and _dotted(t.value) == "self"}
             if any(isinstance(stmt, ast.If) and _mentions_rank(stmt.test) for stmt in fn.body):
                 continue  # `if not is_main_process(): return` and the like: it decides itself
             guarded_lines = _guarded_lines(fn, with_else=True)
@@ -416,21 +423,37 @@ def _saving_functions(modules: list) -> dict[str, str]:
                 if isinstance(n, ast.Call) and _dotted(n.func) == "torch.save" and n.lineno not in guarded_lines \
                         and len(n.args) > 1 and not _mentions_rank_value(n.args[1]) \
                         and not (isinstance(n.args[1], ast.Name) and n.args[1].id in buffers | per_rank):
-                    out[fn.name] = f"torch.save at {_at(module, n.lineno)}"
+                    out[name] = f"torch.save at {_at(module, n.lineno)}"
                     break
                 # `def yaml_save(file, data): with open(file, "w")`: the file the caller names
                 if isinstance(n, ast.Call) and _dotted(n.func) == "open" and n.lineno not in guarded_lines \
                         and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and str(n.args[1].value)[:1] in ("w", "a") \
-                        and isinstance(n.args[0], ast.Name) and n.args[0].id in [a.arg for a in fn.args.args]:
-                    out[fn.name] = f"open(..., {n.args[1].value!r}) at {_at(module, n.lineno)}, on the path it is given"
+                        and (isinstance(n.args[0], ast.Name) and n.args[0].id in params
+                             or isinstance(n.args[0], ast.Attribute) and _dotted(n.args[0].value) == "self" and n.args[0].attr in kept):
+                    param = n.args[0].id if isinstance(n.args[0], ast.Name) else n.args[0].attr
+                    given = params[1:] if params[:1] in (["self"], ["cls"]) else params
+                    at = f", argument {given.index(param) + 1}" if param in given else ""
+                    out[name] = f"open(..., {n.args[1].value!r}) at {_at(module, n.lineno)}, on the path it is given ({param}{at})"
                     break
                 # `with open('class_indices.json', 'w')`: a file the helper names itself, the same for every rank
                 if isinstance(n, ast.Call) and _dotted(n.func) == "open" and n.lineno not in guarded_lines \
                         and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and str(n.args[1].value)[:1] == "w" \
                         and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
-                    out[fn.name] = f"a write of {n.args[0].value!r} at {_at(module, n.lineno)}"
+                    out[name] = f"a write of {n.args[0].value!r} at {_at(module, n.lineno)}"
                     break
     return out
+
+
+def _path_given(call: ast.Call, helper: str) -> list[ast.AST]:
+    """The arguments of a call of a file-writing helper that can be the path it opens: the one its
+    description names ("on the path it is given (filename, argument 3)"), else all of them."""
+    m = re.search(r"\((\w+)(?:, argument (\d+))?\)$", helper)
+    by_name = [k.value for k in call.keywords if m and k.arg == m.group(1)]
+    if by_name:
+        return by_name
+    if m and m.group(2) and len(call.args) >= int(m.group(2)):
+        return [call.args[int(m.group(2)) - 1]]
+    return [*call.args, *(k.value for k in call.keywords)]
 
 
 def _global_rank_device_functions(modules: list) -> dict[str, str]:
