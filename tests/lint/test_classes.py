@@ -926,3 +926,18 @@ def test_a_project_helper_that_wraps_the_model_in_data_parallel(tmp_path):
     plain = create_plain(opt)
     """
     assert [line for r, line in _project(tmp_path, helper, body) if r == "data-parallel"] == [10]
+
+
+def test_torchvisions_weights_argument_fetches_pretrained_weights():
+    body = """
+    from torchvision import models
+    from torchvision.models import ResNet50_Weights
+    from torch.utils.data import WeightedRandomSampler
+    dist.init_process_group("nccl")
+    a = models.resnet50(weights=ResNet50_Weights.IMAGENET1K_V2)
+    b = models.swin_v2_b(weights="DEFAULT")
+    c = models.resnet18(weights=None)
+    d = WeightedRandomSampler(weights=[0.1, 0.9], num_samples=10)
+    """
+    assert [r for r in found(body) if r[0] == "download-on-every-rank"] == [
+        ("download-on-every-rank", 13), ("download-on-every-rank", 14)]

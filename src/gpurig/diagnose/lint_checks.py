@@ -28,6 +28,7 @@ from gpurig.diagnose.lint_nodes import (
     _one_device,
     _one_listed_gpu,
     _passes,
+    _pretrained_weights,
     _reads_local_files,
     _set_to_local_path,
     _shuffles_at,
@@ -365,8 +366,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             # positional argument, as the `pretrained=` keyword names them.
             by_position = short not in scan.defined and not own and _MODEL_FACTORY.match(short) is not None and any(
                 "pretrained" in (_leaf_name(a) or "").lower() for a in call.args)
-            if (on(download) or ((on(pretrained) or by_position) and not own) or fetches) and not never_run(call):
-                what = ("download=True" if on(download) else "pretrained weights" if on(pretrained) or by_position
+            weights = short not in scan.defined and _pretrained_weights(call) is not None  # torchvision's weights=
+            if (on(download) or ((on(pretrained) or by_position or weights) and not own) or fetches) and not never_run(call):
+                what = ("download=True" if on(download) else "pretrained weights" if on(pretrained) or by_position or weights
                         else f"{short}()")
                 add(
                     "download-on-every-rank", call,

@@ -220,6 +220,21 @@ def _reads_local_files(call: ast.Call) -> bool:
     return leaf is not None and _LOCAL_DIR.fullmatch(leaf) is not None
 
 
+_WEIGHTS_NAME = re.compile(r"DEFAULT|[A-Z0-9]+(?:_[A-Z0-9]+)*_V\d+")
+
+
+def _pretrained_weights(call: ast.Call) -> ast.keyword | None:
+    """torchvision's `weights=` naming pretrained weights, fetched into the hub cache when the model
+    is built: `resnet50(weights=ResNet50_Weights.IMAGENET1K_V2)`, `weights="DEFAULT"`."""
+    kw = _kw(call, "weights")
+    if kw is None:
+        return None
+    if isinstance(kw.value, ast.Attribute) and "_Weights" in _dotted(kw.value):
+        return kw
+    value = kw.value.value if isinstance(kw.value, ast.Constant) else None
+    return kw if isinstance(value, str) and _WEIGHTS_NAME.fullmatch(value) else None
+
+
 def _set_to_local_path(call: ast.Call, settings: dict) -> bool:
     """from_pretrained(model_name) where the script sets that name only ever to paths of this
     machine (`model_name = "/scratch/llama3.2-3B-HF"`, passed on to the helper that loads it)."""

@@ -23,6 +23,7 @@ from gpurig.diagnose.lint_nodes import (
     _name_of,
     _one_listed_gpu,
     _port_param,
+    _pretrained_weights,
     _reads_local_files,
     _sampler_shuffle,
 )
@@ -110,7 +111,8 @@ def _is_download_call(call: ast.Call) -> bool:
     # (`pretrained=is_main_process()`: only the main process fetches, DETR's way)
     on = [k for k in call.keywords if k.arg in ("download", "pretrained")
           and not _is_const(k.value, False) and not _is_const(k.value, None) and not _mentions_rank(k.value)]
-    return bool(on) or (short in _DOWNLOADERS and not _reads_local_files(call)) or _named_fetch(call)
+    return bool(on) or (short in _DOWNLOADERS and not _reads_local_files(call)) or _named_fetch(call) \
+        or _pretrained_weights(call) is not None
 
 
 def _module_name(module: ast.AST) -> str:
