@@ -21,12 +21,11 @@ from gpurig.diagnose.lint import DEFAULT_RULES, RULES
 MANIFEST = lc.load_manifest()
 CACHED = [name for name, entry in MANIFEST.items() if lc.present(entry)]
 
-# Targets: precision >= 90%, recall >= 85%. Precision is met on the development part; the test part
-# meets neither (docs/lint.md: 405 scripts since the fourth round of 2026-12-02, the development
-# part grown with scripts the linter first met at 68% / 53%); these floors keep both parts from
-# losing ground.
-DEV_PRECISION, DEV_RECALL = 0.93, 0.84
-TEST_PRECISION, TEST_RECALL = 0.86, 0.80
+# Targets: precision >= 90%, recall >= 85%. Both are met on the development part; the test part
+# meets neither (docs/lint.md: 435 scripts since the fifth round of 2026-12-03); these floors keep
+# both parts from losing ground.
+DEV_PRECISION, DEV_RECALL = 0.93, 0.86
+TEST_PRECISION, TEST_RECALL = 0.86, 0.81
 
 
 def test_the_manifest_names_real_scripts_and_judged_mistakes():
@@ -67,3 +66,25 @@ def test_the_official_ddp_tutorials_get_only_their_fixed_port():
     for name, e in tutorials.items():
         found = {f.id for f in lint_file(str(lc.CACHE / e["file"]))}
         assert found <= {"hard-coded-rendezvous"}, (name, found)
+
+
+def test_a_finding_counts_for_each_judged_helper_line_it_names(tmp_path):
+    """One finding at the script's import names both downloads of utils.py by file and line: both
+    judged mistakes are found. A third judged in another module it does not name is missed."""
+    import hashlib
+
+    proj = tmp_path / "p"
+    proj.mkdir()
+    (proj / "utils.py").write_text("from torchvision import datasets\n"
+                                   "train = datasets.MNIST('./data', train=True, download=True)\n"
+                                   "val = datasets.MNIST('./data', train=False, download=True)\n")
+    (proj / "other.py").write_text("x = 1\n")
+    script = proj / "train.py"
+    script.write_text("import torch.distributed as dist\nfrom utils import train, val\n"
+                      "dist.init_process_group('nccl')\ndist.destroy_process_group()\n")
+    entry = {"file": "p/train.py", "path": "train.py", "url": "https://example.org/p/train.py",
+             "sha256": hashlib.sha256(script.read_bytes()).hexdigest(), "judged": "default",
+             "mistakes": [{"rule": "download-on-every-rank", "line": line, "file": "p/utils.py", "why": "w"} for line in (2, 3)]
+             + [{"rule": "download-on-every-rank", "line": 1, "file": "p/other.py", "why": "w"}]}
+    score = lc.measure(set(DEFAULT_RULES), manifest={"p": entry}, cache=tmp_path)
+    assert (score.findings, score.true_findings, score.mistakes, score.found) == (1, 1, 3, 2)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,13 @@ def split_of(entry: dict[str, Any]) -> str:
     return by_url(entry["url"])
 
 
+def _relative(helper: str, script: str) -> str:
+    """A helper's path as a finding names it: relative to the script's folder ("../evp/models.py")."""
+    import posixpath
+
+    return posixpath.relpath(helper, posixpath.dirname(script))
+
+
 def measure(rules: set[str], manifest: dict[str, dict[str, Any]] | None = None, cache: Path = CACHE,
             split: str | None = None) -> Score:
     """Lint every cached script with `rules`; a finding is true when it is a judged mistake of the
@@ -102,6 +110,11 @@ def measure(rules: set[str], manifest: dict[str, dict[str, Any]] | None = None, 
                 score.true_findings += 1
             if entry.get("official_tutorial") and f.id != "hard-coded-rendezvous":
                 score.tutorial_findings.append({"script": name, "rule": f.id, "line": f.line})
+        # Then every mistake judged in an imported module whose file:line a finding of its rule names
+        # ("... at utils.py:6, MNIST() at utils.py:7"): the user is shown each of them.
+        for f in findings:
+            used |= {i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id and "file" in m
+                     and re.search(rf"(?<![\w./]){re.escape(_relative(m['file'], entry['file']))}:{m['line']}(?!\d)", f.title)}
         score.mistakes += len(mistakes)
         score.found += len(used)
         score.missed += [{"script": name, **m} for i, m in enumerate(mistakes) if i not in used]
