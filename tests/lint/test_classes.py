@@ -941,3 +941,14 @@ def test_torchvisions_weights_argument_fetches_pretrained_weights():
     """
     assert [r for r in found(body) if r[0] == "download-on-every-rank"] == [
         ("download-on-every-rank", 13), ("download-on-every-rank", 14)]
+
+
+def test_a_fixed_address_is_reported_at_its_own_line_in_a_call_over_several():
+    body = """
+    dist.init_process_group(
+        backend="nccl",
+        init_method="tcp://127.0.0.1:33271",
+        world_size=torch.cuda.device_count(),
+    )
+    """
+    assert [r for r in found(body) if r[0] == "hard-coded-rendezvous"] == [("hard-coded-rendezvous", 11)]

@@ -324,7 +324,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             if init is not None and isinstance(init.value, ast.Constant) and isinstance(init.value.value, str) \
                     and init.value.value.startswith("tcp://") and id(call) not in scan.env_fallback:
                 add(
-                    "hard-coded-rendezvous", call,
+                    "hard-coded-rendezvous", init.value,  # (the line of the address itself, in a call over several lines)
                     f"init_method={init.value.value!r} is hard-coded: a second job on this machine fails with 'Address already in use'",
                     "Drop init_method (the default env:// reads MASTER_ADDR/MASTER_PORT set by torchrun) and start with "
                     "`gpurig launch`, which picks a free port.",
