@@ -952,3 +952,71 @@ def test_a_fixed_address_is_reported_at_its_own_line_in_a_call_over_several():
     )
     """
     assert [r for r in found(body) if r[0] == "hard-coded-rendezvous"] == [("hard-coded-rendezvous", 11)]
+
+
+def test_get_rank_of_a_group_numbered_by_local_rank_is_a_gpu_of_this_machine():
+    body = """
+    local_rank = int(os.environ["LOCAL_RANK"])
+    dist.init_process_group(backend="nccl", init_method="env://", rank=local_rank)
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank)
+    x = torch.zeros(1).cuda(rank)
+    """
+    assert "global-rank-as-device" not in rules(body)
+    numbered_globally = body.replace("rank=local_rank)", "rank=int(os.environ['RANK']))")
+    assert "global-rank-as-device" in rules(numbered_globally)
+
+
+def test_a_rendezvous_option_whose_default_is_a_number():
+    body = """
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--master_port", type=int, default=8964)
+    parser.add_argument("--epochs", type=int, default=29500)
+    parser.add_argument("--use_amp", default=True)
+    args = parser.parse_args()
+    dist.init_process_group("nccl")
+    """
+    assert [r for r in found(body) if r[0] == "hard-coded-rendezvous"] == [("hard-coded-rendezvous", 11)]
+
+
+def test_a_hugging_face_trainer_script_runs_on_every_rank():
+    script = """
+import transformers
+from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+def train():
+    parser = HfArgumentParser((TrainingArguments,))
+    (training_args,) = parser.parse_args_into_dataclasses()
+    model = AutoModelForCausalLM.from_pretrained("EleutherAI/pythia-1.4b-deduped")
+    Trainer(model=model, args=training_args).train()
+
+if __name__ == "__main__":
+    train()
+"""
+    lint = lambda text: [(f.id, f.line) for f in lint_source(text, "<script>", select=set(RULES))]  # noqa: E731
+    assert lint(script) == [("download-on-every-rank", 8)]
+    # a notebook-style Trainer run with its arguments written in the script: nothing says it is launched N times
+    assert lint(script.replace("HfArgumentParser, ", "").replace(
+        "parser = HfArgumentParser((TrainingArguments,))\n    (training_args,) = parser.parse_args_into_dataclasses()",
+        "training_args = TrainingArguments('out')")) == []
+
+
+def test_the_parent_of_spawned_workers_runs_once_even_when_they_use_env_rendezvous():
+    body = """
+    import torch.multiprocessing as mp
+
+    def run(rank, n):
+        os.environ["MASTER_ADDR"] = os.environ.get("MASTER_ADDR", "localhost")
+        dist.init_process_group("nccl", init_method="env://", world_size=n, rank=rank)
+        torch.cuda.set_device(rank)
+        dist.destroy_process_group()
+
+    def main():
+        torch.save({"config": 1}, "logs/config.pt")
+        mp.spawn(run, args=(2,), nprocs=2)
+
+    if __name__ == "__main__":
+        main()
+    """
+    assert "save-on-every-rank" not in rules(body, end="")

@@ -227,7 +227,7 @@ def test_seed_template_gets_exactly_what_it_gets_wrong():
     found = [(f.line, f.id) for f in lint_source(source, select=set(RULES))]
     lines = source.splitlines()
     expect = {
-        "hard-coded-rendezvous": next(i for i, s in enumerate(lines, 1) if "dist.init_process_group(" in s),
+        "hard-coded-rendezvous": next(i for i, s in enumerate(lines, 1) if "init_method='tcp://" in s),  # the address's own line
         "download-on-every-rank": next(i for i, s in enumerate(lines, 1) if "download=True" in s),
         "dataloader-starves-gpu": next(i for i, s in enumerate(lines, 1) if s.strip().startswith("dataloader = DataLoader(")),
     }

@@ -9,11 +9,13 @@ from __future__ import annotations
 import ast
 import re
 
-from gpurig.diagnose.lint_guards import _mentions_rank
+from gpurig.diagnose.lint_guards import _holds_global_rank, _mentions_rank
 from gpurig.diagnose.lint_modules import _foreign_names, _local_modules
 from gpurig.diagnose.lint_nodes import (
     _AUTO_DATASETS,
     _DOWNLOADERS,
+    _EVAL_DATA,
+    _MODEL_FACTORY,
     _SAVE_HELPER,
     GPU_NAMES,
     OUTPUT_LOG_METHODS,
@@ -66,16 +68,6 @@ def _setting_name(value: ast.AST) -> str | None:
     return None
 
 
-# A model factory (create_model, build_model, create_model_and_transforms, get_model): given the name
-# of pretrained weights, it fetches them.
-_MODEL_FACTORY = re.compile(r"(?:create|build|get|make|init)_?\w*model", re.IGNORECASE)
-
-
-# A dataset for evaluation, by its name: val_dataset, dataset_val, testset, eval_data, data.valid.
-_EVAL_DATA = re.compile(r"(?:^|[._])(?:val|valid|validation|test|eval|evaluation)(?:set|_?data(?:set)?)?(?:$|[._])"
-                        r"|^(?:val|valid|test|eval)(?:set|_?data(?:set)?)$|(?:val|test)set$", re.IGNORECASE)
-
-
 def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     """The rules, over what one scan of the whole script collected (never the tree itself: a big
     script is scanned one top-level statement at a time and its tree never held whole)."""
@@ -104,7 +96,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     # A script that starts its own workers (mp.spawn) and is never started by a launcher (it reads no
     # RANK/WORLD_SIZE, no env://): the function that spawns, or the __main__ block that does, runs
     # in the parent process only, once.
-    if (scan.spawns_in or scan.main_spawns) and not re.search(r"""['"](?:LOCAL_RANK|RANK|WORLD_SIZE)['"]|env://""", source):
+    if (scan.spawns_in or scan.main_spawns) and not re.search(r"""['"](?:LOCAL_RANK|RANK|WORLD_SIZE)['"]""", source):
         scan.calls = [(c, g or (id(c) in scan.main_calls and scan.main_spawns)
                        or bool(scan.enclosing.get(id(c))) and scan.enclosing[id(c)][-1] in scan.spawns_in)
                       for c, g in scan.calls]
@@ -132,6 +124,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     # Horovod: one process per GPU (horovodrun/mpirun), each running the whole script. (TensorFlow's
     # multi-worker strategy is one process per machine: its caches are per machine, not shared.)
     distributed = distributed or (bool(re.search(r"^\s*(?:from|import)\s+horovod\b", text, re.M)) and "init" in names)
+    # A Hugging Face Trainer script reading its TrainingArguments from the command line: written for
+    # `torchrun --nproc_per_node N` (or `deepspeed`), one process per GPU, each running the whole script.
+    distributed = distributed or ({"Trainer", "HfArgumentParser"} <= names and "transformers" in text)
     if not distributed and re.search(r"^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b", text, re.M):
         # Launched by the framework: one process per device, unless every Trainer / Fabric the
         # script builds asks for one device (`devices=1`, or a setting of the script equal to 1).
@@ -229,6 +224,11 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     # A name the script assigns the rank within the node (`rank = int(os.environ["LOCAL_RANK"])`,
     # even with `RANK` as the fallback where LOCAL_RANK is unset) is a fine GPU index.
     rank_names -= scan.local_rank_names
+    # `init_process_group(rank=local_rank)`: the group numbers the processes by their local rank, so
+    # what dist.get_rank() returns is a GPU of this machine (a second node is wrong another way).
+    given = [_kw(c, "rank").value for c, f, _ in calls if _name_of(f) == "init_process_group" and _kw(c, "rank")]
+    if any("local_rank" in _dotted(v).lower() or _dotted(v) in scan.local_rank_names or _holds_global_rank(v, "LOCAL_RANK") for v in given):
+        rank_names -= {n for n in scan.rank_names if "global" not in n.lower()} | {"rank"}
 
     def given_local_rank(name: str, call: ast.Call) -> bool:
         """`name` is a parameter of the function around `call` that every call of it in this file
@@ -343,9 +343,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         if short == "add_argument" and any(isinstance(a, ast.Constant) and isinstance(a.value, str) and (
                 re.search(r"dist[-_](?:url|port)|master[-_](?:port|ip|addr)|init[-_]method", a.value)
                 or (re.fullmatch(r"--?(?:\w+[-_])?port", a.value) and _BUILDS_TCP.search(text))) for a in call.args):
-            default = _kw(call, "default")
-            if default is not None and isinstance(default.value, ast.Constant) and isinstance(default.value.value, str) \
-                    and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", default.value.value):
+            default = _kw(call, "default")  # ("tcp://127.0.0.1:23456", "29500", or the number 29500)
+            if default is not None and isinstance(default.value, ast.Constant) and not isinstance(default.value.value, bool) \
+                    and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", str(default.value.value)):
                 add("hard-coded-rendezvous", default.value,
                     f"the rendezvous default {default.value.value!r} is fixed: two jobs on one machine collide ('Address already in use')",
                     "Default to env:// and let the launcher choose the port (`gpurig launch` / torchrun --master-port 0).")

@@ -235,6 +235,16 @@ def _pretrained_weights(call: ast.Call) -> ast.keyword | None:
     return kw if isinstance(value, str) and _WEIGHTS_NAME.fullmatch(value) else None
 
 
+# A model factory (create_model, build_model, create_model_and_transforms, get_model): given the name
+# of pretrained weights, it fetches them.
+_MODEL_FACTORY = re.compile(r"(?:create|build|get|make|init)_?\w*model", re.IGNORECASE)
+
+
+# A dataset for evaluation, by its name: val_dataset, dataset_val, testset, eval_data, data.valid.
+_EVAL_DATA = re.compile(r"(?:^|[._])(?:val|valid|validation|test|eval|evaluation)(?:set|_?data(?:set)?)?(?:$|[._])"
+                        r"|^(?:val|valid|test|eval)(?:set|_?data(?:set)?)$|(?:val|test)set$", re.IGNORECASE)
+
+
 def _set_to_local_path(call: ast.Call, settings: dict) -> bool:
     """from_pretrained(model_name) where the script sets that name only ever to paths of this
     machine (`model_name = "/scratch/llama3.2-3B-HF"`, passed on to the helper that loads it)."""
