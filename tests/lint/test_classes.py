@@ -1020,3 +1020,19 @@ def test_the_parent_of_spawned_workers_runs_once_even_when_they_use_env_rendezvo
         main()
     """
     assert "save-on-every-rank" not in rules(body, end="")
+
+
+def test_a_check_of_the_machine_that_raises_is_no_rank_guard():
+    body = """
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if local_rank >= torch.cuda.device_count():
+        raise RuntimeError("more processes than GPUs")
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl")
+    dist.destroy_process_group()
+    """
+    assert "no-destroy-process-group" not in rules(body, end="")
+    # `if rank != 0: raise SystemExit` still leaves every rank but one out of what follows
+    one_rank = body.replace("local_rank >= torch.cuda.device_count()", "dist.get_rank() != 0").replace(
+        'raise RuntimeError("more processes than GPUs")', "raise SystemExit(0)")
+    assert "no-destroy-process-group" in rules(one_rank, end="")

@@ -86,8 +86,13 @@ def _rank_check(test: ast.AST) -> bool:
     return False
 
 
-def _exits(body: list[ast.stmt]) -> bool:
-    return bool(body) and isinstance(body[-1], (ast.Return, ast.Continue, ast.Raise))
+def _exits(body: list[ast.stmt], test: ast.AST | None = None) -> bool:
+    """The branch leaves (return, continue, raise). A raise leaves as a guard only where the test picks
+    every rank but one (`if rank != 0: raise SystemExit`): `if local_rank >= device_count(): raise
+    RuntimeError(...)` is a check of the machine, and every rank goes on past it."""
+    if not body or not isinstance(body[-1], (ast.Return, ast.Continue, ast.Raise)):
+        return False
+    return not isinstance(body[-1], ast.Raise) or test is None or _all_but_one(test)
 
 
 def _holds_global_rank(value: ast.AST, key: str = "RANK") -> bool:

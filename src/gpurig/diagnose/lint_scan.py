@@ -215,7 +215,7 @@ class _Scanner(_Walker):
                 not isinstance(stmt, _BRANCHING) or getattr(stmt, "_both_set_device", False)):
             self._path[-1] = True  # set_device ran on the path of everything after this statement
         # `if rank != 0: return` guards everything after it in the same block.
-        if isinstance(stmt, ast.If) and self._rank_test(stmt.test) and _exits(stmt.body) and not stmt.orelse:
+        if isinstance(stmt, ast.If) and self._rank_test(stmt.test) and _exits(stmt.body, stmt.test) and not stmt.orelse:
             self._guard += 1
             state[0] += 1
 
