@@ -368,7 +368,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 "pretrained" in (_leaf_name(a) or "").lower() for a in call.args)
             weights = short not in scan.defined and _pretrained_weights(call) is not None  # torchvision's weights=
             if (on(download) or ((on(pretrained) or by_position or weights) and not own) or fetches) and not never_run(call):
-                what = ("download=True" if on(download) else "pretrained weights" if on(pretrained) or by_position or weights
+                what = ("download=True" if on(download) else "fetching pretrained weights" if on(pretrained) or by_position or weights
                         else f"{short}()")
                 add(
                     "download-on-every-rank", call,
