@@ -49,6 +49,19 @@ def test_uncaught_exception_writes_torchruns_error_file(tmp_path):
     assert float(data["message"]["extraInfo"]["gpurig_time"]) > 0
 
 
+def test_an_error_file_cut_off_mid_write_is_never_left_for_torchrun(tmp_path):
+    """torchrun stops the other workers when one fails, then reads their error files: a file cut off
+    mid-write made torchrun itself die with a JSONDecodeError. It is written whole or not at all."""
+    error_file = tmp_path / "attempt_0" / "0" / "error.json"
+    cut = ("import json\n"
+           "def dump(obj, f, **kw):\n    f.write('{\"mess')\n    raise OSError('stopped mid-write')\n"
+           "json.dump = dump\n"
+           "raise RuntimeError('peer gone')\n")
+    out = _python(cut, {"PYTHONPATH": INJECT_DIR, "TORCHELASTIC_ERROR_FILE": str(error_file), "LOCAL_RANK": "0"}, tmp_path)
+    assert out.returncode == 1 and "RuntimeError: peer gone" in out.stderr
+    assert not error_file.exists()
+
+
 def test_users_own_sitecustomize_still_runs(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()

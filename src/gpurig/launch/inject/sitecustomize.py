@@ -104,8 +104,13 @@ def _install_error_file_hook():
                     }
                 }
                 os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-                with open(path, "w") as f:
+                # Written whole or not at all: torchrun stops the other workers when one fails and
+                # then reads their error files; one cut off mid-write (empty) made torchrun itself
+                # die with a JSONDecodeError instead of reporting which rank failed and how.
+                tmp = f"{path}.{os.getpid()}.tmp"
+                with open(tmp, "w") as f:
                     json.dump(data, f)
+                os.replace(tmp, path)
         except Exception:
             pass  # the traceback still reaches the log below
         previous(exc_type, exc, tb)
