@@ -614,3 +614,18 @@ def test_a_logger_class_that_writes_the_file_it_is_given_when_built(tmp_path):
     dist.destroy_process_group()
     """
     assert [r for r in _lint(tmp_path, script) if r[0] == "save-on-every-rank"] == [("save-on-every-rank", 8)]
+
+
+def test_a_module_imported_twice_downloads_once(tmp_path):
+    _write(tmp_path, "utils.py", """
+        from torchvision import datasets
+        train_dataset = datasets.MNIST(root="./data", train=True, download=True)
+        """)
+    script = """
+    from utils import train_dataset
+    import utils
+
+    dist.init_process_group("nccl")
+    dist.destroy_process_group()
+    """
+    assert [r for r in _lint(tmp_path, script) if r[0] == "download-on-every-rank"] == [("download-on-every-rank", 5)]

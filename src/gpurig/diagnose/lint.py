@@ -47,18 +47,21 @@ def lint_source(source: str, filename: str = "<script>", path=None, select=None,
     return _chosen(findings, source, select, ignore)
 
 
+def _rules_chosen(select, ignore) -> set[str]:
+    """The rules a lint reports: `select` (default: every rule that is not cosmetic) less `ignore`."""
+    return (set(select) if select else set(DEFAULT_RULES)) - set(ignore or ())
+
+
 def _chosen(findings: list[LintFinding], source: str, select, ignore) -> list[LintFinding]:
-    chosen = set(select) if select else set(DEFAULT_RULES)
-    chosen -= set(ignore or ())
+    chosen = _rules_chosen(select, ignore)
     return _suppressed([f for f in findings if f.id in chosen], source)
 
 
 def _lint_streamed(source: str, script: str, select, ignore) -> list[LintFinding]:
     """`lint_source` for a big script: scanned one group of top-level statements at a time."""
     _RANK_CACHE.clear()
-    chosen = set(select) if select else set(DEFAULT_RULES)
     # Output calls (a print in every helper of a big file) are kept only when their rule is chosen.
-    unjudged = frozenset() if "print-on-every-rank" in chosen - set(ignore or ()) else _OUTPUT_CALLS
+    unjudged = frozenset() if "print-on-every-rank" in _rules_chosen(select, ignore) else _OUTPUT_CALLS
     try:
         scan = _stream_scan(source, script, script, unjudged)
         _RANK_CACHE.clear()  # the nodes it holds belong to groups already walked

@@ -94,8 +94,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                                     why=RULES[rule].why))
 
     # A script that starts its own workers (mp.spawn) and is never started by a launcher (it reads no
-    # RANK/WORLD_SIZE, no env://): the function that spawns, or the __main__ block that does, runs
-    # in the parent process only, once.
+    # RANK/LOCAL_RANK/WORLD_SIZE; its workers may still meet through env:// on an address it sets):
+    # the function that spawns, or the __main__ block that does, runs in the parent process only, once.
     if (scan.spawns_in or scan.main_spawns) and not re.search(r"""['"](?:LOCAL_RANK|RANK|WORLD_SIZE)['"]""", source):
         scan.calls = [(c, g or (id(c) in scan.main_calls and scan.main_spawns)
                        or bool(scan.enclosing.get(id(c))) and scan.enclosing[id(c)][-1] in scan.spawns_in)
@@ -195,16 +195,16 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     def own_gpu(device: ast.AST) -> bool:
         """A device of this process's own GPU: `local_rank`, `args.gpu`, f"cuda:{local_rank}",
         torch.device("cuda", gpu_id), or a name assigned one of those (three steps); never the global rank."""
-        for depth in range(4):  # (a loop, not a call of itself: no reference cycle keeps `scan` alive)
+        steps = 0  # (a loop, not a call of itself: no reference cycle keeps `scan` alive)
+        while True:
             names = [n for n in ast.walk(device) if isinstance(n, (ast.Name, ast.Attribute))]
             if any(_dotted(n) in rank_names for n in names):
                 return False
-            if isinstance(device, (ast.Name, ast.Attribute)) and _dotted(device) in scan.device_vars and depth < 3:
-                device = scan.device_vars[_dotted(device)]
-                continue
-            return any((_leaf_name(n) or "").lower() in GPU_NAMES or "local_rank" in (_leaf_name(n) or "").lower()
-                       for n in names)
-        return False  # not reached: the last step returns
+            named = scan.device_vars.get(_dotted(device)) if isinstance(device, (ast.Name, ast.Attribute)) and steps < 3 else None
+            if named is None:
+                return any((_leaf_name(n) or "").lower() in GPU_NAMES or "local_rank" in (_leaf_name(n) or "").lower()
+                           for n in names)
+            device, steps = named, steps + 1
 
     def placed_on_own_gpu(call: ast.Call) -> bool:
         """DDP(model) of a model already moved to this process's GPU on the path to it (in its own

@@ -29,15 +29,24 @@ def _imported_names(nodes) -> list[tuple[int, str]]:
     return names
 
 
+def _project_roots(path) -> tuple:
+    """The folders the script's own imports are looked for in: its own, and two above it (a script
+    in app/vjepa/ importing src.utils)."""
+    from pathlib import Path
+
+    if path is None:
+        return ()
+    base = Path(path).resolve().parent
+    return base, base.parent, base.parent.parent
+
+
 def _foreign_names(imports, path) -> set[str]:
     """Names the script binds by importing from outside its project (`from omegaconf import
     OmegaConf`, `import json`, `import numpy as np`): a call through one (`OmegaConf.load(cfg)`) is
     none of the project's helpers, whatever its name."""
     import sys
-    from pathlib import Path
 
-    base = Path(path).resolve().parent if path is not None else None
-    roots = (base, base.parent, base.parent.parent) if base is not None else ()
+    roots = _project_roots(path)
 
     def project(module: str) -> bool:
         top = module.split(".")[0]
@@ -59,10 +68,10 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
     import statements when already collected (the scanner does), else they are looked for in `tree`."""
     from pathlib import Path
 
-    if path is None:
+    roots = _project_roots(path)
+    if not roots:
         return []
-    base = Path(path).resolve().parent
-    roots = (base, base.parent, base.parent.parent)  # a script in app/vjepa/ importing src.utils
+    base = roots[0]
     found: list[ast.AST] = []
     paths: list[Path] = []
     seen: set[Path] = set()

@@ -192,6 +192,11 @@ _LOCAL_DIR = re.compile(r"\w*_dir|\w*_folder|(?:\w+_)?(?:ckpt|checkpoint|output|
                         re.IGNORECASE)
 
 
+def _local_path(value: Any) -> bool:
+    """A path of this machine, not a hub id: "../model", "./out/ckpt", "/data/llama", "~/weights"."""
+    return isinstance(value, str) and value.startswith((".", "/", "~"))
+
+
 def _reads_local_files(call: ast.Call) -> bool:
     """A load from this machine's files, not a hub: load_dataset("json", ...), or from_pretrained of
     a folder (`os.path.join(input_dir, "unet_ema")`, `input_dir`, `Path(out) / "model"`)."""
@@ -210,7 +215,7 @@ def _reads_local_files(call: ast.Call) -> bool:
         return False
     where = call.args[0]
     # A path, not a hub id: "../model", "./out/ckpt", "/data/llama", "~/weights".
-    if isinstance(where, ast.Constant) and isinstance(where.value, str) and where.value.startswith((".", "/", "~")):
+    if isinstance(where, ast.Constant) and _local_path(where.value):
         return True
     if isinstance(where, ast.Call) and _dotted(where.func) in ("os.path.join", "path.join", "Path", "pathlib.Path"):
         return True
@@ -250,7 +255,7 @@ def _set_to_local_path(call: ast.Call, settings: dict) -> bool:
     machine (`model_name = "/scratch/llama3.2-3B-HF"`, passed on to the helper that loads it)."""
     leaf = _leaf_name(call.args[0]) if call.args and _name_of(_dotted(call.func)) == "from_pretrained" else None
     values = settings.get(leaf) if leaf else None
-    return bool(values) and all(isinstance(v, str) and v.startswith((".", "/", "~")) for v in values)
+    return bool(values) and all(_local_path(v) for v in values)
 
 
 def _one_listed_gpu(call: ast.Call) -> bool:
@@ -265,7 +270,6 @@ _LAUNCHER_KEYS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "
 
 # A function that fetches by its name: `download_weights(phi)`, `fetch_checkpoint()`.
 _FETCH_NAME = re.compile(r"download|fetch", re.IGNORECASE)
-
 
 
 def _one_device(call: ast.Call, settings: dict) -> bool:
@@ -292,6 +296,7 @@ def _device_from(node: ast.AST, rank_names: set[str]) -> bool:
         return any(_device_from(a, rank_names) for a in node.args[-1:]) and (
             len(node.args) == 1 or isinstance(node.args[0], ast.Constant) and node.args[0].value == "cuda")
     return False
+
 
 class _Walker(ast.NodeVisitor):
     """ast.NodeVisitor, walked faster: one method per node class, looked up once (NodeVisitor builds

@@ -20,6 +20,7 @@ from gpurig.diagnose.lint_nodes import (
     _dotted,
     _is_const,
     _kw,
+    _local_path,
     _name_of,
     _one_listed_gpu,
     _port_param,
@@ -128,16 +129,17 @@ def _import_time_fetches(modules: list, imports: list) -> list[tuple[ast.AST, st
     whose own top-level code fetches (`train_dataset = MNIST(root, download=True)` in utils.py): that
     code runs as the module is imported, in every rank at once. Code under `if __name__ ==
     "__main__":` or a rank check, and inside functions and classes, is not import-time code."""
-    out = []
+    out, named = [], {id(m): _module_name(m) for m in modules}
     for node in imports:
         if isinstance(node, ast.ImportFrom):
             names = [node.module] if node.module else [a.name for a in node.names]
         else:
             names = [a.name for a in node.names]
         for module in modules:
-            dotted = _module_name(module)
-            if not any(dotted == n or dotted.endswith("." + n) for n in names if n):
+            dotted = named.get(id(module))
+            if dotted is None or not any(dotted == n or dotted.endswith("." + n) for n in names if n):
                 continue
+            del named[id(module)]  # reported once, at the first import of it
             todo, sites = list(module.body), []
             while todo:
                 stmt = todo.pop(0)
@@ -230,8 +232,7 @@ def _downloading_functions(modules: list) -> dict[str, str]:
                 continue
             guarded_lines = _guarded_lines(fn)
             # parameters that default to a path of this machine (`tokenizer_path='../model'`)
-            local = {name for name, value in _constant_defaults(fn).items()
-                     if isinstance(value, str) and value.startswith((".", "/", "~"))}
+            local = {name for name, value in _constant_defaults(fn).items() if _local_path(value)}
             # every fetch of the function, each a thing its callers do on every rank
             sites = [f"{_name_of(_dotted(n.func)) or ast.unparse(n.func)[:40]} at {_at(module, n.lineno)}"
                      for n in ast.walk(fn) if isinstance(n, ast.Call) and _is_download_call(n) and n.lineno not in guarded_lines
