@@ -132,6 +132,9 @@ more = h.get_data("./more")
 """
 
 
+# Every fetched corpus script (484 with their helpers, where `.lint-corpus/` is present; never in CI)
+# cut at nearly every place: 2.7 minutes on a 2-core machine, more beside other tests.
+@pytest.mark.timeout(900)
 def test_a_streamed_script_gets_exactly_the_findings_of_the_whole_tree(tmp_path, monkeypatch):
     tricky = tmp_path / "tricky.py"
     tricky.write_text(TRICKY)
