@@ -9,7 +9,8 @@ from __future__ import annotations
 import ast
 import re
 
-from gpurig.diagnose.lint_guards import _holds_global_rank, _mentions_rank
+from gpurig.diagnose.lint_devices import RankDevices, report
+from gpurig.diagnose.lint_guards import _mentions_rank
 from gpurig.diagnose.lint_modules import _foreign_names, _local_modules
 from gpurig.diagnose.lint_nodes import (
     _AUTO_DATASETS,
@@ -21,7 +22,6 @@ from gpurig.diagnose.lint_nodes import (
     OUTPUT_LOG_METHODS,
     _calls_function,
     _data_file,
-    _device_from,
     _dotted,
     _is_const,
     _kw,
@@ -215,38 +215,10 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         model, path = _dotted(call.args[0]), scan.blocks_of[id(call)]
         return any(m == model and path[:len(b)] == b and line <= call.lineno and own_gpu(d) for m, d, b, line in scan.moves)
 
-    rank_names = set(scan.rank_names)
-    # Under torchrun the name `rank` is the global rank (the script reads RANK/LOCAL_RANK from the
-    # environment); under mp.spawn it is the process index on this node, a fine GPU index.
-    torchrun_style = ("LOCAL_RANK" in text or "'RANK'" in text or '"RANK"' in text) and "spawn" not in names
-    if torchrun_style:
-        rank_names |= {"rank", "global_rank"}
-    # A name the script assigns the rank within the node (`rank = int(os.environ["LOCAL_RANK"])`,
-    # even with `RANK` as the fallback where LOCAL_RANK is unset) is a fine GPU index.
-    rank_names -= scan.local_rank_names
-    # `init_process_group(rank=local_rank)`: the group numbers the processes by their local rank, so
-    # what dist.get_rank() returns is a GPU of this machine (a second node is wrong another way).
-    given = [_kw(c, "rank").value for c, f, _ in calls if _name_of(f) == "init_process_group" and _kw(c, "rank")]
-    if any("local_rank" in _dotted(v).lower() or _dotted(v) in scan.local_rank_names or _holds_global_rank(v, "LOCAL_RANK") for v in given):
-        rank_names -= {n for n in scan.rank_names if "global" not in n.lower()} | {"rank"}
+    devices = RankDevices(scan, calls, text, names)
+    rank_names, given_local_rank, is_global_rank = devices.rank_names, devices.given_local_rank, devices.is_global_rank
 
-    def given_local_rank(name: str, call: ast.Call) -> bool:
-        """`name` is a parameter of the function around `call` that every call of it in this file
-        gives the local rank (`def train(rank, world)` ... `train(local_rank, world)`)."""
-        inside = scan.enclosing.get(id(call), ())
-        params = scan.params.get(inside[-1], []) if inside else []
-        if name not in params:
-            return False
-        i = params.index(name)
-        sites = [c for c, f, _ in calls if _calls_function(f, inside[-1])]
-        return bool(sites) and all(
-            len(c.args) > i and isinstance(c.args[i], ast.Name)
-            and (c.args[i].id in scan.local_rank_names or "local_rank" in c.args[i].id.lower()) for c in sites)
-
-    def is_global_rank(node: ast.AST, call: ast.Call | None = None) -> bool:
-        return any(_dotted(n) in rank_names and not (call is not None and given_local_rank(_dotted(n), call))
-                   for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)))
-
+    report(devices, add)
     foreign = _foreign_names(scan.imports, path)
     for call, func, guarded in calls:
         short = _name_of(func)
@@ -290,11 +262,6 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 _dotted(call.args[0]) in rank_names or _dotted(getattr(call.args[0], "func", call.args[0])) in ("hvd.rank", "horovod.rank")):
             add("global-rank-as-device", call, "torch.cuda.set_device(global rank): on a second node there is no such GPU",
                 "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) (the rank within this node).")
-        elif short in ("to", "cuda") and isinstance(call.func, ast.Attribute) and len(call.args) == 1 \
-                and _device_from(call.args[0], rank_names) and not any(
-                    given_local_rank(_dotted(n), call) for n in ast.walk(call.args[0]) if isinstance(n, ast.Name)):
-            add("global-rank-as-device", call, f".{short}({ast.unparse(call.args[0])[:40]}): the global rank used as the GPU index",
-                "Move to the local GPU: device = torch.device('cuda', int(os.environ['LOCAL_RANK'])); x.to(device).")
         if func == "torch.load":
             own_file = bool(call.args) and (_mentions_rank_value(call.args[0])  # each rank reads what it saved
                                             or _data_file(call.args[0]))  # a prepared dataset: CPU tensors

@@ -97,8 +97,8 @@ def _exits(body: list[ast.stmt], test: ast.AST | None = None) -> bool:
 
 def _holds_global_rank(value: ast.AST, key: str = "RANK") -> bool:
     """`int(os.environ["RANK"])`, `os.environ.get("RANK")`, `os.getenv("RANK")`, `dist.get_rank()`,
-    `hvd.rank()`, a list of one of those (not LOCAL_RANK); with key="LOCAL_RANK", the same reads of
-    the rank within the node. Looked at shallowly: it runs on every assignment of the file."""
+    `hvd.rank()`, `accelerator.process_index`, a list of one of those (not LOCAL_RANK); with
+    key="LOCAL_RANK", the same reads of the rank within the node. Looked at shallowly: it runs on every assignment of the file."""
     if isinstance(value, (ast.List, ast.Tuple)) and len(value.elts) == 1:  # `device_ids = [dist.get_rank()]`
         return _holds_global_rank(value.elts[0], key)
     if isinstance(value, ast.Call):
@@ -113,6 +113,8 @@ def _holds_global_rank(value: ast.AST, key: str = "RANK") -> bool:
             return isinstance(value.args[0], ast.Constant) and value.args[0].value == key
     if isinstance(value, ast.Subscript) and _dotted(value.value).endswith("environ"):
         return isinstance(value.slice, ast.Constant) and value.slice.value == key
+    if isinstance(value, ast.Attribute):  # Accelerate's state: process_index is global, local_process_index this node's
+        return value.attr == ("process_index" if key == "RANK" else "local_process_index")
     return False
 
 

@@ -285,7 +285,9 @@ def _one_device(call: ast.Call, settings: dict) -> bool:
 
 
 def _device_from(node: ast.AST, rank_names: set[str]) -> bool:
-    """A device named by a rank: `rank`, f"cuda:{rank}", torch.device("cuda", rank)."""
+    """A device named by a rank: `rank`, f"cuda:{rank}", torch.device("cuda", rank), `"cpu" if offload else rank`."""
+    if isinstance(node, ast.IfExp):
+        return _device_from(node.body, rank_names) or _device_from(node.orelse, rank_names)
     if isinstance(node, (ast.Name, ast.Attribute)):
         return _dotted(node) in rank_names
     if isinstance(node, ast.JoinedStr):

@@ -10,6 +10,7 @@ import ast
 import re
 from typing import Any
 
+from gpurig.diagnose.lint_devices import global_rank_sum
 from gpurig.diagnose.lint_guards import (
     _all_but_one,
     _asks_for_gpu,
@@ -143,6 +144,9 @@ class _Scanner(_Walker):
         # open blocks, line): `model.cuda(args.gpu)`, `model = Net().to(device)`.
         self.moves: list[tuple[str, ast.AST, tuple[int, ...], int]] = []
         self.device_vars: dict[str, ast.AST] = {}  # `device = torch.device("cuda", local_rank)`: name -> value
+        self.device_inside: dict[str, tuple[str, ...]] = {}  # name -> the functions around its assignment
+        self.device_maps: list[tuple[ast.Dict, tuple[str, ...]]] = []  # `device_map = {"": ...}`, where
+        self.summed_ranks: set[str] = set()  # `args.rank = args.node_rank * ngpus_per_node + gpu`
         self._blocks: list[int] = []  # the open blocks (a statement's path: a move counts for a DDP under it)
         self._block_count = 0
         self.blocks_of: dict[int, tuple[int, ...]] = {}  # id(DDP call) -> its open blocks
@@ -566,6 +570,9 @@ class _Scanner(_Walker):
                 self.moves.append((first, value.args[0], tuple(self._blocks), node.lineno))
             elif first and _names_a_gpu(value):
                 self.device_vars[first] = value
+                self.device_inside[first] = tuple(self._functions)
+        if isinstance(value, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "" for k in value.keys):
+            self.device_maps.append((value, tuple(self._functions)))  # {"": device}: a Hugging Face device_map
         for t in node.targets:
             self._setting(t, value)
             if isinstance(t, ast.Name) and isinstance(node.value, ast.Call) \
@@ -579,4 +586,9 @@ class _Scanner(_Walker):
                 self.rank_names.add(name)
             elif name and _holds_global_rank(node.value, "LOCAL_RANK"):
                 self.local_rank_names.add(name)
+            elif name and isinstance(node.value, (ast.Name, ast.Attribute)) and _dotted(node.value) in self.rank_names:
+                self.rank_names.add(name)  # `args.device_ids = device_ids`, once device_ids holds the global rank
+            elif name and "rank" in name.lower() and "local" not in name.lower() and global_rank_sum(node.value):
+                self.rank_names.add(name)
+                self.summed_ranks.add(name)
         self.generic_visit(node)

@@ -1,0 +1,114 @@
+"""global-rank-as-device: which names of a script hold the global rank, and where one becomes a GPU
+index. The global rank numbers every process of the job (0..15 on two nodes of 8 GPUs); a GPU index
+numbers the GPUs of one machine (0..7). Used as a device, the global rank works on one node and asks
+for cuda:8 on the second.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+
+from gpurig.diagnose.lint_guards import _holds_global_rank
+from gpurig.diagnose.lint_nodes import _calls_function, _device_from, _dotted, _kw, _name_of
+
+# What a finding of this rule says: (node, title, fix).
+Said = tuple[ast.AST, str, str]
+MAP_FIX = "device_map={'': accelerator.local_process_index} (or int(os.environ['LOCAL_RANK']))."
+LOCAL_FIX = "Move to the local GPU: device = torch.device('cuda', int(os.environ['LOCAL_RANK'])); x.to(device)."
+
+
+def global_rank_sum(value: ast.AST) -> bool:
+    """`node_rank * ngpus_per_node + gpu` (either order): how a spawned worker's global rank is made
+    from the node's number and its index on the node."""
+    return isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add) and any(
+        isinstance(side, ast.BinOp) and isinstance(side.op, ast.Mult) for side in (value.left, value.right))
+
+
+def rank_names_of(scan, calls: list, text: str, names: set[str]) -> set[str]:
+    """The dotted names that hold the global rank in this script."""
+    rank_names = set(scan.rank_names)
+    # Under torchrun the name `rank` is the global rank (the script reads RANK/LOCAL_RANK from the
+    # environment); under mp.spawn it is the process index on this node, a fine GPU index.
+    torchrun_style = ("LOCAL_RANK" in text or "'RANK'" in text or '"RANK"' in text) and "spawn" not in names
+    if torchrun_style:
+        rank_names |= {"rank", "global_rank"}
+    # A name the script assigns the rank within the node (`rank = int(os.environ["LOCAL_RANK"])`,
+    # even with `RANK` as the fallback where LOCAL_RANK is unset) is a fine GPU index.
+    rank_names -= scan.local_rank_names
+    # `init_process_group(rank=local_rank)`: the group numbers the processes by their local rank, so
+    # what dist.get_rank() returns is a GPU of this machine (a second node is wrong another way).
+    given = [_kw(c, "rank").value for c, f, _ in calls if _name_of(f) == "init_process_group" and _kw(c, "rank")]
+    if any("local_rank" in _dotted(v).lower() or _dotted(v) in scan.local_rank_names or _holds_global_rank(v, "LOCAL_RANK") for v in given):
+        rank_names -= {n for n in scan.rank_names if "global" not in n.lower() and n not in scan.summed_ranks} | {"rank"}
+    return rank_names
+
+
+class RankDevices:
+    """The tests of one script: `is_global_rank(node)` and the devices made of it."""
+
+    def __init__(self, scan, calls: list, text: str, names: set[str]) -> None:
+        self.scan, self.calls = scan, calls
+        self.rank_names = rank_names_of(scan, calls, text, names)
+
+    def given_local_rank(self, name: str, call: ast.AST | tuple[str, ...]) -> bool:
+        """`name` is a parameter of the function around `call` (or of the innermost of the functions
+        named) that every call of it in this file gives the local rank (`def train(rank, world)` ...
+        `train(local_rank, world)`)."""
+        scan = self.scan
+        inside = call if isinstance(call, tuple) else scan.enclosing.get(id(call), ())
+        params = scan.params.get(inside[-1], []) if inside else []
+        if name not in params:
+            return False
+        i = params.index(name)
+        sites = [c for c, f, _ in self.calls if _calls_function(f, inside[-1])]
+        return bool(sites) and all(
+            len(c.args) > i and isinstance(c.args[i], ast.Name)
+            and (c.args[i].id in scan.local_rank_names or "local_rank" in c.args[i].id.lower()) for c in sites)
+
+    def is_global_rank(self, node: ast.AST, call: ast.AST | tuple[str, ...] | None = None) -> bool:
+        """Whether the expression names the global rank (Accelerate's `process_index` too; its
+        `local_process_index` is the GPU of this machine)."""
+        for n in ast.walk(node):
+            if isinstance(n, ast.Attribute) and n.attr == "process_index":
+                return True
+            if isinstance(n, (ast.Name, ast.Attribute)) and _dotted(n) in self.rank_names \
+                    and not (call is not None and self.given_local_rank(_dotted(n), call)):
+                return True
+        return False
+
+    def device_of_rank(self, node: ast.AST, call: ast.AST) -> bool:
+        """`rank`, f"cuda:{rank}", torch.device("cuda", rank) of a global rank not given the local one."""
+        return _device_from(node, self.rank_names) and not any(
+            self.given_local_rank(_dotted(n), call) for n in ast.walk(node) if isinstance(n, ast.Name))
+
+    def findings(self) -> Iterator[Said]:
+        """Every place the script makes the global rank a device (set_device and DDP's device_ids
+        are judged with the other calls of lint_checks)."""
+        for call, _func, _guarded in self.calls:
+            short = _name_of(_func)
+            if short in ("to", "cuda") and isinstance(call.func, ast.Attribute):
+                device = call.args[0] if len(call.args) == 1 else (_kw(call, "device").value if _kw(call, "device") else None)
+                if device is not None and self.device_of_rank(device, call):
+                    yield (call, f".{short}({ast.unparse(device)[:40]}): the global rank used as the GPU index", LOCAL_FIX)
+            device_map = _kw(call, "device_map")
+            if device_map is not None and isinstance(device_map.value, ast.Dict) and any(
+                    v is not None and self.is_global_rank(v, call) for v in device_map.value.values):
+                yield (device_map.value, "device_map puts the model on the GPU numbered by the global rank: "
+                       "on a second node there is no such GPU", MAP_FIX)
+        # `device = torch.device(f"cuda:{rank}")`: reported where the device is made, not at each use.
+        for name, value in self.scan.device_vars.items():
+            inside = self.scan.device_inside.get(name, ())
+            if _device_from(value, self.rank_names) and not any(
+                    self.given_local_rank(_dotted(n), inside) for n in ast.walk(value) if isinstance(n, ast.Name)):
+                yield (value, f"{name} = {ast.unparse(value)[:40]}: the global rank made the GPU index", LOCAL_FIX)
+        # `device_map = {"": PartialState().process_index}`, handed to from_pretrained later.
+        for value, inside in self.scan.device_maps:
+            if any(v is not None and self.is_global_rank(v, inside) for v in value.values):
+                yield (value, "device_map puts the model on the GPU numbered by the global rank: "
+                       "on a second node there is no such GPU", MAP_FIX)
+
+
+def report(devices: RankDevices, add: Callable[[str, ast.AST, str, str], None]) -> None:
+    for node, title, fix in devices.findings():
+        add("global-rank-as-device", node, title, fix)

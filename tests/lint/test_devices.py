@@ -1,0 +1,98 @@
+"""global-rank-as-device in the shapes real scripts make the global rank a GPU index: a rank summed
+from the node's number in a spawned worker, a device variable, a keyword or conditional device, an
+alias, and Accelerate's process_index in a Hugging Face device_map. Each script is written for the
+test; quiet where the script uses the rank within the node."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gpurig.diagnose.lint import lint_source
+
+
+def found(source: str) -> list[tuple[str, int]]:
+    return [(f.id, f.line) for f in lint_source(textwrap.dedent(source), "<script>") if f.id == "global-rank-as-device"]
+
+
+SPAWNED = """\
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+def main_worker(gpu, ngpus_per_node, args):
+    args.gpu = gpu
+    args.rank = args.node_rank * ngpus_per_node + gpu
+    dist.init_process_group("nccl", init_method="env://", world_size=args.world_size, rank=args.rank)
+    torch.cuda.set_device(args.gpu)
+    for images in []:
+        images = images.cuda(args.rank, non_blocking=True)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(main_worker, nprocs=8, args=(8, None))
+"""
+
+
+def test_a_rank_summed_from_the_node_number_is_global_in_a_spawned_worker():
+    assert found(SPAWNED) == [("global-rank-as-device", 11)]
+    assert found(SPAWNED.replace("images.cuda(args.rank", "images.cuda(args.gpu")) == []
+
+
+TORCHRUN = """\
+import os
+import torch
+import torch.distributed as dist
+
+def main():
+    dist.init_process_group("nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    rank = dist.get_rank()
+    device = torch.device(f"cuda:{rank}")
+    model = torch.nn.Linear(2, 2).to(device)
+    head = torch.nn.Linear(2, 2).to(dtype=torch.bfloat16, device="cpu" if os.environ.get("OFFLOAD") else rank)
+    dist.destroy_process_group()
+
+main()
+"""
+
+
+def test_a_device_variable_a_keyword_device_and_a_conditional_one():
+    # the device is reported where it is made (line 10), not at each use
+    assert found(TORCHRUN) == [("global-rank-as-device", 10), ("global-rank-as-device", 12)]
+    local = TORCHRUN.replace('f"cuda:{rank}"', 'f"cuda:{local_rank}"').replace("else rank)", "else local_rank)")
+    assert found(local) == []
+
+
+def test_an_alias_of_the_global_rank_handed_to_ddp():
+    source = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def main(args):
+        dist.init_process_group("nccl")
+        device_ids = [dist.get_rank()]
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        args.device_ids = device_ids
+        model = DDP(torch.nn.Linear(2, 2).cuda(), device_ids=args.device_ids)
+        dist.destroy_process_group()
+    """
+    assert found(source) == [("global-rank-as-device", 11)]
+    assert found(source.replace("[dist.get_rank()]", '[int(os.environ["LOCAL_RANK"])]')) == []
+
+
+def test_accelerates_process_index_in_a_device_map():
+    source = """\
+    from accelerate import Accelerator, PartialState
+    from transformers import AutoModelForCausalLM
+
+    device_string = PartialState().process_index
+    model = AutoModelForCausalLM.from_pretrained("./checkpoint", device_map={"": device_string})
+    accelerator = Accelerator()
+    device_map = {"": accelerator.process_index}
+    ref = AutoModelForCausalLM.from_pretrained("./checkpoint", device_map=device_map)
+    """
+    assert found(source) == [("global-rank-as-device", 5), ("global-rank-as-device", 7)]
+    assert found(source.replace("process_index", "local_process_index")) == []
