@@ -41,6 +41,7 @@ from gpurig.diagnose.lint_project import (
     _fixed_rendezvous_settings,
     _import_time_fetches,
     _is_download_call,
+    _json_ports,
     _listed,
     _mentions_rank_value,
     _named_fetch,
@@ -66,6 +67,13 @@ def _setting_name(value: ast.AST) -> str | None:
     if isinstance(value, (ast.Attribute, ast.Name)):
         return _dotted(value).rpartition(".")[2] or None
     return None
+
+
+def _unwrapped(value: ast.AST) -> ast.AST:
+    """`str(x)` and `int(x)`: x."""
+    if isinstance(value, ast.Call) and _dotted(value.func) in ("str", "int") and len(value.args) == 1:
+        return value.args[0]
+    return value
 
 
 def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
@@ -456,6 +464,18 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             f"({_listed(sites)}): they race to write the same files",
             "Move the download into a function the script calls on one rank first (`if rank == 0:` then "
             "dist.barrier()), or download ahead of the run.")
+    ports: list[dict[str, str]] = []
+
+    def shipped_ports() -> dict[str, str]:  # read once, where some MASTER_PORT comes from a setting
+        if not ports:
+            import pathlib
+
+            from gpurig.diagnose.lint_read import project_configs
+
+            folder = scan.script_dir or (pathlib.Path(path).resolve().parent if path else None)
+            ports.append(_json_ports(project_configs(folder)))
+        return ports[0]
+
     for assign, _guarded in scan.assigns:
         if id(assign) in scan.env_fallback:
             continue  # `if "MASTER_PORT" not in os.environ:` a default where no launcher set it
@@ -480,6 +500,13 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                         f"{key.value} is hard-coded to {value!r}: a second job fails with 'Address already in use'",
                         "Let the launcher set MASTER_ADDR/MASTER_PORT (`gpurig launch` picks a free port); remove the assignment.",
                     )
+                elif isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and _setting_name(_unwrapped(assign.value)):
+                    setting = _setting_name(_unwrapped(assign.value))  # `= hps.train.port`, `= str(config["port"])`
+                    if setting in shipped_ports():
+                        add("hard-coded-rendezvous", assign,
+                            f"MASTER_PORT comes from the {setting} setting, fixed to {shipped_ports()[setting]}: "
+                            "a second job fails with 'Address already in use'",
+                            "Let the launcher set MASTER_PORT (`gpurig launch` picks a free port), or leave the setting empty by default.")
 
     # MASTER_PORT set from a parameter that defaults to a fixed port (`def setup(rank, world, port=12355)`):
     # fixed wherever a call leaves the default, at the assignment in this file or at the call of the

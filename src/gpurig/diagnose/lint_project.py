@@ -400,6 +400,29 @@ def _json_rendezvous(configs) -> dict[str, str]:
     return {k: v[0] for k, v in found.items() if all(v)}  # every config that names it fixes it
 
 
+_PORT_KEY = re.compile(r"(?:master_?|dist_?)?port", re.IGNORECASE)
+
+
+def _json_ports(configs) -> dict[str, str]:
+    """`"port": "8001"` (a number or a string of one) in the JSON configs shipped with the script: key ->
+    where, for the keys every config that names them fixes. A script setting MASTER_PORT from that
+    setting (`os.environ["MASTER_PORT"] = hps.train.port`) starts every run on the same port."""
+    found: dict[str, list[str]] = {}
+    for name, data in configs:
+        stack = [data]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                for k, v in item.items():
+                    if isinstance(k, str) and _PORT_KEY.fullmatch(k) and not isinstance(v, (dict, list)):
+                        fixed = not isinstance(v, bool) and re.fullmatch(r"\d{4,5}", str(v)) is not None
+                        found.setdefault(k, []).append(f"{v!r} in {name}" if fixed else "")
+                    stack.append(v)
+            elif isinstance(item, list):
+                stack.extend(item)
+    return {k: v[0] for k, v in found.items() if all(v)}
+
+
 def _saving_functions(modules: list) -> dict[str, str]:
     """Functions of the project's own modules that torch.save to a file without a rank check (nor
     the rank in the file name): name -> where (a class's `__init__` under the class's name). A call of

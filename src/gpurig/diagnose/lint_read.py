@@ -145,17 +145,21 @@ def _deep(work):
 
 
 def project_configs(folder) -> list[tuple[str, object]]:
-    """(file name, parsed JSON) of the JSON configs shipped beside a script (in its folder, or its
-    config/ or configs/ folder: 50 a folder, under 1 MB each); what cannot be read is left out."""
+    """(file name, parsed JSON) of the JSON configs shipped beside a script (in its folder, or a
+    folder of it named config*: config/, configs/, configs_template/; 50 a folder, under 1 MB each);
+    what cannot be read is left out."""
     import json
     from pathlib import Path
 
     if folder is None:
         return []
     out = []
-    for d in (Path(folder), Path(folder) / "config", Path(folder) / "configs"):
-        if not d.is_dir():
-            continue
+    folders = [Path(folder)]
+    try:
+        folders += sorted(d for d in Path(folder).glob("config*") if d.is_dir())[:5]
+    except OSError:
+        pass
+    for d in folders:
         for f in sorted(d.glob("*.json"))[:50]:
             try:
                 if f.stat().st_size < 1_000_000:
