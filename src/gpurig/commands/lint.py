@@ -55,6 +55,9 @@ def render_findings(console, script: str, findings) -> None:
                       f"{escape(f.title)}", soft_wrap=True)
         if f.code:
             console.print(f"    {f.code}", markup=False, soft_wrap=True)
+        unnamed = [r for r in f.related if r not in f.title]  # the places the title had no room for
+        if unnamed:
+            console.print(f"    also: {', '.join(unnamed)}", markup=False, soft_wrap=True)
         if f.why:
             console.print(f"    why: {f.why}", markup=False, soft_wrap=True)
         console.print(f"    fix: {f.fix}", markup=False, soft_wrap=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 from gpurig.diagnose.lint_devices import RankDevices, report
 from gpurig.diagnose.lint_guards import _mentions_rank
@@ -56,6 +57,8 @@ from gpurig.diagnose.lint_project import (
 from gpurig.diagnose.lint_rules import RULES, LintFinding
 from gpurig.diagnose.lint_scan import _Scanner
 
+# A place in the project a finding names: "utils/dataset.py:22" (never part of a longer name or number).
+_PLACE = re.compile(r"(?<![\w./-])([\w.-][\w./-]*\.py:\d+)(?!\d)")
 # A tcp:// address the script puts together itself: 'tcp://' + ip + ':' + port, f"tcp://{ip}:{port}".
 _BUILDS_TCP = re.compile(r"""['"]tcp://[\w.\-]*:?(?:['"{%]|$)""", re.M)
 
@@ -81,6 +84,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     script is scanned one top-level statement at a time and its tree never held whole)."""
     findings: list[LintFinding] = []
     modules = _local_modules(None, path, scan.imports)
+    folder = scan.script_dir or (Path(path).resolve().parent if path else None)  # the script's own folder
     starts: list = []  # where each line begins, made at the first finding (a big file's lines are not split)
 
     def line_text(n: int) -> str:
@@ -95,11 +99,14 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         end = source.find("\n", offsets[n - 1])
         return source[offsets[n - 1]:end if end >= 0 else len(source)].rstrip("\r")
 
-    def add(rule: str, node: ast.AST, title: str, fix: str) -> None:
+    def add(rule: str, node: ast.AST, title: str, fix: str, where: str = "") -> None:
+        """One finding at `node`; `where`: everything a helper was found to do, of which the title may
+        name only the first few: each `path:line` in it (or in the title) goes to the finding's `related`."""
         line = getattr(node, "lineno", 1)
         code = line_text(line).strip()
+        related = list(dict.fromkeys(_PLACE.findall(title + " " + where)))
         findings.append(LintFinding(id=rule, severity=RULES[rule].severity, line=line, title=title, fix=fix, code=code,
-                                    why=RULES[rule].why))
+                                    why=RULES[rule].why, related=related))
 
     # A script that starts its own workers (mp.spawn) and is never started by a launcher (it reads no
     # RANK/LOCAL_RANK/WORLD_SIZE; its workers may still meet through env:// on an address it sets):
@@ -164,11 +171,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     fixed_settings: dict[str, str] = {}
     if any(_name_of(f) == "init_process_group" and _kw(c, "init_method") is not None
            and _setting_name(_kw(c, "init_method").value) for c, f, _ in calls):
-        from pathlib import Path
-
         from gpurig.diagnose.lint_read import project_configs
 
-        folder = scan.script_dir or (Path(path).resolve().parent if path else None)
         fixed_settings = _fixed_rendezvous_settings(modules, project_configs(folder))
 
     def never_run(call: ast.Call) -> bool:
@@ -417,25 +421,25 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     f"{short}() downloads ({_listed(downloading_helpers[short])}) in every rank at once: "
                     "they race to write the same files",
                     "Let one rank download first: `if rank == 0: <download>` then dist.barrier() (or "
-                    "accelerator.main_process_first()), or download ahead of the run.")
+                    "accelerator.main_process_first()), or download ahead of the run.", downloading_helpers[short])
             # A file named in the script (a literal name, alone or joined to a directory) and not per
             # rank; a path held in a variable or a parameter is not judged (its rank may be in it).
             # A name given one such path in the same function counts as that path (`log = os.path.join(out,
             # "log.csv")` ... `open(log, "a")`); opening only to create or empty a file writes nothing.
             if func == "open" and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) \
                     and str(call.args[1].value)[:1] in ("a", "w") and id(call) not in scan.touch_only:
-                path = named_path(call, call.args[0])
-                if not _mentions_rank_value(path) and any(isinstance(n, ast.Constant) and isinstance(n.value, str)
-                                                          for n in ast.walk(path)):
-                    what = repr(path.value) if isinstance(path, ast.Constant) else ast.unparse(path)[:60]
+                written = named_path(call, call.args[0])
+                if not _mentions_rank_value(written) and any(isinstance(n, ast.Constant) and isinstance(n.value, str)
+                                                             for n in ast.walk(written)):
+                    what = repr(written.value) if isinstance(written, ast.Constant) else ast.unparse(written)[:60]
                     add("save-on-every-rank", call, f"every rank writes {what} at once: lines interleave or the file is cut",
                         "Write from one rank (`if rank == 0:`), or put the rank in the file name.")
             if short in ("write_text", "write_bytes") and isinstance(call.func, ast.Attribute) \
                     and isinstance(call.func.value, ast.Name):
-                path = named_path(call, call.func.value)
-                if path is not call.func.value and not _mentions_rank_value(path) and any(
-                        isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(path)):
-                    add("save-on-every-rank", call, f"every rank writes {ast.unparse(path)[:60]} at once: the file is cut",
+                written = named_path(call, call.func.value)
+                if written is not call.func.value and not _mentions_rank_value(written) and any(
+                        isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written)):
+                    add("save-on-every-rank", call, f"every rank writes {ast.unparse(written)[:60]} at once: the file is cut",
                         "Write from one rank (`if rank == 0:`), or put the rank in the file name.")
             if short == "tqdm" and _kw(call, "disable") is None:
                 add("tqdm-on-every-rank", call, "a tqdm bar on every rank: N bars in one terminal",
@@ -463,16 +467,13 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         add("download-on-every-rank", node, f"importing it runs the downloads of the module's top-level code in every rank at once "
             f"({_listed(sites)}): they race to write the same files",
             "Move the download into a function the script calls on one rank first (`if rank == 0:` then "
-            "dist.barrier()), or download ahead of the run.")
+            "dist.barrier()), or download ahead of the run.", sites)
     ports: list[dict[str, str]] = []
 
     def shipped_ports() -> dict[str, str]:  # read once, where some MASTER_PORT comes from a setting
         if not ports:
-            import pathlib
-
             from gpurig.diagnose.lint_read import project_configs
 
-            folder = scan.script_dir or (pathlib.Path(path).resolve().parent if path else None)
             ports.append(_json_ports(project_configs(folder)))
         return ports[0]
 

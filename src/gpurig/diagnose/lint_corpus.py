@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,10 +110,10 @@ def measure(rules: set[str], manifest: dict[str, dict[str, Any]] | None = None, 
             if entry.get("official_tutorial") and f.id != "hard-coded-rendezvous":
                 score.tutorial_findings.append({"script": name, "rule": f.id, "line": f.line})
         # Then every mistake judged in an imported module whose file:line a finding of its rule names
-        # ("... at utils.py:6, MNIST() at utils.py:7"): the user is shown each of them.
+        # (its `related` places: "... at utils.py:6, MNIST() at utils.py:7"): the user is shown each of them.
         for f in findings:
             used |= {i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id and "file" in m
-                     and re.search(rf"(?<![\w./]){re.escape(_relative(m['file'], entry['file']))}:{m['line']}(?!\d)", f.title)}
+                     and f"{_relative(m['file'], entry['file'])}:{m['line']}" in f.related}
         score.mistakes += len(mistakes)
         score.found += len(used)
         score.missed += [{"script": name, **m} for i, m in enumerate(mistakes) if i not in used]

@@ -4,7 +4,7 @@ of them reports at a line of a script.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -43,6 +43,7 @@ class LintFinding:
     fix: str
     code: str = ""  # the source line
     why: str = ""  # why it matters (the rule's)
+    related: list[str] = field(default_factory=list)  # "path:line" of each place in the project it stands for
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
