@@ -141,7 +141,10 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     distributed = distributed or (bool(re.search(r"^\s*(?:from|import)\s+horovod\b", text, re.M)) and "init" in names)
     # A Hugging Face Trainer script reading its TrainingArguments from the command line: written for
     # `torchrun --nproc_per_node N` (or `deepspeed`), one process per GPU, each running the whole script.
-    distributed = distributed or ({"Trainer", "HfArgumentParser"} <= names and "transformers" in text)
+    # Any Trainer of that family counts: Seq2SeqTrainer, TRL's SFTTrainer (read by TrlParser, a
+    # HfArgumentParser), a project's own subclass or copy.
+    distributed = distributed or (any(n.endswith("Trainer") for n in names) and bool(names & {"HfArgumentParser", "TrlParser"})
+                                  and ("transformers" in text or "trl" in text))
     if not distributed and re.search(r"^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b", text, re.M):
         # Launched by the framework: one process per device, unless every Trainer / Fabric the
         # script builds asks for one device (`devices=1`, or a setting of the script equal to 1).

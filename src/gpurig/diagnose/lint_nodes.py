@@ -10,7 +10,7 @@ import os
 import re
 from typing import Any
 
-RANK_WORDS = ("rank", "is_main", "main_process", "master", "is_master", "is_primary", "primary", "local_zero", "global_zero",
+RANK_WORDS = ("rank", "is_main", "main_process", "master", "is_master", "is_primary", "primary", "local_zero", "global_zero", "process_zero",
               "is_root", "root_worker", "is_chief")
 RANK_NAMES = {"main", "leader", "is_leader", "zero"}  # whole names that only make sense as "the rank that speaks"
 # Names of the process's GPU index: `if gpu == 0` / `if self.gpu_id == 0` picks one process as well.

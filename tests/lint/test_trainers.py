@@ -1,0 +1,51 @@
+"""Hugging Face Trainer scripts: any Trainer of the family (Seq2SeqTrainer, TRL's SFTTrainer, a
+project's own subclass) read from the command line by HfArgumentParser / TrlParser runs in every
+process torchrun or deepspeed starts; `trainer.is_world_process_zero()` picks one of them."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gpurig.diagnose.lint import lint_source
+
+SCRIPT = """\
+import os
+from transformers import AutoModel, AutoTokenizer, HfArgumentParser, Seq2SeqTrainingArguments
+from trainer_seq2seq import Seq2SeqTrainer
+
+def main():
+    parser = HfArgumentParser((Seq2SeqTrainingArguments,))
+    (training_args,) = parser.parse_args_into_dataclasses()
+    tokenizer = AutoTokenizer.from_pretrained("org/model")
+    model = AutoModel.from_pretrained("org/model")
+    trainer = Seq2SeqTrainer(model=model, args=training_args, tokenizer=tokenizer)
+    trainer.train()
+    if trainer.is_world_process_zero():
+        with open(os.path.join(training_args.output_dir, "predictions.txt"), "w") as out:
+            out.write("done")
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def found(source: str) -> list[tuple[str, int]]:
+    return [(f.id, f.line) for f in lint_source(textwrap.dedent(source), "<script>")]
+
+
+def test_a_trainer_of_the_family_read_by_hfargumentparser_runs_on_every_rank():
+    assert found(SCRIPT) == [("download-on-every-rank", 8), ("download-on-every-rank", 9)]
+    trl = SCRIPT.replace("HfArgumentParser", "TrlParser").replace("Seq2SeqTrainer(", "SFTTrainer(")
+    assert found(trl) == [("download-on-every-rank", 8), ("download-on-every-rank", 9)]
+
+
+def test_is_world_process_zero_picks_one_rank():
+    unguarded = SCRIPT.replace("    if trainer.is_world_process_zero():\n", "    if True:\n")
+    assert ("save-on-every-rank", 13) in found(unguarded)
+    assert ("save-on-every-rank", 13) not in found(SCRIPT)
+
+
+def test_without_a_command_line_parser_it_is_not_judged_a_launched_script():
+    plain = SCRIPT.replace("    parser = HfArgumentParser((Seq2SeqTrainingArguments,))\n    (training_args,) = "
+                           "parser.parse_args_into_dataclasses()\n", "    training_args = Seq2SeqTrainingArguments('out')\n")
+    assert found(plain) == []
