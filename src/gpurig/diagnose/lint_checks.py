@@ -12,7 +12,12 @@ from pathlib import Path
 
 from gpurig.diagnose.lint_devices import RankDevices, report
 from gpurig.diagnose.lint_guards import _mentions_rank
-from gpurig.diagnose.lint_modules import _foreign_names, _local_modules
+from gpurig.diagnose.lint_modules import (
+    _fetches_by_library,
+    _foreign_names,
+    _library_fetchers,
+    _local_modules,
+)
 from gpurig.diagnose.lint_nodes import (
     _AUTO_DATASETS,
     _DOWNLOADERS,
@@ -235,6 +240,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
 
     report(devices, add)
     foreign = _foreign_names(scan.imports, path)
+    lib_fetchers = _library_fetchers(scan.imports)  # lpips.LPIPS, FrechetInceptionDistance, ...
     for call, func, guarded in calls:
         short = _name_of(func)
         helper = None if func.partition(".")[0] in foreign else short  # (`OmegaConf.load` is no helper of the project)
@@ -340,7 +346,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             own = (head, short) in scan.own_methods or (head in ("self", "cls") and short in scan.defined)
             fetches = (short in _DOWNLOADERS and not own and not _reads_local_files(call)
                        and not _set_to_local_path(call, scan.settings)) \
-                or _named_fetch(call) or (short in _AUTO_DATASETS and short not in scan.defined and short not in parent_built)
+                or _named_fetch(call) or (short in _AUTO_DATASETS and short not in scan.defined and short not in parent_built) \
+                or (short not in scan.defined and _fetches_by_library(call, lib_fetchers))
             # (`pretrained=pretrained` where the script only ever sets `pretrained = False`: off)
             on = lambda kw: kw is not None and not _is_const(kw.value, False) and not _is_const(kw.value, None) \
                 and not (isinstance(kw.value, ast.Name) and scan.settings.get(kw.value.id, {True}) <= {False, None})  # noqa: E731

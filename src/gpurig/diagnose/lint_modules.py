@@ -29,6 +29,56 @@ def _imported_names(nodes) -> list[tuple[int, str]]:
     return names
 
 
+# Library calls that fetch weights or data from the network as they run, by what they are:
+# (top-level package, name). Perceptual losses and image metrics download their backbone when
+# built (lpips' AlexNet/VGG, torchmetrics' FID Inception and CLIPScore's CLIP), Whisper and
+# sentence-transformers their model, nltk its corpora, a transformers pipeline its model.
+LIBRARY_FETCHES = frozenset({
+    ("lpips", "LPIPS"), ("piq", "LPIPS"), ("piq", "DISTS"), ("pytorch_fid", "InceptionV3"),
+    ("torchmetrics", "FrechetInceptionDistance"), ("torchmetrics", "KernelInceptionDistance"),
+    ("torchmetrics", "InceptionScore"), ("torchmetrics", "LearnedPerceptualImagePatchSimilarity"),
+    ("torchmetrics", "CLIPScore"), ("whisper", "load_model"), ("sentence_transformers", "SentenceTransformer"),
+    ("sentence_transformers", "CrossEncoder"), ("nltk", "download"), ("transformers", "pipeline"),
+    ("datasets", "load_metric"),
+})
+LIBRARY_FETCH_NAMES = frozenset(name for _, name in LIBRARY_FETCHES)
+
+
+def _library_fetchers(imports) -> set[str]:
+    """How the given import statements let a file spell the calls of LIBRARY_FETCHES: `lpips.LPIPS`
+    after `import lpips`, `FID` after `from torchmetrics.image.fid import FrechetInceptionDistance as FID`."""
+    out: set[str] = set()
+    for node in imports:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                top = a.name.split(".")[0]
+                bound = a.asname or a.name  # `import torchmetrics.image` binds torchmetrics: reached by the full name
+                out.update(f"{bound}.{name}" for package, name in LIBRARY_FETCHES if package == top)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            top = node.module.split(".")[0]
+            for a in node.names:
+                if (top, a.name) in LIBRARY_FETCHES:
+                    out.add(a.asname or a.name)
+                elif a.name != "*":  # `from torchmetrics import image` -> image.fid.FrechetInceptionDistance: any depth
+                    out.update(f"{a.asname or a.name}.{name}" for package, name in LIBRARY_FETCHES if package == top)
+    return out
+
+
+def _fetches_by_library(call: ast.Call, fetchers: set[str]) -> bool:
+    """The call is one of the library fetches `fetchers` names (see _library_fetchers), not given a
+    file of this machine (`whisper.load_model("./ckpt/base.pt")`, `pipeline(model="../out")`)."""
+    from gpurig.diagnose.lint_nodes import _dotted, _local_path
+
+    if not fetchers:
+        return False
+    func = _dotted(call.func)
+    head, _, name = func.rpartition(".")
+    named = func in fetchers or (bool(head) and name in LIBRARY_FETCH_NAMES and any(
+        f.endswith("." + name) and func.startswith(f.rpartition(".")[0] + ".") for f in fetchers))
+    given = [*call.args, *(k.value for k in call.keywords)]
+    return named and not any(isinstance(v, ast.Constant) and isinstance(v.value, str) and _local_path(v.value) for v in given)
+
+
 def _project_roots(path) -> tuple:
     """The folders the script's own imports are looked for in: its own, and two above it (a script
     in app/vjepa/ importing src.utils)."""

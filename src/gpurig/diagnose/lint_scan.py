@@ -22,6 +22,7 @@ from gpurig.diagnose.lint_guards import (
     _mentions_rank,
     _single_process_branch,
 )
+from gpurig.diagnose.lint_modules import LIBRARY_FETCH_NAMES
 from gpurig.diagnose.lint_nodes import (
     _AUTO_DATASETS,
     _DOWNLOADERS,
@@ -50,7 +51,7 @@ _JUDGED_CALLS = frozenset({
     "load", "list", "init_process_group", "destroy_process_group", "add_argument", "print", "save", "SummaryWriter",
     "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "setLevel", "basicConfig", "disable",
     "save_pretrained", "Trainer", "Fabric", "write_text", "write_bytes", "load_data",
-}) | _AUTO_DATASETS | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS
+}) | _AUTO_DATASETS | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS | LIBRARY_FETCH_NAMES
 
 _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
 # A context manager that lets one rank run its body first while the others wait for it.

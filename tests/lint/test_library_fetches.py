@@ -1,0 +1,57 @@
+"""Library calls that download as they run, by what they are: a perceptual loss or image metric
+built on every rank (lpips, torchmetrics' FID), Whisper, sentence-transformers, nltk corpora. Seen
+through the file's own imports, in the script and in the project's helpers; a file of this
+machine, or a class of the project that happens to share the name, is no download."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gpurig.diagnose.lint import lint_file, lint_source
+
+HEAD = """\
+import torch.distributed as dist
+"""
+
+
+def downloads(source: str) -> list[int]:
+    source = HEAD + textwrap.dedent(source) + "dist.init_process_group('nccl')\ndist.destroy_process_group()\n"
+    return [f.line for f in lint_source(source, "<script>") if f.id == "download-on-every-rank"]
+
+
+def test_library_fetches_in_the_script_under_their_imported_names():
+    assert downloads("""
+    import lpips
+    from torchmetrics.image.fid import FrechetInceptionDistance as FID
+    import whisper
+    import nltk
+    loss = lpips.LPIPS(net="vgg")
+    fid = FID(feature=2048)
+    asr = whisper.load_model("base")
+    nltk.download("punkt")
+    """) == [7, 8, 9, 10]
+
+
+def test_a_local_file_or_a_class_of_the_project_is_no_fetch():
+    assert downloads("""
+    import whisper
+    asr = whisper.load_model("./checkpoints/base.pt")
+    class LPIPS:
+        pass
+    loss = LPIPS()
+    """) == []
+    # the same name from another library is not the fetch either
+    assert downloads("""
+    from mylosses import LPIPS
+    loss = LPIPS()
+    """) == []
+
+
+def test_a_helper_of_the_project_that_builds_a_metric(tmp_path):
+    (tmp_path / "metrics.py").write_text("import torchmetrics\n\ndef make_fid():\n"
+                                         "    return torchmetrics.image.fid.FrechetInceptionDistance(feature=64)\n")
+    script = tmp_path / "train.py"
+    script.write_text(HEAD + "from metrics import make_fid\ndist.init_process_group('nccl')\nfid = make_fid()\n"
+                      "dist.destroy_process_group()\n")
+    [finding] = [f for f in lint_file(script) if f.id == "download-on-every-rank"]
+    assert finding.line == 4 and finding.related == ["metrics.py:4"]
