@@ -96,3 +96,53 @@ def test_accelerates_process_index_in_a_device_map():
     """
     assert found(source) == [("global-rank-as-device", 5), ("global-rank-as-device", 7)]
     assert found(source.replace("process_index", "local_process_index")) == []
+
+
+def test_a_read_of_the_global_rank_used_directly_as_the_device():
+    source = """\
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl", init_method="env://")
+    torch.cuda.set_device(dist.get_rank())
+    x = torch.zeros(1).cuda(dist.get_rank())
+    dist.destroy_process_group()
+    """
+    assert found(source) == [("global-rank-as-device", 5), ("global-rank-as-device", 6)]
+
+
+def test_a_project_helper_that_wraps_ddp_on_the_global_rank_reached_through_a_class(tmp_path):
+    from gpurig.diagnose.lint import lint_file
+
+    (tmp_path / "ops.py").write_text(textwrap.dedent("""\
+        import torch
+        import torch.distributed as dist
+
+        def convert_to_ddp(*modules):
+            rank = dist.get_rank()
+            return [torch.nn.parallel.DistributedDataParallel(m.cuda(), device_ids=[rank]) for m in modules]
+        """))
+    (tmp_path / "task.py").write_text(textwrap.dedent("""\
+        from ops import convert_to_ddp
+
+        class Task:
+            def __init__(self, opt):
+                self.set_model()
+
+            def set_model(self):
+                self.net, = convert_to_ddp(None)
+        """))
+    script = tmp_path / "main.py"
+    script.write_text(textwrap.dedent("""\
+        import os
+        import torch
+        import torch.distributed as dist
+        from task import Task
+
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        task = Task(None)
+        dist.destroy_process_group()
+        """))
+    [finding] = [f for f in lint_file(script) if f.id == "global-rank-as-device"]
+    assert finding.line == 8 and finding.related == ["ops.py:6"]

@@ -55,3 +55,21 @@ def test_a_helper_of_the_project_that_builds_a_metric(tmp_path):
                       "dist.destroy_process_group()\n")
     [finding] = [f for f in lint_file(script) if f.id == "download-on-every-rank"]
     assert finding.line == 4 and finding.related == ["metrics.py:4"]
+
+
+def test_a_function_of_the_project_named_like_a_library_fetch_is_judged_by_its_body(tmp_path):
+    (tmp_path / "data_utils.py").write_text("import json\n\ndef load_dataset(path, workers):\n"
+                                            "    return json.load(open(path))\n")
+    script = tmp_path / "train.py"
+    script.write_text(HEAD + "from data_utils import load_dataset\ndist.init_process_group('nccl')\n"
+                      "train = load_dataset(args.train_set, 4)\ndist.destroy_process_group()\n")
+    assert [f.id for f in lint_file(script)] == []
+
+
+def test_a_dataset_read_from_an_argument_named_as_a_file():
+    assert downloads("""
+    from datasets import load_dataset
+    train = load_dataset(data_args.train_manifest_path)
+    valid = load_dataset(args.valid_file)
+    hub = load_dataset(args.data_path)
+    """) == [6]

@@ -54,3 +54,45 @@ def test_master_port_from_a_setting_some_config_leaves_open(tmp_path):
 
 def test_master_port_from_a_setting_no_config_names(tmp_path):
     assert rendezvous(project(tmp_path)) == []
+
+
+INIT = """\
+import argparse
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import yaml
+
+def worker(gpu, args):
+    dist.init_process_group(backend="nccl", init_method=f"{args.dist_url}", world_size=2, rank=gpu)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", default="config/acdc/unet.yaml")
+    args = parser.parse_args()
+    args.__dict__.update(yaml.safe_load(open(args.config)))
+    mp.spawn(worker, nprocs=2, args=(args,))
+"""
+
+
+def yaml_project(tmp_path, url: str, option_default: str | None = None):
+    source = INIT if option_default is None else INIT.replace(
+        '    args = parser.parse_args()', f'    parser.add_argument("--dist-url", default="{option_default}")\n    args = parser.parse_args()')
+    (tmp_path / "train.py").write_text(source)
+    folder = tmp_path / "config" / "acdc"
+    folder.mkdir(parents=True)
+    (folder / "unet.yaml").write_text(f"epochs: 100\ndist_url: {url}\nmultiprocessing_distributed: true\n")
+    return tmp_path / "train.py"
+
+
+def test_init_method_from_a_setting_a_shipped_yaml_config_fixes(tmp_path):
+    assert rendezvous(yaml_project(tmp_path, "tcp://localhost:10000")) == [7]
+
+
+def test_init_method_from_a_yaml_setting_left_to_the_environment(tmp_path):
+    assert rendezvous(yaml_project(tmp_path, "env://")) == []
+
+
+def test_a_fixed_option_default_is_the_one_finding_for_its_setting(tmp_path):
+    # the script's own --dist-url default is reported; the config fixing the same setting is the same mistake
+    assert rendezvous(yaml_project(tmp_path, "tcp://localhost:10000", option_default="tcp://127.0.0.1:23456")) == [13]

@@ -11,12 +11,13 @@ import re
 from pathlib import Path
 
 from gpurig.diagnose.lint_devices import RankDevices, report
-from gpurig.diagnose.lint_guards import _mentions_rank
+from gpurig.diagnose.lint_guards import _holds_global_rank, _mentions_rank, _runs_on_every_rank
 from gpurig.diagnose.lint_modules import (
     _fetches_by_library,
     _foreign_names,
     _library_fetchers,
     _local_modules,
+    _project_names,
 )
 from gpurig.diagnose.lint_nodes import (
     _AUTO_DATASETS,
@@ -33,12 +34,12 @@ from gpurig.diagnose.lint_nodes import (
     _kw,
     _leaf_name,
     _name_of,
-    _one_device,
     _one_listed_gpu,
     _passes,
     _pretrained_weights,
     _reads_local_files,
     _set_to_local_path,
+    _setting_name,
     _shuffles_at,
 )
 from gpurig.diagnose.lint_project import (
@@ -66,22 +67,6 @@ from gpurig.diagnose.lint_scan import _Scanner
 _PLACE = re.compile(r"(?<![\w./-])([\w.-][\w./-]*\.py:\d+)(?!\d)")
 # A tcp:// address the script puts together itself: 'tcp://' + ip + ':' + port, f"tcp://{ip}:{port}".
 _BUILDS_TCP = re.compile(r"""['"]tcp://[\w.\-]*:?(?:['"{%]|$)""", re.M)
-
-
-def _setting_name(value: ast.AST) -> str | None:
-    """The name of the setting an expression reads: `hparams.dist_url`, `h.dist_config['dist_url']`."""
-    if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant) and isinstance(value.slice.value, str):
-        return value.slice.value
-    if isinstance(value, (ast.Attribute, ast.Name)):
-        return _dotted(value).rpartition(".")[2] or None
-    return None
-
-
-def _unwrapped(value: ast.AST) -> ast.AST:
-    """`str(x)` and `int(x)`: x."""
-    if isinstance(value, ast.Call) and _dotted(value.func) in ("str", "int") and len(value.args) == 1:
-        return value.args[0]
-    return value
 
 
 def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
@@ -136,25 +121,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     reported_helpers: set[tuple[str, str]] = set()
     text = source
     uses_cuda = scan.cuda_call or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
-    distributed = bool(
-        names & {"init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "get_rank",
-                 "get_world_size", "Accelerator", "init_distributed_mode", "init_distributed", "setup_distributed",
-                 "init_distributed_device"}
-    ) or "LOCAL_RANK" in text or bool(scan.aliases & names)
-    # Horovod: one process per GPU (horovodrun/mpirun), each running the whole script. (TensorFlow's
-    # multi-worker strategy is one process per machine: its caches are per machine, not shared.)
-    distributed = distributed or (bool(re.search(r"^\s*(?:from|import)\s+horovod\b", text, re.M)) and "init" in names)
-    # A Hugging Face Trainer script reading its TrainingArguments from the command line: written for
-    # `torchrun --nproc_per_node N` (or `deepspeed`), one process per GPU, each running the whole script.
-    # Any Trainer of that family counts: Seq2SeqTrainer, TRL's SFTTrainer (read by TrlParser, a
-    # HfArgumentParser), a project's own subclass or copy.
-    distributed = distributed or (any(n.endswith("Trainer") for n in names) and bool(names & {"HfArgumentParser", "TrlParser"})
-                                  and ("transformers" in text or "trl" in text))
-    if not distributed and re.search(r"^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b", text, re.M):
-        # Launched by the framework: one process per device, unless every Trainer / Fabric the
-        # script builds asks for one device (`devices=1`, or a setting of the script equal to 1).
-        runners = [c for c, f, _ in calls if _name_of(f) in ("Trainer", "Fabric")]
-        distributed = not runners or not all(_one_device(c, scan.settings) for c in runners)
+    distributed = _runs_on_every_rank(scan, calls, names, text)
     silenced = scan.silenced or any(_silences_output(m) for m in modules)
     set_epoch_anywhere = scan.set_epoch_call or "set_epoch" in module_calls
     # destroy_process_group(group) ends that subgroup only, not the default group.
@@ -165,6 +132,10 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     # Only under a rank check (`if rank in [-1, 0]: ... else: destroy_process_group()`): the other
     # ranks leave their group to interpreter exit.
     if destroys and all(g for c, f, g in calls if _name_of(f) == "destroy_process_group"):
+        names = names - {"destroy_process_group"}
+    # Only in an exception handler (`except KeyboardInterrupt: dist.destroy_process_group()`): a run
+    # that ends normally never gets there.
+    if "destroy_process_group" in scan.short_names and not scan.destroys_outside_handlers:
         names = names - {"destroy_process_group"}
     destroys_in_modules = _reachable_call(modules, "destroy_process_group", names | {f for _, f, _ in calls})
     any_set_device = scan.set_device_call or "set_device" in module_calls  # a setup helper of the project may set it
@@ -182,6 +153,13 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         from gpurig.diagnose.lint_read import project_configs
 
         fixed_settings = _fixed_rendezvous_settings(modules, project_configs(folder))
+
+    # Options the script itself defaults to a fixed address (`--dist-url tcp://127.0.0.1:11111`): that
+    # default is reported, and a config setting the same option is the same mistake, not a second.
+    fixed_options = {a.value.lstrip("-").replace("-", "_") for c, f, _ in calls if _name_of(f) == "add_argument"
+                     and _kw(c, "default") is not None and isinstance(_kw(c, "default").value, ast.Constant)
+                     and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", str(_kw(c, "default").value.value))
+                     for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str)} if fixed_settings else set()
 
     def never_run(call: ast.Call) -> bool:
         """In a function of this file that nothing in it calls or names: not run by this script."""
@@ -240,6 +218,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
 
     report(devices, add)
     foreign = _foreign_names(scan.imports, path)
+    project_names = _project_names(scan.imports, path)  # `from data_utils import load_dataset`: the project's own
     lib_fetchers = _library_fetchers(scan.imports)  # lpips.LPIPS, FrechetInceptionDistance, ...
     for call, func, guarded in calls:
         short = _name_of(func)
@@ -280,7 +259,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 add("global-rank-as-device", call, "device_ids uses the global rank: on a second node there is no such GPU",
                     "Use the local rank: local_rank = int(os.environ['LOCAL_RANK']); DDP(model, device_ids=[local_rank]).")
         if short in ("set_device", "set_device_index") and call.args and not given_local_rank(_dotted(call.args[0]), call) and (
-                _dotted(call.args[0]) in rank_names or _dotted(getattr(call.args[0], "func", call.args[0])) in ("hvd.rank", "horovod.rank")):
+                _dotted(call.args[0]) in rank_names or _holds_global_rank(call.args[0])):  # (dist.get_rank(), hvd.rank())
             add("global-rank-as-device", call, "torch.cuda.set_device(global rank): on a second node there is no such GPU",
                 "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) (the rank within this node).")
         if func == "torch.load":
@@ -317,7 +296,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "Drop init_method (the default env:// reads MASTER_ADDR/MASTER_PORT set by torchrun) and start with "
                     "`gpurig launch`, which picks a free port.",
                 )
-            elif setting is not None and setting in fixed_settings:
+            elif setting is not None and setting in fixed_settings and setting not in fixed_options:
                 add("hard-coded-rendezvous", call,
                     f"init_method comes from the project's {setting} setting, fixed to {fixed_settings[setting]}: "
                     "a second job on this machine fails with 'Address already in use'",
@@ -337,14 +316,16 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 add("hard-coded-rendezvous", default.value,
                     f"the rendezvous default {default.value.value!r} is fixed: two jobs on one machine collide ('Address already in use')",
                     "Default to env:// and let the launcher choose the port (`gpurig launch` / torchrun --master-port 0).")
-        if distributed and not guarded and id(call) not in scan.first \
-                and not any(f in first_fns for f in scan.enclosing.get(id(call), ())):
+        if distributed and not guarded:
+            # Under a rank that goes first (`with main_process_first():`, or a fetch done first): the
+            # others fetch from its cache after it, but what they write, every one of them writes.
+            goes_first = id(call) in scan.first or any(f in first_fns for f in scan.enclosing.get(id(call), ()))
             download = _kw(call, "download")
             pretrained = _kw(call, "pretrained")
             # `GPT.from_pretrained(...)` of a class of this file: its own body is judged, not its name.
             head = func.rpartition(".")[0]
             own = (head, short) in scan.own_methods or (head in ("self", "cls") and short in scan.defined)
-            fetches = (short in _DOWNLOADERS and not own and not _reads_local_files(call)
+            fetches = (short in _DOWNLOADERS and not own and func not in project_names and not _reads_local_files(call)
                        and not _set_to_local_path(call, scan.settings)) \
                 or _named_fetch(call) or (short in _AUTO_DATASETS and short not in scan.defined and short not in parent_built) \
                 or (short not in scan.defined and _fetches_by_library(call, lib_fetchers))
@@ -356,7 +337,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             by_position = short not in scan.defined and not own and _MODEL_FACTORY.match(short) is not None and any(
                 "pretrained" in (_leaf_name(a) or "").lower() for a in call.args)
             weights = short not in scan.defined and _pretrained_weights(call) is not None  # torchvision's weights=
-            if (on(download) or ((on(pretrained) or by_position or weights) and not own) or fetches) and not never_run(call):
+            if (on(download) or ((on(pretrained) or by_position or weights) and not own) or fetches) and not never_run(call) \
+                    and not goes_first:
                 what = ("download=True" if on(download) else "fetching pretrained weights" if on(pretrained) or by_position or weights
                         else f"{short}()")
                 add(
@@ -409,7 +391,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                         add("save-on-every-rank", site, f"{where} runs on every rank: they write the same file at once", fix)
             # `model.save_pretrained(out)` on every rank: each writes the same files (Accelerate's
             # form passes is_main_process=, which decides).
-            if short == "save_pretrained" and "." in func and _kw(call, "is_main_process") is None \
+            # A Hugging Face dataset's save_to_disk(path) the same way: every rank writes the same folder.
+            if short in ("save_pretrained", "save_to_disk") and "." in func and _kw(call, "is_main_process") is None \
                     and (not call.args or not _mentions_rank_value(call.args[0])):
                 add("save-on-every-rank", call, f"{func}() runs on every rank: they write the same files at once",
                     "Save from one rank: `if rank == 0: model.save_pretrained(...)` (with Accelerate: "
@@ -424,7 +407,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 add("save-on-every-rank", call,
                     f"{short}() saves with {saving_helpers[short]} on every rank: they write the same file at once",
                     f"Call it from one rank: `if rank == 0: {short}(...)`, then dist.barrier() before anyone reads it.")
-            if helper in downloading_helpers and short not in scan.defined and not _is_download_call(call) \
+            if helper in downloading_helpers and short not in scan.defined and not _is_download_call(call) and not goes_first \
                     and ("download-on-every-rank", _origin(downloading_helpers[short])) not in reported_helpers:
                 reported_helpers.add(("download-on-every-rank", _origin(downloading_helpers[short])))
                 add("download-on-every-rank", call,  # naming what it fetches (a tokenizer and six datasets)
@@ -511,8 +494,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                         f"{key.value} is hard-coded to {value!r}: a second job fails with 'Address already in use'",
                         "Let the launcher set MASTER_ADDR/MASTER_PORT (`gpurig launch` picks a free port); remove the assignment.",
                     )
-                elif isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and _setting_name(_unwrapped(assign.value)):
-                    setting = _setting_name(_unwrapped(assign.value))  # `= hps.train.port`, `= str(config["port"])`
+                elif isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and _setting_name(assign.value):
+                    setting = _setting_name(assign.value)  # `= hps.train.port`, `= str(config["port"])`
                     if setting in shipped_ports():
                         add("hard-coded-rendezvous", assign,
                             f"MASTER_PORT comes from the {setting} setting, fixed to {shipped_ports()[setting]}: "

@@ -10,12 +10,26 @@ import ast
 from collections.abc import Callable, Iterator
 
 from gpurig.diagnose.lint_guards import _holds_global_rank
-from gpurig.diagnose.lint_nodes import _calls_function, _device_from, _dotted, _kw, _name_of
+from gpurig.diagnose.lint_nodes import _calls_function, _dotted, _kw, _name_of
 
 # What a finding of this rule says: (node, title, fix).
 Said = tuple[ast.AST, str, str]
 MAP_FIX = "device_map={'': accelerator.local_process_index} (or int(os.environ['LOCAL_RANK']))."
 LOCAL_FIX = "Move to the local GPU: device = torch.device('cuda', int(os.environ['LOCAL_RANK'])); x.to(device)."
+
+
+def _rank_device(node: ast.AST, is_rank: Callable[[ast.AST], bool]) -> bool:
+    """A device expression whose index `is_rank` accepts: the index itself, f"cuda:{i}",
+    torch.device("cuda", i) or torch.device(i), either branch of `a if c else b`."""
+    if isinstance(node, ast.IfExp):
+        return _rank_device(node.body, is_rank) or _rank_device(node.orelse, is_rank)
+    if isinstance(node, ast.JoinedStr):
+        text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
+        return text.startswith("cuda:") and any(isinstance(v, ast.FormattedValue) and is_rank(v.value) for v in node.values)
+    if isinstance(node, ast.Call) and _dotted(node.func) in ("torch.device", "device") and node.args:
+        return (len(node.args) == 1 or isinstance(node.args[0], ast.Constant) and node.args[0].value == "cuda") \
+            and _rank_device(node.args[-1], is_rank)
+    return is_rank(node)
 
 
 def global_rank_sum(value: ast.AST) -> bool:
@@ -70,17 +84,23 @@ class RankDevices:
         """Whether the expression names the global rank (Accelerate's `process_index` too; its
         `local_process_index` is the GPU of this machine)."""
         for n in ast.walk(node):
-            if isinstance(n, ast.Attribute) and n.attr == "process_index":
+            if isinstance(n, ast.Attribute) and n.attr == "process_index" or isinstance(n, ast.Call) and _holds_global_rank(n):
                 return True
             if isinstance(n, (ast.Name, ast.Attribute)) and _dotted(n) in self.rank_names \
                     and not (call is not None and self.given_local_rank(_dotted(n), call)):
                 return True
         return False
 
-    def device_of_rank(self, node: ast.AST, call: ast.AST) -> bool:
-        """`rank`, f"cuda:{rank}", torch.device("cuda", rank) of a global rank not given the local one."""
-        return _device_from(node, self.rank_names) and not any(
-            self.given_local_rank(_dotted(n), call) for n in ast.walk(node) if isinstance(n, ast.Name))
+    def device_of_rank(self, node: ast.AST, call: ast.AST | tuple[str, ...]) -> bool:
+        """`rank`, f"cuda:{rank}", torch.device("cuda", rank), `"cpu" if offload else rank` of a global
+        rank not given the local one, or of a read of the global rank itself (`x.cuda(dist.get_rank())`)."""
+        def is_rank(n: ast.AST) -> bool:
+            if isinstance(n, ast.Call):
+                return _holds_global_rank(n)
+            return isinstance(n, (ast.Name, ast.Attribute)) and _dotted(n) in self.rank_names \
+                and not self.given_local_rank(_dotted(n), call)
+
+        return _rank_device(node, is_rank)
 
     def findings(self) -> Iterator[Said]:
         """Every place the script makes the global rank a device (set_device and DDP's device_ids
@@ -98,9 +118,7 @@ class RankDevices:
                        "on a second node there is no such GPU", MAP_FIX)
         # `device = torch.device(f"cuda:{rank}")`: reported where the device is made, not at each use.
         for name, value in self.scan.device_vars.items():
-            inside = self.scan.device_inside.get(name, ())
-            if _device_from(value, self.rank_names) and not any(
-                    self.given_local_rank(_dotted(n), inside) for n in ast.walk(value) if isinstance(n, ast.Name)):
+            if self.device_of_rank(value, self.scan.device_inside.get(name, ())):
                 yield (value, f"{name} = {ast.unparse(value)[:40]}: the global rank made the GPU index", LOCAL_FIX)
         # `device_map = {"": PartialState().process_index}`, handed to from_pretrained later.
         for value, inside in self.scan.device_maps:

@@ -157,3 +157,31 @@ def _asks_for_gpu(test: ast.AST) -> bool:
     """`torch.cuda.is_available()` (negated or not): one branch has no GPU and needs no device."""
     return any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "is_available"
                for n in ast.walk(test))
+
+
+def _runs_on_every_rank(scan, calls: list, names: set[str], text: str) -> bool:
+    """Whether the script is one that every rank runs whole: it starts or joins a process group, or
+    is launched one process per GPU by its framework (Horovod, a Hugging Face Trainer read from the
+    command line, Accelerate, Lightning, DeepSpeed)."""
+    from gpurig.diagnose.lint_nodes import _name_of, _one_device
+
+    distributed = bool(
+        names & {"init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "get_rank",
+                 "get_world_size", "Accelerator", "init_distributed_mode", "init_distributed", "setup_distributed",
+                 "init_distributed_device"}
+    ) or "LOCAL_RANK" in text or bool(scan.aliases & names)
+    # Horovod: one process per GPU (horovodrun/mpirun), each running the whole script. (TensorFlow's
+    # multi-worker strategy is one process per machine: its caches are per machine, not shared.)
+    distributed = distributed or (bool(re.search(r"^\s*(?:from|import)\s+horovod\b", text, re.M)) and "init" in names)
+    # A Hugging Face Trainer script reading its TrainingArguments from the command line: written for
+    # `torchrun --nproc_per_node N` (or `deepspeed`), one process per GPU, each running the whole script.
+    # Any Trainer of that family counts: Seq2SeqTrainer, TRL's SFTTrainer (read by TrlParser, a
+    # HfArgumentParser), a project's own subclass or copy.
+    distributed = distributed or (any(n.endswith("Trainer") for n in names) and bool(names & {"HfArgumentParser", "TrlParser"})
+                                  and ("transformers" in text or "trl" in text))
+    if not distributed and re.search(r"^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b", text, re.M):
+        # Launched by the framework: one process per device, unless every Trainer / Fabric the
+        # script builds asks for one device (`devices=1`, or a setting of the script equal to 1).
+        runners = [c for c, f, _ in calls if _name_of(f) in ("Trainer", "Fabric")]
+        distributed = not runners or not all(_one_device(c, scan.settings) for c in runners)
+    return distributed

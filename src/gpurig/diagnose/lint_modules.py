@@ -94,6 +94,17 @@ def _foreign_names(imports, path) -> set[str]:
     """Names the script binds by importing from outside its project (`from omegaconf import
     OmegaConf`, `import json`, `import numpy as np`): a call through one (`OmegaConf.load(cfg)`) is
     none of the project's helpers, whatever its name."""
+    return _imported_names_by_origin(imports, path)[0]
+
+
+def _project_names(imports, path) -> set[str]:
+    """Names the script takes from its own project's modules (`from data_utils import load_dataset`):
+    a call of one is the project's function, judged by its body, whatever a library calls its own."""
+    return _imported_names_by_origin(imports, path)[1]
+
+
+def _imported_names_by_origin(imports, path) -> tuple[set[str], set[str]]:
+    """(names imported from libraries and the standard library, names imported from the project)."""
     import sys
 
     roots = _project_roots(path)
@@ -102,13 +113,36 @@ def _foreign_names(imports, path) -> set[str]:
         top = module.split(".")[0]
         return top not in sys.stdlib_module_names and any((r / top).is_dir() or (r / f"{top}.py").is_file() for r in roots)
 
-    out: set[str] = set()
+    foreign: set[str] = set()
+    own: set[str] = set()
     for node in imports:
         if isinstance(node, ast.Import):
-            out.update(a.asname or a.name.split(".")[0] for a in node.names if not project(a.name))
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module and not project(node.module):
-            out.update(a.asname or a.name for a in node.names)
-    return out
+            for a in node.names:
+                (own if project(a.name) else foreign).add(a.asname or a.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and (node.level or node.module):
+            side = own if node.level or project(node.module) else foreign
+            side.update(a.asname or a.name for a in node.names)
+    return foreign, own
+
+
+def _project_import(node: ast.Import | ast.ImportFrom, script_dir) -> tuple[set[str], set[str], bool]:
+    """What one import statement takes from the script's own project (files in its folder or up to
+    two above): (names it binds from the project, of which the roots of calls, whether `import *`)."""
+    from pathlib import Path
+
+    def local(name: str | None) -> bool:
+        if not name:
+            return False
+        rel = Path(*name.split("."))
+        return any((root / rel.with_suffix(".py")).is_file() or (root / rel / "__init__.py").is_file()
+                   for root in (script_dir, script_dir.parent, script_dir.parent.parent))
+
+    if isinstance(node, ast.ImportFrom):
+        if node.level or local(node.module) or any(local(f"{node.module}.{a.name}") for a in node.names):
+            bound = {a.asname or a.name for a in node.names}
+            return bound, bound, any(a.name == "*" for a in node.names)
+        return set(), set(), False
+    return set(), {a.asname or a.name.split(".")[0] for a in node.names if local(a.name)}, False
 
 
 def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:

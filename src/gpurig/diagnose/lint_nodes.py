@@ -188,7 +188,10 @@ _LOCAL_BUILDERS = {"json", "csv", "text", "parquet", "arrow", "pandas", "imagefo
 # A folder on this machine by its name: `input_dir`, `output_dir`, `ckpt_dir`, `model_path` (never
 # `model_name_or_path`, which may name a hub model).
 _LOCAL_DIR = re.compile(r"\w*_dir|\w*_folder|(?:\w+_)?(?:ckpt|checkpoint|output|save|model|weights?|tokenizer|pretrained)_?path"
-                        r"|(?:model_)?config_?(?:path|file)?",
+                        r"|(?:model_)?config_?(?:path|file)?"
+                        # a name that says it is a file: `data_file`, `train_files`, `train_manifest_path`
+                        # (`data_path` is not: alpaca-lora defaults it to a hub dataset)
+                        r"|\w+_files?|\w*(?:manifest|csv|jsonl?|tsv|txt|parquet|arrow)_?path",
                         re.IGNORECASE)
 
 
@@ -338,3 +341,23 @@ class _Walker(ast.NodeVisitor):
                         visit(item)
             elif isinstance(value, ast.AST):
                 visit(value)
+
+
+def _unwrapped(value: ast.AST) -> ast.AST:
+    """`str(x)`, `int(x)` and `f"{x}"`: x."""
+    if isinstance(value, ast.Call) and _dotted(value.func) in ("str", "int") and len(value.args) == 1:
+        return value.args[0]
+    if isinstance(value, ast.JoinedStr) and len(value.values) == 1 and isinstance(value.values[0], ast.FormattedValue):
+        return value.values[0].value
+    return value
+
+
+def _setting_name(value: ast.AST) -> str | None:
+    """The name of the setting an expression reads: `hparams.dist_url`, `h.dist_config['dist_url']`,
+    also as `str(...)` or `f"{...}"`."""
+    value = _unwrapped(value)
+    if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant) and isinstance(value.slice.value, str):
+        return value.slice.value
+    if isinstance(value, (ast.Attribute, ast.Name)):
+        return _dotted(value).rpartition(".")[2] or None
+    return None

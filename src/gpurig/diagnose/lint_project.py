@@ -486,17 +486,24 @@ def _path_given(call: ast.Call, helper: str) -> list[ast.AST]:
 
 def _global_rank_device_functions(modules: list) -> dict[str, str]:
     """Functions of the project's own modules that make the global rank the GPU index:
-    `r = dist.get_rank()` (or RANK from the environment), then `torch.cuda.set_device(r)`: name -> where."""
+    `r = dist.get_rank()` (or RANK from the environment), then `torch.cuda.set_device(r)` or
+    `DistributedDataParallel(m, device_ids=[r])`: name -> where."""
     from gpurig.diagnose.lint_guards import _holds_global_rank
 
     def global_rank_device(call: ast.Call, fn: ast.AST) -> bool:
-        if _name_of(_dotted(call.func)) not in ("set_device", "set_device_index") or not call.args:
+        short = _name_of(_dotted(call.func))
+        if short in ("set_device", "set_device_index") and call.args:
+            given = call.args[0]
+        elif short in ("DistributedDataParallel", "DDP") and _kw(call, "device_ids") is not None:
+            given = _kw(call, "device_ids").value
+            given = given.elts[0] if isinstance(given, (ast.List, ast.Tuple)) and len(given.elts) == 1 else given
+        else:
             return False
         ranks = {_dotted(t) for n in ast.walk(fn) if isinstance(n, ast.Assign) and _holds_global_rank(n.value)
                  for t in n.targets if _dotted(t)}
-        return _dotted(call.args[0]) in ranks or _holds_global_rank(call.args[0])
+        return _dotted(given) in ranks or _holds_global_rank(given)
 
-    return _functions_calling(modules, "set_device(global rank)", global_rank_device)
+    return _grown(modules, _functions_calling(modules, "the global rank as the GPU index", global_rank_device))
 
 
 def _data_parallel_functions(modules: list) -> dict[str, str]:

@@ -145,25 +145,38 @@ def _deep(work):
 
 
 def project_configs(folder) -> list[tuple[str, object]]:
-    """(file name, parsed JSON) of the JSON configs shipped beside a script (in its folder, or a
-    folder of it named config*: config/, configs/, configs_template/; 50 a folder, under 1 MB each);
-    what cannot be read is left out."""
+    """(file name, parsed data) of the JSON and YAML configs shipped beside a script: in its folder,
+    or in a folder of it named config* (config/, configs/, configs_template/) and the folders just
+    below that (config/acdc/); 50 files a folder, under 1 MB each. YAML is read where PyYAML is
+    installed (safe_load); what cannot be read is left out."""
     import json
     from pathlib import Path
 
+    try:
+        import yaml
+    except ImportError:  # (optional: without it, JSON only)
+        yaml = None
     if folder is None:
         return []
     out = []
     folders = [Path(folder)]
     try:
-        folders += sorted(d for d in Path(folder).glob("config*") if d.is_dir())[:5]
+        tops = sorted(d for d in Path(folder).glob("config*") if d.is_dir())[:5]
+        folders += [f for top in tops for f in (top, *sorted(d for d in top.iterdir() if d.is_dir())[:20])]
     except OSError:
         pass
+    suffixes = (".json", ".yaml", ".yml") if yaml is not None else (".json",)
+    unreadable = (OSError, ValueError, yaml.YAMLError) if yaml is not None else (OSError, ValueError)
     for d in folders:
-        for f in sorted(d.glob("*.json"))[:50]:
+        try:
+            files = sorted(f for f in d.iterdir() if f.suffix in suffixes)[:50]
+        except OSError:
+            continue
+        for f in files:
             try:
                 if f.stat().st_size < 1_000_000:
-                    out.append((f.name, json.loads(f.read_text(encoding="utf-8"))))
-            except (OSError, ValueError):
+                    text = f.read_text(encoding="utf-8")
+                    out.append((f.name, json.loads(text) if f.suffix == ".json" else yaml.safe_load(text)))
+            except unreadable:
                 continue
     return out

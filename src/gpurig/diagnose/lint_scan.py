@@ -22,7 +22,7 @@ from gpurig.diagnose.lint_guards import (
     _mentions_rank,
     _single_process_branch,
 )
-from gpurig.diagnose.lint_modules import LIBRARY_FETCH_NAMES
+from gpurig.diagnose.lint_modules import LIBRARY_FETCH_NAMES, _project_import
 from gpurig.diagnose.lint_nodes import (
     _AUTO_DATASETS,
     _DOWNLOADERS,
@@ -50,7 +50,7 @@ _JUDGED_CALLS = frozenset({
     "DataParallel", "data_parallel", "DistributedDataParallel", "DDP", "set_device", "set_device_index", "to", "cuda",
     "load", "list", "init_process_group", "destroy_process_group", "add_argument", "print", "save", "SummaryWriter",
     "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "setLevel", "basicConfig", "disable",
-    "save_pretrained", "Trainer", "Fabric", "write_text", "write_bytes", "load_data",
+    "save_pretrained", "save_to_disk", "Trainer", "Fabric", "write_text", "write_bytes", "load_data",
 }) | _AUTO_DATASETS | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS | LIBRARY_FETCH_NAMES
 
 _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
@@ -147,6 +147,8 @@ class _Scanner(_Walker):
         self.device_vars: dict[str, ast.AST] = {}  # `device = torch.device("cuda", local_rank)`: name -> value
         self.device_inside: dict[str, tuple[str, ...]] = {}  # name -> the functions around its assignment
         self.device_maps: list[tuple[ast.Dict, tuple[str, ...]]] = []  # `device_map = {"": ...}`, where
+        self._handlers = 0  # except-handlers around the current node
+        self.destroys_outside_handlers = 0
         self.summed_ranks: set[str] = set()  # `args.rank = args.node_rank * ngpus_per_node + gpu`
         self._blocks: list[int] = []  # the open blocks (a statement's path: a move counts for a DDP under it)
         self._block_count = 0
@@ -212,10 +214,15 @@ class _Scanner(_Walker):
                 if any(_is_download_call(n) or _FETCH_NAME.search(_name_of(_dotted(n.func))) for n in calls):
                     state[4].add("*")
             state[3].clear()
-        # `if rank != 0: barrier()` ... work ... `if rank == 0: barrier()`: rank 0 goes first.
+        # `if rank != 0: barrier()` ... work ... `if rank == 0: barrier()`: rank 0 goes first through the
+        # work between the two; the second barrier ends that section.
         if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and not stmt.orelse and _calls_barrier(*stmt.body):
-            self._first += 1
-            state[1] += 1
+            if state[1] and not _all_but_one(stmt.test):
+                self._first -= state[1]
+                state[1] = 0
+            else:
+                self._first += 1
+                state[1] += 1
         if self._set_devices > before and (
                 not isinstance(stmt, _BRANCHING) or getattr(stmt, "_both_set_device", False)):
             self._path[-1] = True  # set_device ran on the path of everything after this statement
@@ -379,7 +386,9 @@ class _Scanner(_Walker):
         for h in node.handlers:
             unset = read if read and h.type is not None and "KeyError" in ast.dump(h.type) else frozenset()
             self._env_absent.append(unset)
+            self._handlers += 1
             self._block(h.body)
+            self._handlers -= 1
             self._env_absent.pop()
         self._block(node.orelse)
         self._block(node.finalbody)
@@ -390,6 +399,8 @@ class _Scanner(_Walker):
         self.short_names.add(short)
         if short == "barrier":
             self.barriers += 1
+        if short == "destroy_process_group" and not self._handlers:
+            self.destroys_outside_handlers += 1  # (one only in `except KeyboardInterrupt:` never runs on a normal end)
         if "cuda" in func.split(".") or func.endswith(".cuda"):
             self.cuda_call = True
         if func.endswith("set_epoch") or (isinstance(node.func, ast.Attribute) and node.func.attr == "set_epoch"):
@@ -451,27 +462,11 @@ class _Scanner(_Walker):
     def _note_local(self, node: ast.Import | ast.ImportFrom) -> None:
         """Compact mode: remember the names the script takes from its own project's modules (their
         calls are judged against what those modules do)."""
-        if self.script_dir is None:
-            return
-        from pathlib import Path
-
-        def local(name: str | None) -> bool:
-            if not name:
-                return False
-            rel = Path(*name.split("."))
-            return any((root / rel.with_suffix(".py")).is_file() or (root / rel / "__init__.py").is_file()
-                       for root in (self.script_dir, self.script_dir.parent, self.script_dir.parent.parent))
-
-        if isinstance(node, ast.ImportFrom):
-            if node.level or local(node.module) or any(local(f"{node.module}.{a.name}") for a in node.names):
-                if any(a.name == "*" for a in node.names):
-                    self.keep_plain = True  # `from utils import *`: any plain call may be one of its functions
-                self.local_names |= {a.asname or a.name for a in node.names}
-                self.local_roots |= {a.asname or a.name for a in node.names}
-        else:
-            for a in node.names:
-                if local(a.name):
-                    self.local_roots.add(a.asname or a.name.split(".")[0])
+        if self.script_dir is not None:
+            names, roots, star = _project_import(node, self.script_dir)
+            self.local_names |= names
+            self.local_roots |= roots
+            self.keep_plain = self.keep_plain or star  # `from utils import *`: any plain call may be one of its functions
 
     def first_functions(self) -> set[str]:
         """Resolve the `with` sections of the file's own rank-first context managers into `first`,
