@@ -74,3 +74,25 @@ def test_a_destroy_only_an_exception_reaches_is_no_destroy():
     """
     assert ("no-destroy-process-group", 6) in found(body)
     assert found(body.replace("    except KeyboardInterrupt:", "    finally:")) == []
+
+
+def test_a_cache_the_first_rank_fills_is_read_by_the_others():
+    body = """\
+    import os
+    from datasets import load_from_disk
+    dist.init_process_group("nccl")
+    with training_args.main_process_first(desc="tokenize"):
+        try:
+            data = load_from_disk("cache/tokenized")
+        except Exception:
+            data = load_dataset("json", data_files="train.jsonl")
+            data.save_to_disk("cache/tokenized")
+        if not os.path.exists("cache/vocab.json"):
+            with open("cache/vocab.json", "w") as f:
+                json.dump([], f)
+    dist.destroy_process_group()
+    """
+    assert found(body) == []
+    # outside a section one rank goes through first, every rank finds the cache missing at once
+    assert found(body.replace('    with training_args.main_process_first(desc="tokenize"):\n', "    if True:\n")) == [
+        ("save-on-every-rank", 13), ("save-on-every-rank", 15)]

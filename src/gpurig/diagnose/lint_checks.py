@@ -316,9 +316,10 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 add("hard-coded-rendezvous", default.value,
                     f"the rendezvous default {default.value.value!r} is fixed: two jobs on one machine collide ('Address already in use')",
                     "Default to env:// and let the launcher choose the port (`gpurig launch` / torchrun --master-port 0).")
-        if distributed and not guarded:
+        if distributed and not guarded and id(call) not in scan.cache_fills:
             # Under a rank that goes first (`with main_process_first():`, or a fetch done first): the
-            # others fetch from its cache after it, but what they write, every one of them writes.
+            # others fetch from its cache after it, but what they write, every one of them writes
+            # (unless they find it written: a cache filled where a load failed or a file is missing).
             goes_first = id(call) in scan.first or any(f in first_fns for f in scan.enclosing.get(id(call), ()))
             download = _kw(call, "download")
             pretrained = _kw(call, "pretrained")

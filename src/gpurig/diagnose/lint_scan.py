@@ -59,6 +59,12 @@ _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
 _RANK_FIRST = re.compile(r"(?:main_process|rank|zero|master)_first$|(?:^|\.)\w*(?:FileLock|file_lock)$")
 
 
+def _checks_a_file(test: ast.AST) -> bool:
+    """`os.path.exists(p)`, `not Path(p).is_file()` and the like: a test of whether a file is there."""
+    return any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ("exists", "isfile", "isdir", "is_file", "is_dir")
+               for n in ast.walk(test))
+
+
 def _walks_container(loop: ast.AST) -> bool:
     """A `for` over a literal collection, a dict's keys/values/items, or sorted(...) of one."""
     it = getattr(loop, "iter", None)
@@ -148,6 +154,10 @@ class _Scanner(_Walker):
         self.device_inside: dict[str, tuple[str, ...]] = {}  # name -> the functions around its assignment
         self.device_maps: list[tuple[ast.Dict, tuple[str, ...]]] = []  # `device_map = {"": ...}`, where
         self._handlers = 0  # except-handlers around the current node
+        self._cache_checks = 0  # file-existence checks around the current node, in a rank-first section
+        # Calls in a rank-first section that fill a cache the others then read (under `except` after a
+        # failed load, or under a check that the file exists): run by the first rank only.
+        self.cache_fills: set[int] = set()
         self.destroys_outside_handlers = 0
         self.summed_ranks: set[str] = set()  # `args.rank = args.node_rank * ngpus_per_node + gpu`
         self._blocks: list[int] = []  # the open blocks (a statement's path: a move counts for a DDP under it)
@@ -313,6 +323,10 @@ class _Scanner(_Walker):
         self._main += main
         one_body, one_else = _single_process_branch(node.test)
         self._guard += one_body
+        # `if not os.path.exists(cache): ... save(cache)`: in a section one rank goes through first,
+        # the others find what it wrote and skip the write.
+        checks_file = bool(self._first) and _checks_a_file(node.test)
+        self._cache_checks += checks_file
         body = self._block(node.body)
         self._guard -= one_body
         self._main -= main
@@ -327,6 +341,7 @@ class _Scanner(_Walker):
         self._guard += all_but_one + one_else
         orelse = self._block(node.orelse)  # `else` of a rank check is also one-rank code
         self._guard -= all_but_one + one_else
+        self._cache_checks -= checks_file
         if self._states:  # what rank 0 fetched before a barrier in a branch, the rest of this block finds
             self._states[-1][4] |= body[4] | orelse[4]
         self._env_absent.pop()
@@ -416,6 +431,8 @@ class _Scanner(_Walker):
             for name in self._pending:
                 self.first_pending.setdefault(name, set()).add(id(node))
             self.enclosing[id(node)] = tuple(self._functions)
+            if self._first and (self._handlers or self._cache_checks):
+                self.cache_fills.add(id(node))
             if self._main and not self._functions:
                 self.main_calls.add(id(node))
         if short == "spawn" and ("multiprocessing" in func or func.startswith("mp.")):
