@@ -25,7 +25,7 @@ CACHED = [name for name, entry in MANIFEST.items() if lc.present(entry)]
 # meets neither (docs/lint.md: 484 scripts since the fifth round of 2026-12-03); these floors keep
 # both parts from losing ground.
 DEV_PRECISION, DEV_RECALL = 0.92, 0.85
-TEST_PRECISION, TEST_RECALL = 0.84, 0.80
+TEST_PRECISION, TEST_RECALL = 0.84, 0.82
 
 
 def test_the_manifest_names_real_scripts_and_judged_mistakes():
