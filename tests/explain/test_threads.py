@@ -98,6 +98,21 @@ def test_distinctive_lines_skip_chatter_frames_and_the_launchers_table():
     assert lines[-1] == "launcher exitcode_m9" and len(lines) == 2
 
 
+def test_mpi_and_horovod_reports_that_a_rank_died_count_only_by_their_signal():
+    """mpirun's, Horovod's and torch.multiprocessing.spawn's reports that a rank ended are the same
+    in every failed run, like torchrun's table: only the signal is kept, as the exit code torchrun
+    would report, so the real error line decides which threads are close."""
+    log = ("[1,0]<stderr>:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+           "[1,1]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an exception on one of the "
+           "ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the ranks finished execution.\n"
+           "Primary job  terminated normally, but 1 process returned\n"
+           "mpirun noticed that process rank 0 with PID 21183 on node host01 exited on signal 9 (Killed).\n"
+           "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGSEGV\n")
+    lines = loglines.distinctive_lines(log)
+    assert lines == ["torch.outofmemoryerror: cuda out of memory. tried to allocate 0 gib",
+                     "launcher exitcode_m9", "launcher exitcode_m11"]
+
+
 def test_a_log_of_many_megabytes_keeps_its_first_and_last_errors():
     noise = "".join(f"[rank{r}]: UserWarning: step {i} is slow\n" for i in range(3000) for r in range(2))
     log = "RuntimeError: first failure here\n" + noise + "RuntimeError: CUDA error: an illegal memory access was encountered\n"

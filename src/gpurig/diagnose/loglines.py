@@ -20,14 +20,17 @@ _DISTINCTIVE = re.compile(  # applied to the lowercased text: a case-insensitive
 )
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+|^\s*\^+\s*$|^\s*~+\^*~*\s*$|^\s*at [\w.$]+\(')
 # A launcher's report that a worker ended (torchrun's ChildFailedError table, DeepSpeed's "exits
-# with return code"): the same in every failed run, whatever the cause. Only its exit code says
-# something (-9: killed, -11: segfault, ...), so that alone is kept, as one token.
+# with return code", mpirun's and Horovod's notices that a rank died, torch.multiprocessing.spawn's
+# ProcessExitedException): the same in every failed run, whatever the cause. Only its exit code or
+# signal says something (-9: killed, -11: segfault, ...), so that alone is kept, as one token.
 _LAUNCHER = re.compile(
     r"ChildFailedError|elastic/multiprocessing/api\.py|Sending process \d+ closing signal|"
     r"^\s*(?:\[\d+\]:?\s*)?(?:error_file|traceback|time|host|rank|exitcode|local_rank)\s*:|Root Cause \(first observed failure\)|"
     r"^\s*Failures:|To enable traceback see|torch\.distributed\.elastic|returned non-zero exit status|"
     r"Killing subprocess|exits? with return code|sigkill_handler|failed \(exitcode|No error file defined for parent|"
-    r"^\s*\S+\.py FAILED\s*$",
+    r"^\s*\S+\.py FAILED\s*$|mpirun noticed that process|Primary job\s+terminated normally|"
+    r"mpirun detected that one or more processes exited|Horovod has been shut down|ProcessExitedException|"
+    r"process \d+ terminated with (?:exit code|signal)",
     re.I | re.M,
 )
 # Lines torch and the launchers print around any failure: they say nothing about which one.
@@ -37,7 +40,8 @@ _BOILERPLATE = re.compile(
     r"^\s*warnings\.warn\(|^\s*\*{5,}\s*$",
     re.M,
 )
-_EXIT_CODE = re.compile(r"(?:exit ?code|return code|exit status)\s*[:=]?\s*(-?\d+)", re.I)
+_EXIT_CODE = re.compile(r"(?:exit ?code|return code|exit status)\s*[:=]?\s*(-?\d+)|(?:exited on|with) signal (\d+|SIG[A-Z]+)", re.I)
+_SIGNALS = {"SIGHUP": "1", "SIGINT": "2", "SIGABRT": "6", "SIGBUS": "7", "SIGKILL": "9", "SIGSEGV": "11", "SIGTERM": "15"}
 _INFO = re.compile(r"\bNCCL INFO\b|\bI\d{4} \d\d:\d\d|^\s*\d+%\|")
 _PREFIXES = re.compile(
     r"^\s*(?:\[(?:rank|default|stderr|stdout)?\s*\d+\]:?\s*|\d+:\s+|rank\d+:\s*|\[\d+,\s*\d+\]<\w+>:\s*|"
@@ -104,7 +108,9 @@ def distinctive(text: str, limit: int = 80) -> list[tuple[str, str]]:
         if _LAUNCHER.search(raw):
             code = _EXIT_CODE.search(raw)
             if code:
-                seen.setdefault(f"launcher exitcode_{code.group(1).replace('-', 'm')}", raw.strip())
+                # a signal N is what torchrun reports as exit code -N
+                value = code.group(1) or "-" + _SIGNALS.get(code.group(2).upper(), code.group(2))
+                seen.setdefault(f"launcher exitcode_{value.replace('-', 'm')}", raw.strip())
             continue
         norm = normalise_line(raw)
         if len(TOKEN.findall(norm)) >= 2:
