@@ -187,3 +187,18 @@ def test_an_entry_no_real_thread_has_confirmed_is_never_sure():
     proven = next(e for e in load_catalogue() if record.get(e.id, (0, 0))[0] >= 10 and e.role == "primary")
     answered, right = record[proven.id]
     assert abs(entry_confidence(proven) - (right + 4 * proven.confidence) / (answered + 4)) < 0.001
+
+
+def test_a_launcher_stopped_from_outside_is_read_as_a_casualty_not_a_hangup():
+    # The elastic agent got SIGTERM (a scheduler, an orchestrator, a kill): nothing failed in the
+    # job's ranks, and it is not the SIGHUP of a closed terminal.
+    log = ("[default0]:12:13:46    INFO Starting training step 0\n"
+           "W1130 12:13:49.388000 124326 torch/distributed/elastic/agent/server/api.py:723] Received 15 death signal, "
+           "shutting down workers\n"
+           "W1130 12:13:49.389000 124326 torch/distributed/elastic/multiprocessing/api.py:900] Sending process 124533 "
+           "closing signal SIGTERM\n")
+    result = explain_text(log)
+    assert [m.id for m in result.matches][:1] == ["worker-terminated-by-launcher"]
+    hangup = explain_text("W0616 00:37:22.830000 4015698 torch/distributed/elastic/agent/server/api.py:719] "
+                          "Received Signals.SIGHUP death signal, shutting down workers\n")
+    assert hangup.matches[0].id == "launcher-sighup-session-closed"
