@@ -14,10 +14,9 @@ from gpurig.diagnose.lint_devices import RankDevices, report
 from gpurig.diagnose.lint_guards import _holds_global_rank, _mentions_rank, _runs_on_every_rank
 from gpurig.diagnose.lint_modules import (
     _fetches_by_library,
-    _foreign_names,
+    _imported_names_by_origin,
     _library_fetchers,
     _local_modules,
-    _project_names,
 )
 from gpurig.diagnose.lint_nodes import (
     _AUTO_DATASETS,
@@ -217,8 +216,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     rank_names, given_local_rank, is_global_rank = devices.rank_names, devices.given_local_rank, devices.is_global_rank
 
     report(devices, add)
-    foreign = _foreign_names(scan.imports, path)
-    project_names = _project_names(scan.imports, path)  # `from data_utils import load_dataset`: the project's own
+    # library names, and the project's own (`from data_utils import load_dataset`: judged by its body)
+    foreign, project_names = _imported_names_by_origin(scan.imports, path)
     lib_fetchers = _library_fetchers(scan.imports)  # lpips.LPIPS, FrechetInceptionDistance, ...
     for call, func, guarded in calls:
         short = _name_of(func)

@@ -90,21 +90,11 @@ def _project_roots(path) -> tuple:
     return base, base.parent, base.parent.parent
 
 
-def _foreign_names(imports, path) -> set[str]:
-    """Names the script binds by importing from outside its project (`from omegaconf import
-    OmegaConf`, `import json`, `import numpy as np`): a call through one (`OmegaConf.load(cfg)`) is
-    none of the project's helpers, whatever its name."""
-    return _imported_names_by_origin(imports, path)[0]
-
-
-def _project_names(imports, path) -> set[str]:
-    """Names the script takes from its own project's modules (`from data_utils import load_dataset`):
-    a call of one is the project's function, judged by its body, whatever a library calls its own."""
-    return _imported_names_by_origin(imports, path)[1]
-
-
 def _imported_names_by_origin(imports, path) -> tuple[set[str], set[str]]:
-    """(names imported from libraries and the standard library, names imported from the project)."""
+    """(names the script binds by importing from outside its project, names it takes from its own
+    project's modules). A call through a library name (`OmegaConf.load(cfg)`, `json.load`) is none of
+    the project's helpers, whatever its name; a call of a project name (`from data_utils import
+    load_dataset`) is the project's function, judged by its body, whatever a library calls its own."""
     import sys
 
     roots = _project_roots(path)
