@@ -96,3 +96,18 @@ def test_a_cache_the_first_rank_fills_is_read_by_the_others():
     # outside a section one rank goes through first, every rank finds the cache missing at once
     assert found(body.replace('    with training_args.main_process_first(desc="tokenize"):\n', "    if True:\n")) == [
         ("save-on-every-rank", 13), ("save-on-every-rank", 15)]
+
+
+def test_a_destroy_in_a_cleanup_function_nothing_calls_is_no_destroy():
+    body = """\
+    def cleanup():
+        dist.destroy_process_group()
+
+    def main():
+        dist.init_process_group("nccl")
+        torch.zeros(1)
+
+    main()
+    """
+    assert ("no-destroy-process-group", 9) in found(body)
+    assert found(body.replace("    torch.zeros(1)\n", "    torch.zeros(1)\n    cleanup()\n")) == []

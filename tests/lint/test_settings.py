@@ -96,3 +96,45 @@ def test_init_method_from_a_yaml_setting_left_to_the_environment(tmp_path):
 def test_a_fixed_option_default_is_the_one_finding_for_its_setting(tmp_path):
     # the script's own --dist-url default is reported; the config fixing the same setting is the same mistake
     assert rendezvous(yaml_project(tmp_path, "tcp://localhost:10000", option_default="tcp://127.0.0.1:23456")) == [13]
+
+
+HF_SCRIPT = """\
+from dataclasses import dataclass, field
+from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(default=None)
+
+def main():
+    parser = HfArgumentParser((ModelArguments, TrainingArguments))
+    model_args, training_args = parser.parse_args_into_dataclasses()
+    model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
+    Trainer(model=model, args=training_args).train()
+
+main()
+"""
+
+
+def launched_project(tmp_path, value: str):
+    entry = tmp_path / "train" / "src"
+    entry.mkdir(parents=True)
+    (entry / "sft.py").write_text(HF_SCRIPT)
+    scripts = tmp_path / "train" / "scripts"
+    scripts.mkdir()
+    (scripts / "run_sft.sh").write_text(f"model_name_or_path={value}  # or another\n"
+                                        "torchrun --nproc_per_node 8 src/sft.py \\\n"
+                                        "    --model_name_or_path ${model_name_or_path} \\\n    --output_dir out\n")
+    return entry / "sft.py"
+
+
+def downloads(script) -> list[int]:
+    return [f.line for f in lint_file(script) if f.id == "download-on-every-rank"]
+
+
+def test_a_model_the_shipped_launch_script_gives_as_a_local_folder_is_no_download(tmp_path):
+    assert downloads(launched_project(tmp_path, "/path_to_llm/hf_llama_7b/")) == []
+
+
+def test_a_model_the_shipped_launch_script_gives_as_a_hub_id_is_a_download(tmp_path):
+    assert downloads(launched_project(tmp_path, "meta-llama/Llama-2-7b-hf")) == [11]

@@ -49,3 +49,16 @@ def test_without_a_command_line_parser_it_is_not_judged_a_launched_script():
     plain = SCRIPT.replace("    parser = HfArgumentParser((Seq2SeqTrainingArguments,))\n    (training_args,) = "
                            "parser.parse_args_into_dataclasses()\n", "    training_args = Seq2SeqTrainingArguments('out')\n")
     assert found(plain) == []
+
+
+def test_accelerates_process_index_compared_with_zero_picks_one_rank():
+    source = """\
+    import torch
+    from accelerate import Accelerator
+
+    accelerator = Accelerator()
+    if accelerator.local_process_index == 0:
+        torch.save({}, "ckpt/last.pt")
+    torch.save({}, "ckpt/every.pt")
+    """
+    assert [f for f in found(source) if f[0] == "save-on-every-rank"] == [("save-on-every-rank", 7)]

@@ -43,6 +43,7 @@ from gpurig.diagnose.lint_nodes import (
 )
 from gpurig.diagnose.lint_project import (
     _fixed_init_functions,
+    _fixed_option_names,
     _fixed_port_functions,
     _fixed_rendezvous_settings,
     _import_time_fetches,
@@ -74,6 +75,18 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     findings: list[LintFinding] = []
     modules = _local_modules(None, path, scan.imports)
     folder = scan.script_dir or (Path(path).resolve().parent if path else None)  # the script's own folder
+    launched: list[dict[str, set]] = []
+
+    def settings_with_launch() -> dict[str, set]:
+        """The script's own settings, and the values the shell scripts shipped with it pass to its
+        options (`--model_name_or_path ./checkpoints/deplot`): read once, where a fetch depends on them."""
+        if not launched:
+            from gpurig.diagnose.lint_read import shipped_options
+
+            # (a value given on the command line replaces the option's default)
+            launched.append({**scan.settings, **shipped_options(folder)})
+        return launched[0]
+
     starts: list = []  # where each line begins, made at the first finding (a big file's lines are not split)
 
     def line_text(n: int) -> str:
@@ -153,12 +166,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
 
         fixed_settings = _fixed_rendezvous_settings(modules, project_configs(folder))
 
-    # Options the script itself defaults to a fixed address (`--dist-url tcp://127.0.0.1:11111`): that
-    # default is reported, and a config setting the same option is the same mistake, not a second.
-    fixed_options = {a.value.lstrip("-").replace("-", "_") for c, f, _ in calls if _name_of(f) == "add_argument"
-                     and _kw(c, "default") is not None and isinstance(_kw(c, "default").value, ast.Constant)
-                     and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", str(_kw(c, "default").value.value))
-                     for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str)} if fixed_settings else set()
+    # Options the script itself defaults to a fixed address: that default is reported, and a config
+    # setting the same option is the same mistake, not a second.
+    fixed_options = _fixed_option_names(calls) if fixed_settings else set()
 
     def never_run(call: ast.Call) -> bool:
         """In a function of this file that nothing in it calls or names: not run by this script."""
@@ -166,6 +176,11 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         # (`__init__` and the other special methods run without being named: building the object runs them)
         return bool(inside) and inside[-1] in scan.defined and inside[-1] not in scan.referenced \
             and not (inside[-1].startswith("__") and inside[-1].endswith("__"))
+
+    # Every destroy in a function of this file nothing calls (`def cleanup(): destroy_process_group()`
+    # defined and forgotten): the group is never destroyed.
+    if destroys and all(never_run(c) for c in destroys):
+        names = names - {"destroy_process_group"}
 
     def set_device_before(call: ast.Call) -> bool:
         """Whether torch.cuda.set_device ran on every path that reaches `call`: in a statement
@@ -326,7 +341,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             head = func.rpartition(".")[0]
             own = (head, short) in scan.own_methods or (head in ("self", "cls") and short in scan.defined)
             fetches = (short in _DOWNLOADERS and not own and func not in project_names and not _reads_local_files(call)
-                       and not _set_to_local_path(call, scan.settings)) \
+                       and not (short == "from_pretrained" and _set_to_local_path(call, settings_with_launch()))) \
                 or _named_fetch(call) or (short in _AUTO_DATASETS and short not in scan.defined and short not in parent_built) \
                 or (short not in scan.defined and _fetches_by_library(call, lib_fetchers))
             # (`pretrained=pretrained` where the script only ever sets `pretrained = False`: off)

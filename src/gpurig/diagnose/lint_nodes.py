@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 RANK_WORDS = ("rank", "is_main", "main_process", "master", "is_master", "is_primary", "primary", "local_zero", "global_zero", "process_zero",
+              "process_index",  # Accelerate's (local_)process_index == 0
               "is_root", "root_worker", "is_chief")
 RANK_NAMES = {"main", "leader", "is_leader", "zero"}  # whole names that only make sense as "the rank that speaks"
 # Names of the process's GPU index: `if gpu == 0` / `if self.gpu_id == 0` picks one process as well.
@@ -361,3 +362,19 @@ def _setting_name(value: ast.AST) -> str | None:
     if isinstance(value, (ast.Attribute, ast.Name)):
         return _dotted(value).rpartition(".")[2] or None
     return None
+
+
+def _checks_a_file(test: ast.AST) -> bool:
+    """`os.path.exists(p)`, `not Path(p).is_file()` and the like: a test of whether a file is there."""
+    return any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ("exists", "isfile", "isdir", "is_file", "is_dir")
+               for n in ast.walk(test))
+
+
+def _walks_container(loop: ast.AST) -> bool:
+    """A `for` over a literal collection, a dict's keys/values/items, or sorted(...) of one."""
+    it = getattr(loop, "iter", None)
+    if isinstance(it, ast.Call) and _name_of(_dotted(it.func)) in ("sorted", "reversed") and it.args:
+        it = it.args[0]
+    if isinstance(it, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Constant)):
+        return True
+    return isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "keys", "values")

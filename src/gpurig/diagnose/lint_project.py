@@ -383,6 +383,15 @@ def _fixed_rendezvous_settings(modules: list, configs=()) -> dict[str, str]:
     return out
 
 
+def _fixed_option_names(calls: list) -> set[str]:
+    """The options a script's own argparse defaults to a fixed address or port (`--dist-url
+    tcp://127.0.0.1:11111`, `--port 12355`), by attribute name (`dist_url`)."""
+    return {a.value.lstrip("-").replace("-", "_") for c, f, _ in calls if _name_of(f) == "add_argument"
+            and _kw(c, "default") is not None and isinstance(_kw(c, "default").value, ast.Constant)
+            and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", str(_kw(c, "default").value.value))
+            for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+
+
 def _json_rendezvous(configs) -> dict[str, str]:
     """`"dist_url": "tcp://localhost:54321"` in every JSON config shipped with the script that names
     one (`configs`: (file name, parsed JSON) pairs, see lint_read.project_configs): key -> where."""

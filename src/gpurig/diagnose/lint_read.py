@@ -180,3 +180,40 @@ def project_configs(folder) -> list[tuple[str, object]]:
             except unreadable:
                 continue
     return out
+
+
+_SH_VARIABLE = re.compile(r"""^\s*(?:export\s+)?([A-Za-z_]\w*)=("[^"\n]*"|'[^'\n]*'|[^\s#;]*)""", re.M)
+_SH_OPTION = re.compile(r"""--([A-Za-z][\w-]*)(?:=|[ \t]+)("[^"\n]*"|'[^'\n]*'|[^\s\\;]+)""")
+
+
+def shipped_options(folder) -> dict[str, set[str]]:
+    """The values the shell scripts shipped with a script give its options (`--model_name_or_path
+    ./checkpoints/deplot`, or `$model_name_or_path` set earlier in the file): option (as its
+    attribute name, `model_name_or_path`) -> every value given. Read from the .sh files in the
+    script's folder and the two above it (the project's root, as its imports are looked for), and a
+    scripts/ folder of each (30 files, under 200 kB each); commented-out launch lines count, as the
+    project's documentation of its launch."""
+    from pathlib import Path
+
+    if folder is None:
+        return {}
+    base = Path(folder)
+    files: list = []
+    for d in (root / sub for root in (base, base.parent, base.parent.parent) for sub in ("", "scripts")):
+        try:
+            files += sorted(f for f in d.glob("*.sh") if f.is_file() and f.stat().st_size < 200_000)
+        except OSError:
+            continue
+    out: dict[str, set[str]] = {}
+    for f in files[:30]:
+        try:
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        variables = {name: value.strip("\"'") for name, value in _SH_VARIABLE.findall(text)}
+        for option, value in _SH_OPTION.findall(text):
+            value = value.strip("\"'")
+            name = re.fullmatch(r"\$\{?(\w+)\}?", value)
+            value = variables.get(name.group(1), value) if name else value
+            out.setdefault(option.replace("-", "_"), set()).add(value)
+    return out

@@ -31,6 +31,7 @@ from gpurig.diagnose.lint_nodes import (
     _SILENCERS,
     OUTPUT_LOG_METHODS,
     _calls_barrier,
+    _checks_a_file,
     _constant_defaults,
     _dotted,
     _kw,
@@ -41,6 +42,7 @@ from gpurig.diagnose.lint_nodes import (
     _port_param,
     _sampler_shuffle,
     _Walker,
+    _walks_container,
 )
 from gpurig.diagnose.lint_project import _is_download_call
 
@@ -57,22 +59,6 @@ _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
 # A context manager that lets one rank run its body first while the others wait for it.
 # A file lock serializes the ranks the same way: the first downloads, the others find the files.
 _RANK_FIRST = re.compile(r"(?:main_process|rank|zero|master)_first$|(?:^|\.)\w*(?:FileLock|file_lock)$")
-
-
-def _checks_a_file(test: ast.AST) -> bool:
-    """`os.path.exists(p)`, `not Path(p).is_file()` and the like: a test of whether a file is there."""
-    return any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ("exists", "isfile", "isdir", "is_file", "is_dir")
-               for n in ast.walk(test))
-
-
-def _walks_container(loop: ast.AST) -> bool:
-    """A `for` over a literal collection, a dict's keys/values/items, or sorted(...) of one."""
-    it = getattr(loop, "iter", None)
-    if isinstance(it, ast.Call) and _name_of(_dotted(it.func)) in ("sorted", "reversed") and it.args:
-        it = it.args[0]
-    if isinstance(it, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Constant)):
-        return True
-    return isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "keys", "values")
 
 
 _FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute, ast.IfExp)
