@@ -130,21 +130,82 @@ def test_index_answers_with_the_closest_resolved_case_and_its_url():
     assert th.ThreadIndex(cases).search("epoch 1 loss 0.5\nepoch 2 loss 0.4\n") == []
 
 
-def test_calibration_is_current_and_monotone():
-    shipped = list(th.load_calibration())
+def test_calibration_is_current_monotone_and_never_sure():
+    shipped = th.load_calibration()
     dev = [c for c in th.load_cases() if c.split == "dev"]
-    fresh = sorted(th.calibration_table(th.leave_one_out(dev)), reverse=True)
-    assert shipped == fresh, "run `python -m gpurig.diagnose.threads calibrate` after changing the threads"
-    rights = [r for _, r in sorted(shipped)]
-    assert rights == sorted(rights)
-    assert th.calibrated(10.0) == shipped[0][1] and th.calibrated(-1.0) == 0.0
+    assert shipped == th.fit_calibration(th.leave_one_out(dev)), \
+        "run `python -m gpurig.diagnose.threads calibrate` after changing the threads"
+    grid = [i / 200 for i in range(-20, 221)]
+    values = [th.calibrated(s) for s in grid]
+    assert values == sorted(values) and all(0 <= v <= 1 for v in values)
+    # The best-scored development answers were right about three times in four: no thread is sure.
+    assert max(values) == shipped.cap < th.SURE
+    assert th.calibrated(-1.0) == th.calibrated(shipped.low) and th.calibrated(10.0) == th.calibrated(shipped.high)
 
 
-def test_calibration_pools_bins_that_go_down():
-    pairs = [(0.1, False)] * 10 + [(0.5, True)] * 8 + [(0.5, False)] * 2 + [(0.9, True)] * 5 + [(0.9, False)] * 5
-    table = th.calibration_table(pairs, bins=3)
-    rights = [r for _, r in table]
-    assert rights == sorted(rights) and len(table) == 2  # 0.5 (8/10) and 0.9 (5/10) pooled
+def _logistic_pairs(n: int, seed: int, a: float = 1.5, b: float = 1.7) -> list[tuple[float, bool]]:
+    """(score, right) pairs drawn like the development answers: right with a logistic chance in log(score)."""
+    import math
+    import random
+
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        score = round(rnd.uniform(0.02, 0.9), 4)
+        p = 1 / (1 + math.exp(-(a * math.log(score + th.EPS) + b)))
+        out.append((score, rnd.random() < p))
+    return out
+
+
+def test_calibration_is_the_logistic_curve_of_greatest_likelihood():
+    pairs = _logistic_pairs(300, seed=1)
+    fit = th.fit_calibration(pairs)
+    assert fit.a > 0 and fit.low == min(s for s, _ in pairs) and fit.high == max(s for s, _ in pairs)
+    # The greatest likelihood: the gradient of the log-likelihood is zero there, and moving away lowers it.
+    import math
+
+    def loglik(a: float, b: float) -> float:
+        zs = [(a * math.log(s + th.EPS) + b, ok) for s, ok in pairs]
+        return sum(-math.log1p(math.exp(-z)) if ok else -math.log1p(math.exp(z)) for z, ok in zs)
+
+    best = loglik(fit.a, fit.b)
+    for da, db in ((1e-2, 0), (-1e-2, 0), (0, 1e-2), (0, -1e-2)):
+        assert loglik(fit.a + da, fit.b + db) < best
+    assert abs(fit.a - 1.5) < 0.6 and abs(fit.b - 1.7) < 0.8  # near the curve the pairs were drawn from
+
+
+def test_calibration_moves_little_when_a_few_answers_change():
+    """Equal-count bins moved their edges whenever a few answers changed, and about fifty thread
+    answers went from offered to nothing across the floor; one curve through every answer moves
+    its floor by a little."""
+    pairs = _logistic_pairs(266, seed=2)
+    base = th.fit_calibration(pairs)
+    for seed in range(5):
+        import random
+
+        fewer = list(pairs)
+        random.Random(seed).shuffle(fewer)
+        fit = th.fit_calibration(fewer[8:])  # eight answers fewer, as when the catalogue learns a wording
+        assert max(abs(fit(s / 100) - base(s / 100)) for s in range(2, 90)) < 0.03
+        assert th.score_for(th.FLOOR, fit) == pytest.approx(th.score_for(th.FLOOR, base), abs=0.015)
+
+
+def test_a_thread_is_sure_only_where_the_best_scored_answers_were_right_that_often():
+    # The curve climbs past SURE at the top, but the best-scored sixth was right 3 times in 4.
+    lower = [(s / 100, s >= 30) for s in range(1, 51)] * 2
+    fit = th.fit_calibration(lower + [(0.9, True)] * 15 + [(0.9, False)] * 5)  # the top sixth: 20 answers
+    assert fit.cap == pytest.approx((15 + 1) / (20 + 2), abs=1e-3) and fit._replace(cap=1.0)(0.9) >= th.SURE
+    assert max(fit(s / 100) for s in range(101)) < th.SURE
+    # Right every time at the top: the data say sure.
+    sure = th.fit_calibration(lower + [(0.9, True)] * 40)
+    assert sure(0.9) >= th.SURE
+
+
+def test_calibration_without_signal_is_the_share_right():
+    fit = th.fit_calibration([(0.1, True), (0.9, False), (0.5, True), (0.5, False)])  # right less often higher up
+    flat = fit._replace(cap=1.0)
+    assert fit.a == 0 and flat(0.1) == flat(0.9) == pytest.approx(0.5)  # the share right, add-one smoothed
+    assert th.fit_calibration([]) is None and th.calibrated(0.3, ()) == 0.3
 
 
 def test_development_and_test_rates(rates, record_property):

@@ -5,9 +5,9 @@ each reduced to the error text as it was pasted, the cause the thread establishe
 URL. A log is compared with them over its *distinctive lines* (the lines that say something went
 wrong), normalised so that numbers, paths, addresses, hosts and rank prefixes do not count, and
 ranked with BM25 (the `rank_bm25` package). The closest cases vote for a cause class; the answer
-is the best case of the winning class, with a confidence read from a calibration table measured
-on the development threads (`calibration.toml`: of answers with this score, how many were right),
-on the logs a thread may answer first: those the catalogue does not explain itself.
+is the best case of the winning class, with a confidence read from a calibration measured on the
+development threads (`calibration.toml`: a logistic curve from score to the share of answers
+right), on the logs a thread may answer first: those the catalogue does not explain itself.
 
 The threads are split once, by a hash of their URL, into a development part (tuned on) and a
 test part (only measured on); see `split_of`.
@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpurig.diagnose.loglines import TOKEN, distinctive, line_tokens, tokens_of, tokens_of_title
 
@@ -36,6 +37,8 @@ TEST_EVERY = 5  # one thread in five is held out for measuring
 VOTERS = 7
 FLOOR = 0.25
 ALTERNATIVE = 0.15  # the least confidence of a thread offered as another possible cause, after a first answer
+EPS = 0.01  # calibration: a score enters the logistic curve as log(score + EPS)
+TOP_PART = 6  # calibration: no answer surer than the highest-scoring sixth of the answers were right
 
 
 
@@ -186,15 +189,34 @@ def load_cases() -> tuple[Case, ...]:
     return tuple(cases)
 
 
+class Calibration(NamedTuple):
+    """Score -> share of answers right: a logistic curve in log(score + EPS) (Platt scaling), read
+    only within the scores the development answers had (`low`..`high`) and never above `cap`."""
+
+    a: float
+    b: float
+    low: float
+    high: float
+    cap: float
+
+    def __call__(self, score: float) -> float:
+        return min(_sigmoid(self.a * math.log(min(max(score, self.low), self.high) + EPS) + self.b), self.cap)
+
+
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+
 @lru_cache(maxsize=1)
-def load_calibration() -> tuple[tuple[float, float], ...]:
-    """(least score, share of answers right) pairs, highest score first."""
+def load_calibration() -> Calibration | None:
+    """The calibration `calibrate` wrote (None when calibration.toml is missing)."""
     path = _threads_dir().joinpath("calibration.toml")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return ()
-    return tuple(sorted(((float(b["score"]), float(b["right"])) for b in data.get("bin", [])), reverse=True))
+        return None
+    fit = data.get("logistic")
+    return Calibration(*(float(fit[k]) for k in Calibration._fields)) if fit else None
 
 
 @lru_cache(maxsize=1)
@@ -239,12 +261,11 @@ def write_entry_record(path, cases: Sequence[Case]) -> dict[str, tuple[int, int]
     return {k: (v[0], v[1]) for k, v in record.items()}
 
 
-def calibrated(score: float, table: Sequence[tuple[float, float]] | None = None) -> float:
-    table = load_calibration() if table is None else table
-    for least, right in table:
-        if score >= least:
-            return right
-    return 0.0 if table else min(score, 0.5)
+def calibrated(score: float, calibration: Calibration | None | tuple = None) -> float:
+    """The share of answers with this score that were right (None: the shipped calibration; an
+    empty value: none, the raw score up to 0.5)."""
+    calibration = load_calibration() if calibration is None else calibration
+    return calibration(score) if calibration else min(score, 0.5)
 
 
 # --- the index ----------------------------------------------------------------------------------
@@ -271,7 +292,7 @@ class ThreadIndex:
         self.cases = [c for c in cases if c.tokens]
         self.bm25 = BM25Okapi([c.tokens for c in self.cases]) if self.cases else None
 
-    def search(self, text: str, exclude: str | None = None, table: Sequence[tuple[float, float]] | None = None,
+    def search(self, text: str, exclude: str | None = None, calibration: Calibration | None | tuple = None,
                classes: int = 3) -> list[Hit]:
         """The closest case of each of the `classes` classes with the most votes, best first."""
         lines = distinctive(text)
@@ -295,7 +316,7 @@ class ThreadIndex:
             share = votes[cls] / total
             overlap = len(words & case_words) / max(1, len(case_words))
             score = round(share * overlap, 4)
-            hits.append(Hit(case=case, score=score, confidence=calibrated(score, table), share=share,
+            hits.append(Hit(case=case, score=score, confidence=calibrated(score, calibration), share=share,
                             overlap=overlap, evidence=_evidence(lines, case_words)))
         return hits
 
@@ -337,41 +358,70 @@ def leave_one_out(cases: Sequence[Case]) -> list[tuple[float, bool]]:
     for case in cases:
         if any(m.role in ("primary", "timeout") and m.id not in GENERIC for m in match_catalogue(case.log)):
             continue
-        hits = index.search(case.log, exclude=case.id, table=(), classes=1)
+        hits = index.search(case.log, exclude=case.id, calibration=(), classes=1)
         if hits:
             out.append((hits[0].score, hits[0].case.cls == case.cls))
     return out
 
 
-def calibration_table(pairs: Sequence[tuple[float, bool]], bins: int = 6) -> list[tuple[float, float]]:
-    """Equal-count score bins -> the share right in each (add-one smoothed), made monotone:
-    adjacent bins where a higher score was right less often are pooled (isotonic regression)."""
-    pairs = sorted(pairs)
+def fit_calibration(pairs: Sequence[tuple[float, bool]]) -> Calibration | None:
+    """Platt scaling: the logistic curve p = 1 / (1 + exp(-(a * log(score + EPS) + b))) of the
+    greatest likelihood for the (score, right) pairs, found by Newton's method (two parameters, no
+    library needed). One smooth curve through every answer, where bins of answers moved their
+    edges, and an answer's confidence with them, whenever a few answers changed. The curve is read
+    only within the scores seen, and never above `cap`: the share right (add-one smoothed) of the
+    highest-scoring sixth of the answers, so that a thread is presented as sure (SURE) only where
+    the best-scored answers were right that often."""
     if not pairs:
-        return []
-    size = max(1, len(pairs) // bins)
-    chunks = [list(pairs[i: i + size]) for i in range(0, len(pairs), size)]
-    if len(chunks) > 1 and len(chunks[-1]) < size // 2:
-        chunks[-2].extend(chunks.pop())
-    pooled: list[list] = []  # [least score, right, count]
-    for k, chunk in enumerate(chunks):
-        least, right, n = (chunk[0][0] if k else 0.0), sum(1 for _, ok in chunk if ok), len(chunk)
-        while pooled and pooled[-1][1] / pooled[-1][2] > right / n:
-            prev = pooled.pop()
-            least, right, n = prev[0], prev[1] + right, prev[2] + n
-        pooled.append([least, right, n])
-    return [(round(least, 4), round((right + 1) / (n + 2), 3)) for least, right, n in pooled]
+        return None
+    xs = [math.log(score + EPS) for score, _ in pairs]
+    ys = [1.0 if ok else 0.0 for _, ok in pairs]
+    share = (sum(ys) + 1) / (len(ys) + 2)
+    a, b = 0.0, math.log(share / (1 - share))
+    for _ in range(100):
+        ga = gb = haa = hab = hbb = 0.0
+        for x, y in zip(xs, ys, strict=True):
+            p = _sigmoid(a * x + b)
+            w = p * (1 - p)
+            ga, gb = ga + (y - p) * x, gb + (y - p)
+            haa, hab, hbb = haa + w * x * x, hab + w * x, hbb + w
+        det = haa * hbb - hab * hab
+        if det <= 1e-12:
+            break
+        da, db = (hbb * ga - hab * gb) / det, (haa * gb - hab * ga) / det
+        a, b = a + da, b + db
+        if abs(da) + abs(db) < 1e-10:
+            break
+    if not a > 0:  # a higher score not more often right: the share right, whatever the score
+        a, b = 0.0, math.log(share / (1 - share))
+    scores = sorted(pairs)
+    top = scores[-max(1, len(scores) // TOP_PART):]
+    cap = (sum(1 for _, ok in top if ok) + 1) / (len(top) + 2)
+    return Calibration(a=round(a, 6), b=round(b, 6), low=scores[0][0], high=scores[-1][0], cap=round(cap, 4))
 
 
-def write_calibration(path, cases: Sequence[Case]) -> list[tuple[float, float]]:
+def write_calibration(path, cases: Sequence[Case]) -> Calibration | None:
     dev = [c for c in cases if c.split == "dev"]
-    table = calibration_table(leave_one_out(dev))
-    lines = ["# Written by `python -m gpurig.diagnose.threads calibrate`: leave-one-out over the development",
-             f"# threads ({len(dev)}); an answer scoring at least `score` was right this share of the time.", ""]
-    for least, right in sorted(table, reverse=True):
-        lines += ["[[bin]]", f"score = {least}", f"right = {right}", ""]
+    pairs = leave_one_out(dev)
+    fit = fit_calibration(pairs)
+    lines = ["# Written by `python -m gpurig.diagnose.threads calibrate`: Platt scaling of the leave-one-out",
+             f"# answers of the development threads ({len(dev)} threads, {len(pairs)} answers on logs the catalogue",
+             "# leaves to the threads): confidence = min(cap, 1 / (1 + exp(-(a * log(score + 0.01) + b)))),",
+             "# the score clipped to low..high.", ""]
+    if fit is not None:
+        lines += ["[logistic]"] + [f"{k} = {getattr(fit, k)}" for k in Calibration._fields] + [""]
     path.write_text("\n".join(lines), encoding="utf-8")
-    return table
+    return fit
+
+
+def score_for(confidence: float, calibration: Calibration) -> float | None:
+    """The least score calibrated to at least `confidence` (None: no score reaches it)."""
+    if calibration(calibration.high) < confidence:
+        return None
+    if calibration.a <= 0:
+        return calibration.low
+    x = (math.log(confidence / (1 - confidence)) - calibration.b) / calibration.a
+    return min(max(math.exp(x) - EPS, calibration.low), calibration.high)
 
 
 ENTRY_RECORD_FILE = "catalogue.toml"
@@ -456,8 +506,11 @@ def main(argv: list[str] | None = None) -> int:
         Path(str(_threads_dir().joinpath(TOKENS_FILE))).write_text(
             json.dumps({"key": tokens_key(pairs), "tokens": tokens}, separators=(",", ":")) + "\n", encoding="utf-8")
         path = Path(str(_threads_dir().joinpath("calibration.toml")))
-        for least, right in write_calibration(path, cases):
-            print(f"score >= {least:.4f}: right {right:.0%}")
+        fit = write_calibration(path, cases)
+        if fit is not None:
+            print(f"calibration: a {fit.a}, b {fit.b}, scores {fit.low}..{fit.high}, at most {fit.cap}; "
+                  + ", ".join(f"{p:.0%} from score {s:.3f}" if (s := score_for(p, fit)) is not None else f"never {p:.0%}"
+                              for p in (ALTERNATIVE, FLOOR, 0.5, SURE)))
         record = write_entry_record(Path(str(_threads_dir().joinpath(ENTRY_RECORD_FILE))), cases)
         low = sorted((r / a, k, a) for k, (a, r) in record.items() if a >= 3 and r / a < 0.7)
         print(f"catalogue entries: {len(record)} matched development threads; right under 70% of the time: "
