@@ -89,6 +89,18 @@ REFERENCE_ROWS = [
     ("  exitcode  : -6 (pid: 77)", "worker-aborted"),
     ("  exitcode  : -11 (pid: 77)", "worker-segfault"),
     ("  exitcode  : -7 (pid: 77)", "shared-memory-bus-error"),
+    # Older and other wordings of the same causes, as real logs print them.
+    ("ValueError: `FlatParameter` requires uniform `requires_grad`", "fsdp-mixed-dtype"),
+    ("RuntimeError: PyTorch built without distributed support", "torch-distributed-unavailable"),
+    ("RuntimeError: arguments are located on different GPUs at /pytorch/aten/src/THC/generic/THCTensorMathBlas.cu:236",
+     "tensors-on-different-devices"),
+    ("RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+     "gloo-socket-interface"),
+    ("    store = TCPStore(master_addr, master_port, start_daemon)\nValueError: host not found: Name or service not known",
+     "rendezvous-hostname-unresolvable"),
+    ("sbatch: error: Batch job submission failed: Requested node configuration is not available", "slurm-gres-request-invalid"),
+    ("nvidia-container-cli: mount error: failed to add device rules: unable to find any existing device filters attached "
+     "to the cgroup: bpf_prog_query(BPF_CGROUP_DEVICE) failed: operation not permitted: unknown.", "rootless-container-permissions"),
 ]
 
 
