@@ -101,6 +101,10 @@ REFERENCE_ROWS = [
     ("sbatch: error: Batch job submission failed: Requested node configuration is not available", "slurm-gres-request-invalid"),
     ("nvidia-container-cli: mount error: failed to add device rules: unable to find any existing device filters attached "
      "to the cgroup: bpf_prog_query(BPF_CGROUP_DEVICE) failed: operation not permitted: unknown.", "rootless-container-permissions"),
+    ("error: cannot find libdevice", "tf-xla-cuda-tools-missing"),
+    ("nvidia-container-cli: mount error: file creation failed: /var/lib/docker/overlay2/bd45/merged/usr/bin/nvidia-smi: "
+     "file exists: unknown", "image-bundles-driver-libs"),
+    ("nvidia-docker | 2016/06/07 18:49:33 Error: unsupported CUDA version: driver 7.0 < image 7.5", "driver-too-old"),
 ]
 
 
