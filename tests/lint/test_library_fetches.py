@@ -73,3 +73,16 @@ def test_a_dataset_read_from_an_argument_named_as_a_file():
     valid = load_dataset(args.valid_file)
     hub = load_dataset(args.data_path)
     """) == [6]
+
+
+def test_pretrained_given_a_checkpoint_file_is_judged_by_the_builder(tmp_path):
+    # `pretrained=args.checkpoint` names a file of this machine, not the switch of a download; what
+    # the project's builder fetches itself (a tokenizer) is still found, at the same call.
+    (tmp_path / "models.py").write_text("from transformers import BertTokenizer\n\ndef ram(pretrained=''):\n"
+                                        "    return BertTokenizer.from_pretrained('bert-base-uncased')\n")
+    script = tmp_path / "train.py"
+    script.write_text(HEAD + "import timm\nfrom models import ram\ndist.init_process_group('nccl')\n"
+                      "model = ram(pretrained=args.checkpoint)\nbackbone = timm.create_model('vit_base', pretrained=args.ckpt_path)\n"
+                      "other = timm.create_model('vit_base', pretrained=True)\ndist.destroy_process_group()\n")
+    found = [(f.line, f.related) for f in lint_file(script) if f.id == "download-on-every-rank"]
+    assert found == [(5, ["models.py:4"]), (7, [])]

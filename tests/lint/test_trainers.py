@@ -62,3 +62,17 @@ def test_accelerates_process_index_compared_with_zero_picks_one_rank():
     torch.save({}, "ckpt/every.pt")
     """
     assert [f for f in found(source) if f[0] == "save-on-every-rank"] == [("save-on-every-rank", 7)]
+
+
+def test_a_leader_process_check_picks_one_rank():
+    source = """\
+    import torch
+    import torch.distributed as dist
+    from utils import is_leader_process
+
+    dist.init_process_group("nccl")
+    if is_leader_process():
+        torch.save({}, "args.pt")
+    dist.destroy_process_group()
+    """
+    assert [f for f in found(source) if f[0] == "save-on-every-rank"] == []

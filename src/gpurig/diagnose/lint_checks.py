@@ -33,6 +33,7 @@ from gpurig.diagnose.lint_nodes import (
     _kw,
     _leaf_name,
     _name_of,
+    _names_a_file,
     _one_listed_gpu,
     _passes,
     _pretrained_weights,
@@ -352,8 +353,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             by_position = short not in scan.defined and not own and _MODEL_FACTORY.match(short) is not None and any(
                 "pretrained" in (_leaf_name(a) or "").lower() for a in call.args)
             weights = short not in scan.defined and _pretrained_weights(call) is not None  # torchvision's weights=
+            file_weights = on(pretrained) and _names_a_file(pretrained.value)  # `ram(pretrained=args.checkpoint)`
             if (on(download) or ((on(pretrained) or by_position or weights) and not own) or fetches) and not never_run(call) \
-                    and not goes_first:
+                    and not goes_first and not file_weights:
                 what = ("download=True" if on(download) else "fetching pretrained weights" if on(pretrained) or by_position or weights
                         else f"{short}()")
                 add(
@@ -422,7 +424,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 add("save-on-every-rank", call,
                     f"{short}() saves with {saving_helpers[short]} on every rank: they write the same file at once",
                     f"Call it from one rank: `if rank == 0: {short}(...)`, then dist.barrier() before anyone reads it.")
-            if helper in downloading_helpers and short not in scan.defined and not _is_download_call(call) and not goes_first \
+            if helper in downloading_helpers and short not in scan.defined and not goes_first \
+                    and (not _is_download_call(call) or file_weights) \
                     and ("download-on-every-rank", _origin(downloading_helpers[short])) not in reported_helpers:
                 reported_helpers.add(("download-on-every-rank", _origin(downloading_helpers[short])))
                 add("download-on-every-rank", call,  # naming what it fetches (a tokenizer and six datasets)
@@ -476,15 +479,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             f"({_listed(sites)}): they race to write the same files",
             "Move the download into a function the script calls on one rank first (`if rank == 0:` then "
             "dist.barrier()), or download ahead of the run.", sites)
-    ports: list[dict[str, str]] = []
-
-    def shipped_ports() -> dict[str, str]:  # read once, where some MASTER_PORT comes from a setting
-        if not ports:
-            from gpurig.diagnose.lint_read import project_configs
-
-            ports.append(_json_ports(project_configs(folder)))
-        return ports[0]
-
+    ports: dict[str, str] | None = None  # read once, where some MASTER_PORT comes from a setting
     for assign, _guarded in scan.assigns:
         if id(assign) in scan.env_fallback:
             continue  # `if "MASTER_PORT" not in os.environ:` a default where no launcher set it
@@ -511,9 +506,10 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     )
                 elif isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and _setting_name(assign.value):
                     setting = _setting_name(assign.value)  # `= hps.train.port`, `= str(config["port"])`
-                    if setting in shipped_ports():
+                    ports = _json_ports(folder) if ports is None else ports
+                    if setting in ports:
                         add("hard-coded-rendezvous", assign,
-                            f"MASTER_PORT comes from the {setting} setting, fixed to {shipped_ports()[setting]}: "
+                            f"MASTER_PORT comes from the {setting} setting, fixed to {ports[setting]}: "
                             "a second job fails with 'Address already in use'",
                             "Let the launcher set MASTER_PORT (`gpurig launch` picks a free port), or leave the setting empty by default.")
 

@@ -12,6 +12,7 @@ from typing import Any
 
 RANK_WORDS = ("rank", "is_main", "main_process", "master", "is_master", "is_primary", "primary", "local_zero", "global_zero", "process_zero",
               "process_index",  # Accelerate's (local_)process_index == 0
+              "is_leader",  # s3prl's is_leader_process()
               "is_root", "root_worker", "is_chief")
 RANK_NAMES = {"main", "leader", "is_leader", "zero"}  # whole names that only make sense as "the rank that speaks"
 # Names of the process's GPU index: `if gpu == 0` / `if self.gpu_id == 0` picks one process as well.
@@ -378,3 +379,9 @@ def _walks_container(loop: ast.AST) -> bool:
     if isinstance(it, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Constant)):
         return True
     return isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "keys", "values")
+
+
+def _names_a_file(value: ast.AST) -> bool:
+    """`pretrained=args.checkpoint`, `pretrained=cfg.ckpt_path`: a file of this machine, not a switch."""
+    leaf = (_leaf_name(value) or "").lower()
+    return any(w in leaf for w in ("checkpoint", "ckpt", "path", "file", "resume"))

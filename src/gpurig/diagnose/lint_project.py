@@ -414,12 +414,15 @@ def _json_rendezvous(configs) -> dict[str, str]:
 _PORT_KEY = re.compile(r"(?:master_?|dist_?)?port", re.IGNORECASE)
 
 
-def _json_ports(configs) -> dict[str, str]:
-    """`"port": "8001"` (a number or a string of one) in the JSON configs shipped with the script: key ->
-    where, for the keys every config that names them fixes. A script setting MASTER_PORT from that
-    setting (`os.environ["MASTER_PORT"] = hps.train.port`) starts every run on the same port."""
+def _json_ports(folder) -> dict[str, str]:
+    """`"port": "8001"` (a number or a string of one) in the JSON (and YAML) configs shipped with the
+    script in `folder`: key -> where, for the keys every config that names them fixes. A script setting
+    MASTER_PORT from that setting (`os.environ["MASTER_PORT"] = hps.train.port`) starts every run on
+    the same port."""
+    from gpurig.diagnose.lint_read import project_configs
+
     found: dict[str, list[str]] = {}
-    for name, data in configs:
+    for name, data in project_configs(folder):
         stack = [data]
         while stack:
             item = stack.pop()
