@@ -22,9 +22,10 @@ MANIFEST = lc.load_manifest()
 CACHED = [name for name, entry in MANIFEST.items() if lc.present(entry)]
 
 # Targets: precision >= 90%, recall >= 85%. Both are met on the development part; the test part
-# meets neither (docs/lint.md: 484 scripts since the fifth round of 2026-12-03); these floors keep
-# both parts from losing ground.
-DEV_PRECISION, DEV_RECALL = 0.92, 0.85
+# meets neither (docs/lint.md: 530 scripts since the sixth round of 2026-12-03); these floors keep
+# both parts from losing ground. (The development floor went from 92% to 91% precision as 19
+# development scripts first met at 42.5% joined it in the sixth round.)
+DEV_PRECISION, DEV_RECALL = 0.91, 0.85
 TEST_PRECISION, TEST_RECALL = 0.84, 0.82
 
 
