@@ -47,22 +47,26 @@ def test_a_local_file_or_a_class_of_the_project_is_no_fetch():
     """) == []
 
 
-def test_a_helper_of_the_project_that_builds_a_metric(tmp_path):
-    (tmp_path / "metrics.py").write_text("import torchmetrics\n\ndef make_fid():\n"
-                                         "    return torchmetrics.image.fid.FrechetInceptionDistance(feature=64)\n")
+def project(tmp_path, module: str, name: str, code: str, use: str):
+    """A script in tmp_path that imports `name` from its own module `module` (holding `code`) and
+    runs `use` between the start and the end of its process group."""
+    (tmp_path / f"{module}.py").write_text(code)
     script = tmp_path / "train.py"
-    script.write_text(HEAD + "from metrics import make_fid\ndist.init_process_group('nccl')\nfid = make_fid()\n"
+    script.write_text(HEAD + f"from {module} import {name}\ndist.init_process_group('nccl')\n{use}\n"
                       "dist.destroy_process_group()\n")
+    return script
+
+
+def test_a_helper_of_the_project_that_builds_a_metric(tmp_path):
+    script = project(tmp_path, "metrics", "make_fid", "import torchmetrics\n\ndef make_fid():\n"
+                     "    return torchmetrics.image.fid.FrechetInceptionDistance(feature=64)\n", "fid = make_fid()")
     [finding] = [f for f in lint_file(script) if f.id == "download-on-every-rank"]
     assert finding.line == 4 and finding.related == ["metrics.py:4"]
 
 
 def test_a_function_of_the_project_named_like_a_library_fetch_is_judged_by_its_body(tmp_path):
-    (tmp_path / "data_utils.py").write_text("import json\n\ndef load_dataset(path, workers):\n"
-                                            "    return json.load(open(path))\n")
-    script = tmp_path / "train.py"
-    script.write_text(HEAD + "from data_utils import load_dataset\ndist.init_process_group('nccl')\n"
-                      "train = load_dataset(args.train_set, 4)\ndist.destroy_process_group()\n")
+    script = project(tmp_path, "data_utils", "load_dataset", "import json\n\ndef load_dataset(path, workers):\n"
+                     "    return json.load(open(path))\n", "train = load_dataset(args.train_set, 4)")
     assert [f.id for f in lint_file(script)] == []
 
 
