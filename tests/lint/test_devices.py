@@ -146,3 +146,18 @@ def test_a_project_helper_that_wraps_ddp_on_the_global_rank_reached_through_a_cl
         """))
     [finding] = [f for f in lint_file(script) if f.id == "global-rank-as-device"]
     assert finding.line == 8 and finding.related == ["ops.py:6"]
+
+
+def test_get_rank_of_a_group_numbered_by_the_local_rank_is_a_gpu_of_this_machine():
+    source = """\
+    import os
+    import torch
+    import torch.distributed as dist
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    dist.init_process_group("nccl", rank=local_rank, world_size=8)
+    torch.cuda.set_device(dist.get_rank())
+    x = torch.zeros(1).cuda(dist.get_rank())
+    dist.destroy_process_group()
+    """
+    assert found(source) == []

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from gpurig.diagnose.lint_devices import RankDevices, report
-from gpurig.diagnose.lint_guards import _holds_global_rank, _mentions_rank, _runs_on_every_rank
+from gpurig.diagnose.lint_guards import _mentions_rank, _runs_on_every_rank
 from gpurig.diagnose.lint_modules import (
     _fetches_by_library,
     _imported_names_by_origin,
@@ -274,7 +274,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 add("global-rank-as-device", call, "device_ids uses the global rank: on a second node there is no such GPU",
                     "Use the local rank: local_rank = int(os.environ['LOCAL_RANK']); DDP(model, device_ids=[local_rank]).")
         if short in ("set_device", "set_device_index") and call.args and not given_local_rank(_dotted(call.args[0]), call) and (
-                _dotted(call.args[0]) in rank_names or _holds_global_rank(call.args[0])):  # (dist.get_rank(), hvd.rank())
+                _dotted(call.args[0]) in rank_names or devices.reads_global_rank(call.args[0])):  # (dist.get_rank(), hvd.rank())
             add("global-rank-as-device", call, "torch.cuda.set_device(global rank): on a second node there is no such GPU",
                 "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) (the rank within this node).")
         if func == "torch.load":

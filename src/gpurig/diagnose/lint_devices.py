@@ -50,12 +50,17 @@ def rank_names_of(scan, calls: list, text: str, names: set[str]) -> set[str]:
     # A name the script assigns the rank within the node (`rank = int(os.environ["LOCAL_RANK"])`,
     # even with `RANK` as the fallback where LOCAL_RANK is unset) is a fine GPU index.
     rank_names -= scan.local_rank_names
-    # `init_process_group(rank=local_rank)`: the group numbers the processes by their local rank, so
-    # what dist.get_rank() returns is a GPU of this machine (a second node is wrong another way).
-    given = [_kw(c, "rank").value for c, f, _ in calls if _name_of(f) == "init_process_group" and _kw(c, "rank")]
-    if any("local_rank" in _dotted(v).lower() or _dotted(v) in scan.local_rank_names or _holds_global_rank(v, "LOCAL_RANK") for v in given):
+    if local_group(scan, calls):
         rank_names -= {n for n in scan.rank_names if "global" not in n.lower() and n not in scan.summed_ranks} | {"rank"}
     return rank_names
+
+
+def local_group(scan, calls: list) -> bool:
+    """`init_process_group(rank=local_rank)`: the group numbers the processes by their local rank, so
+    what dist.get_rank() returns is a GPU of this machine (a second node is wrong another way)."""
+    given = [_kw(c, "rank").value for c, f, _ in calls if _name_of(f) == "init_process_group" and _kw(c, "rank")]
+    return any("local_rank" in _dotted(v).lower() or _dotted(v) in scan.local_rank_names or _holds_global_rank(v, "LOCAL_RANK")
+               for v in given)
 
 
 class RankDevices:
@@ -64,6 +69,13 @@ class RankDevices:
     def __init__(self, scan, calls: list, text: str, names: set[str]) -> None:
         self.scan, self.calls = scan, calls
         self.rank_names = rank_names_of(scan, calls, text, names)
+        self.local_group = local_group(scan, calls)
+
+    def reads_global_rank(self, node: ast.AST) -> bool:
+        """`dist.get_rank()`, `int(os.environ["RANK"])`, `hvd.rank()` (not get_rank() of a group started
+        with rank=local_rank)."""
+        return _holds_global_rank(node) and not (
+            self.local_group and isinstance(node, ast.Call) and _name_of(_dotted(node.func)) == "get_rank")
 
     def given_local_rank(self, name: str, call: ast.AST | tuple[str, ...]) -> bool:
         """`name` is a parameter of the function around `call` (or of the innermost of the functions
@@ -84,7 +96,7 @@ class RankDevices:
         """Whether the expression names the global rank (Accelerate's `process_index` too; its
         `local_process_index` is the GPU of this machine)."""
         for n in ast.walk(node):
-            if isinstance(n, ast.Attribute) and n.attr == "process_index" or isinstance(n, ast.Call) and _holds_global_rank(n):
+            if isinstance(n, ast.Attribute) and n.attr == "process_index" or isinstance(n, ast.Call) and self.reads_global_rank(n):
                 return True
             if isinstance(n, (ast.Name, ast.Attribute)) and _dotted(n) in self.rank_names \
                     and not (call is not None and self.given_local_rank(_dotted(n), call)):
@@ -96,7 +108,7 @@ class RankDevices:
         rank not given the local one, or of a read of the global rank itself (`x.cuda(dist.get_rank())`)."""
         def is_rank(n: ast.AST) -> bool:
             if isinstance(n, ast.Call):
-                return _holds_global_rank(n)
+                return self.reads_global_rank(n)
             return isinstance(n, (ast.Name, ast.Attribute)) and _dotted(n) in self.rank_names \
                 and not self.given_local_rank(_dotted(n), call)
 
