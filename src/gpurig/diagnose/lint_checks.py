@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import cache
 from pathlib import Path
 
 from gpurig.diagnose.lint_devices import RankDevices, report
@@ -76,17 +77,22 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     findings: list[LintFinding] = []
     modules = _local_modules(None, path, scan.imports)
     folder = scan.script_dir or (Path(path).resolve().parent if path else None)  # the script's own folder
-    launched: list[dict[str, set]] = []
 
+    # What the project ships beside the script, read from disk only where a rule needs it, once.
+    @cache
+    def configs() -> list:
+        from gpurig.diagnose.lint_read import project_configs
+
+        return project_configs(folder)
+
+    @cache
     def settings_with_launch() -> dict[str, set]:
         """The script's own settings, and the values the shell scripts shipped with it pass to its
-        options (`--model_name_or_path ./checkpoints/deplot`): read once, where a fetch depends on them."""
-        if not launched:
-            from gpurig.diagnose.lint_read import shipped_options
+        options (`--model_name_or_path ./checkpoints/deplot`; a value given on the command line
+        replaces the option's default)."""
+        from gpurig.diagnose.lint_read import shipped_options
 
-            # (a value given on the command line replaces the option's default)
-            launched.append({**scan.settings, **shipped_options(folder)})
-        return launched[0]
+        return {**scan.settings, **shipped_options(folder)}
 
     starts: list = []  # where each line begins, made at the first finding (a big file's lines are not split)
 
@@ -163,9 +169,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     fixed_settings: dict[str, str] = {}
     if any(_name_of(f) == "init_process_group" and _kw(c, "init_method") is not None
            and _setting_name(_kw(c, "init_method").value) for c, f, _ in calls):
-        from gpurig.diagnose.lint_read import project_configs
-
-        fixed_settings = _fixed_rendezvous_settings(modules, project_configs(folder))
+        fixed_settings = _fixed_rendezvous_settings(modules, configs())
 
     # Options the script itself defaults to a fixed address: that default is reported, and a config
     # setting the same option is the same mistake, not a second.
@@ -479,7 +483,6 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             f"({_listed(sites)}): they race to write the same files",
             "Move the download into a function the script calls on one rank first (`if rank == 0:` then "
             "dist.barrier()), or download ahead of the run.", sites)
-    ports: dict[str, str] | None = None  # read once, where some MASTER_PORT comes from a setting
     for assign, _guarded in scan.assigns:
         if id(assign) in scan.env_fallback:
             continue  # `if "MASTER_PORT" not in os.environ:` a default where no launcher set it
@@ -506,7 +509,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     )
                 elif isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and _setting_name(assign.value):
                     setting = _setting_name(assign.value)  # `= hps.train.port`, `= str(config["port"])`
-                    ports = _json_ports(folder) if ports is None else ports
+                    ports = _json_ports(configs())
                     if setting in ports:
                         add("hard-coded-rendezvous", assign,
                             f"MASTER_PORT comes from the {setting} setting, fixed to {ports[setting]}: "

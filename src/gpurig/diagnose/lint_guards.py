@@ -9,7 +9,15 @@ from __future__ import annotations
 import ast
 import re
 
-from gpurig.diagnose.lint_nodes import GPU_NAMES, RANK_NAMES, RANK_WORDS, _dotted, _leaf_name, _name_of
+from gpurig.diagnose.lint_nodes import (
+    GPU_NAMES,
+    RANK_NAMES,
+    RANK_WORDS,
+    _dotted,
+    _leaf_name,
+    _name_of,
+    _one_device,
+)
 
 
 def _not_distributed(node: ast.AST) -> bool:
@@ -163,8 +171,6 @@ def _runs_on_every_rank(scan, calls: list, names: set[str], text: str) -> bool:
     """Whether the script is one that every rank runs whole: it starts or joins a process group, or
     is launched one process per GPU by its framework (Horovod, a Hugging Face Trainer read from the
     command line, Accelerate, Lightning, DeepSpeed)."""
-    from gpurig.diagnose.lint_nodes import _name_of, _one_device
-
     distributed = bool(
         names & {"init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "get_rank",
                  "get_world_size", "Accelerator", "init_distributed_mode", "init_distributed", "setup_distributed",

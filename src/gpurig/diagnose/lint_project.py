@@ -392,9 +392,10 @@ def _fixed_option_names(calls: list) -> set[str]:
             for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
 
 
-def _json_rendezvous(configs) -> dict[str, str]:
-    """`"dist_url": "tcp://localhost:54321"` in every JSON config shipped with the script that names
-    one (`configs`: (file name, parsed JSON) pairs, see lint_read.project_configs): key -> where."""
+def _fixed_in_configs(configs, names, fixed) -> dict[str, str]:
+    """Keys of the configs shipped with the script (`configs`: (file name, parsed data) pairs, see
+    lint_read.project_configs) that `names(key, value)` picks, at any depth, and that every config
+    naming them fixes (`fixed(value)`): key -> "value in file"."""
     found: dict[str, list[str]] = {}
     for name, data in configs:
         stack = [data]
@@ -402,39 +403,31 @@ def _json_rendezvous(configs) -> dict[str, str]:
             item = stack.pop()
             if isinstance(item, dict):
                 for k, v in item.items():
-                    # a rendezvous key, or any key holding a tcp:// address (`"distributed": {"url": "tcp://..."}`)
-                    if isinstance(k, str) and isinstance(v, str) and (_RENDEZVOUS_KEY.fullmatch(k) or v.startswith("tcp://")):
-                        found.setdefault(k, []).append(f"{v!r} in {name}" if _TCP_FIXED.match(v) else "")
+                    if isinstance(k, str) and not isinstance(v, (dict, list)) and names(k, v):
+                        found.setdefault(k, []).append(f"{v!r} in {name}" if fixed(v) else "")
                     stack.append(v)
             elif isinstance(item, list):
                 stack.extend(item)
-    return {k: v[0] for k, v in found.items() if all(v)}  # every config that names it fixes it
+    return {k: v[0] for k, v in found.items() if all(v)}
+
+
+def _json_rendezvous(configs) -> dict[str, str]:
+    """`"dist_url": "tcp://localhost:54321"`: a rendezvous key, or any key holding a tcp:// address
+    (`"distributed": {"url": "tcp://..."}`), fixed in every shipped config that names it."""
+    return _fixed_in_configs(
+        configs, lambda k, v: isinstance(v, str) and (_RENDEZVOUS_KEY.fullmatch(k) is not None or v.startswith("tcp://")),
+        lambda v: _TCP_FIXED.match(v) is not None)
 
 
 _PORT_KEY = re.compile(r"(?:master_?|dist_?)?port", re.IGNORECASE)
 
 
-def _json_ports(folder) -> dict[str, str]:
-    """`"port": "8001"` (a number or a string of one) in the JSON (and YAML) configs shipped with the
-    script in `folder`: key -> where, for the keys every config that names them fixes. A script setting
-    MASTER_PORT from that setting (`os.environ["MASTER_PORT"] = hps.train.port`) starts every run on
-    the same port."""
-    from gpurig.diagnose.lint_read import project_configs
-
-    found: dict[str, list[str]] = {}
-    for name, data in project_configs(folder):
-        stack = [data]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, dict):
-                for k, v in item.items():
-                    if isinstance(k, str) and _PORT_KEY.fullmatch(k) and not isinstance(v, (dict, list)):
-                        fixed = not isinstance(v, bool) and re.fullmatch(r"\d{4,5}", str(v)) is not None
-                        found.setdefault(k, []).append(f"{v!r} in {name}" if fixed else "")
-                    stack.append(v)
-            elif isinstance(item, list):
-                stack.extend(item)
-    return {k: v[0] for k, v in found.items() if all(v)}
+def _json_ports(configs) -> dict[str, str]:
+    """`"port": "8001"` (a number or a string of one) fixed in every shipped config that names it. A
+    script setting MASTER_PORT from that setting (`os.environ["MASTER_PORT"] = hps.train.port`)
+    starts every run on the same port."""
+    return _fixed_in_configs(configs, lambda k, v: _PORT_KEY.fullmatch(k) is not None,
+                             lambda v: not isinstance(v, bool) and re.fullmatch(r"\d{4,5}", str(v)) is not None)
 
 
 def _saving_functions(modules: list) -> dict[str, str]:
