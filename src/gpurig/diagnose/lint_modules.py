@@ -84,10 +84,12 @@ def _project_roots(path) -> tuple:
     in app/vjepa/ importing src.utils)."""
     from pathlib import Path
 
-    if path is None:
-        return ()
-    base = Path(path).resolve().parent
-    return base, base.parent, base.parent.parent
+    return () if path is None else _folders_up(Path(path).resolve().parent)
+
+
+def _folders_up(folder) -> tuple:
+    """A script's folder and the two above it: where its project's modules (and shell scripts) are."""
+    return folder, folder.parent, folder.parent.parent
 
 
 def _imported_names_by_origin(imports, path) -> tuple[set[str], set[str]]:
@@ -125,7 +127,7 @@ def _project_import(node: ast.Import | ast.ImportFrom, script_dir) -> tuple[set[
             return False
         rel = Path(*name.split("."))
         return any((root / rel.with_suffix(".py")).is_file() or (root / rel / "__init__.py").is_file()
-                   for root in (script_dir, script_dir.parent, script_dir.parent.parent))
+                   for root in _folders_up(script_dir))
 
     if isinstance(node, ast.ImportFrom):
         if node.level or local(node.module) or any(local(f"{node.module}.{a.name}") for a in node.names):

@@ -195,11 +195,13 @@ def shipped_options(folder) -> dict[str, set[str]]:
     project's documentation of its launch."""
     from pathlib import Path
 
+    from gpurig.diagnose.lint_modules import _folders_up
+
     if folder is None:
         return {}
     base = Path(folder)
     files: list = []
-    for d in (root / sub for root in (base, base.parent, base.parent.parent) for sub in ("", "scripts")):
+    for d in (root / sub for root in _folders_up(base) for sub in ("", "scripts")):
         try:
             files += sorted(f for f in d.glob("*.sh") if f.is_file() and f.stat().st_size < 200_000)
         except OSError:
