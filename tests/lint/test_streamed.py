@@ -73,6 +73,7 @@ def main():
     Trainer(rank).fit(model, list(range(10)))
     save(model)  # the save helper, on every rank this time
     torch.hub.load("repo", "model")
+    backbone = resnet50(weights=ResNet50_Weights.DEFAULT)  # fetched only by its weights= keyword
 
 
 if __name__ == "__main__":
@@ -140,6 +141,7 @@ def test_a_streamed_script_gets_exactly_the_findings_of_the_whole_tree(tmp_path,
     tricky.write_text(TRICKY)
     whole = findings(tricky, False, monkeypatch)
     assert {f[0] for f in whole} >= {"ddp-without-device", "sampler-without-set-epoch", "save-on-every-rank"}, whole
+    assert len([f for f in whole if f[0] == "download-on-every-rank"]) == 2, whole  # torch.hub and weights=
     assert findings(tricky, True, monkeypatch) == whole
     # Helpers of the project's own modules, imported by name, by star and as a module.
     (tmp_path / "helpers.py").write_text(HELPERS)

@@ -11,6 +11,7 @@ import re
 from functools import cache
 from pathlib import Path
 
+from gpurig.diagnose import lint_rendezvous as rendezvous
 from gpurig.diagnose.lint_devices import RankDevices, report
 from gpurig.diagnose.lint_guards import _mentions_rank, _runs_on_every_rank
 from gpurig.diagnose.lint_modules import (
@@ -36,21 +37,19 @@ from gpurig.diagnose.lint_nodes import (
     _name_of,
     _names_a_file,
     _one_listed_gpu,
+    _option_defaults,
     _passes,
     _pretrained_weights,
     _reads_local_files,
+    _set_to_hub_id,
     _set_to_local_path,
     _setting_name,
     _shuffles_at,
 )
 from gpurig.diagnose.lint_project import (
-    _fixed_init_functions,
-    _fixed_option_names,
-    _fixed_port_functions,
-    _fixed_rendezvous_settings,
+    _group_joiners,
     _import_time_fetches,
     _is_download_call,
-    _json_ports,
     _listed,
     _mentions_rank_value,
     _named_fetch,
@@ -61,6 +60,7 @@ from gpurig.diagnose.lint_project import (
     _sampler_functions,
     _silences_output,
     _worker_calls,
+    _worker_starters,
 )
 from gpurig.diagnose.lint_rules import RULES, LintFinding
 from gpurig.diagnose.lint_scan import _Scanner
@@ -86,13 +86,13 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         return project_configs(folder)
 
     @cache
-    def settings_with_launch() -> dict[str, set]:
-        """The script's own settings, and the values the shell scripts shipped with it pass to its
-        options (`--model_name_or_path ./checkpoints/deplot`; a value given on the command line
-        replaces the option's default)."""
+    def settings_with_launch(defaults: bool = False) -> dict[str, set]:
+        """The script's settings, and the values its shipped shell scripts give its options (they replace
+        the defaults). With `defaults`, the options' defaults too: only a sign of the Hub (a local default
+        is often replaced by a Hub id in the README's command)."""
         from gpurig.diagnose.lint_read import shipped_options
-
-        return {**scan.settings, **shipped_options(folder)}
+        merged = _option_defaults(calls) if defaults else {}
+        return {**merged, **{k: merged.get(k, set()) | v for k, v in scan.settings.items()}, **shipped_options(folder)}
 
     starts: list = []  # where each line begins, made at the first finding (a big file's lines are not split)
 
@@ -157,6 +157,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     if "destroy_process_group" in scan.short_names and not scan.destroys_outside_handlers:
         names = names - {"destroy_process_group"}
     destroys_in_modules = _reachable_call(modules, "destroy_process_group", names | {f for _, f, _ in calls})
+    # Calls of the project that start a group or workers that do (`train_ext()`): they run in every rank.
+    joins_group = set() if distributed else _group_joiners(modules)
     any_set_device = scan.set_device_call or "set_device" in module_calls  # a setup helper of the project may set it
 
     # Datasets that download on construction (OGB, PyG) built by the parent before it spawns the
@@ -169,11 +171,11 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     fixed_settings: dict[str, str] = {}
     if any(_name_of(f) == "init_process_group" and _kw(c, "init_method") is not None
            and _setting_name(_kw(c, "init_method").value) for c, f, _ in calls):
-        fixed_settings = _fixed_rendezvous_settings(modules, configs())
+        fixed_settings = rendezvous._fixed_rendezvous_settings(modules, configs())
 
     # Options the script itself defaults to a fixed address: that default is reported, and a config
     # setting the same option is the same mistake, not a second.
-    fixed_options = _fixed_option_names(calls) if fixed_settings else set()
+    fixed_options = rendezvous._fixed_option_names(calls) if fixed_settings else set()
 
     def never_run(call: ast.Call) -> bool:
         """In a function of this file that nothing in it calls or names: not run by this script."""
@@ -335,7 +337,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 add("hard-coded-rendezvous", default.value,
                     f"the rendezvous default {default.value.value!r} is fixed: two jobs on one machine collide ('Address already in use')",
                     "Default to env:// and let the launcher choose the port (`gpurig launch` / torchrun --master-port 0).")
-        if distributed and not guarded and id(call) not in scan.cache_fills:
+        if (distributed or short in joins_group) and not guarded and id(call) not in scan.cache_fills:
             # Under a rank that goes first (`with main_process_first():`, or a fetch done first): the
             # others fetch from its cache after it, but what they write, every one of them writes
             # (unless they find it written: a cache filled where a load failed or a file is missing).
@@ -345,7 +347,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             # `GPT.from_pretrained(...)` of a class of this file: its own body is judged, not its name.
             head = func.rpartition(".")[0]
             own = (head, short) in scan.own_methods or (head in ("self", "cls") and short in scan.defined)
-            fetches = (short in _DOWNLOADERS and not own and func not in project_names and not _reads_local_files(call)
+            fetches = (short in _DOWNLOADERS and not own and func not in project_names
+                       and (not _reads_local_files(call) or _set_to_hub_id(call, settings_with_launch(True)))
                        and not (short == "from_pretrained" and _set_to_local_path(call, settings_with_launch()))) \
                 or _named_fetch(call) or (short in _AUTO_DATASETS and short not in scan.defined and short not in parent_built) \
                 or (short not in scan.defined and _fetches_by_library(call, lib_fetchers))
@@ -413,7 +416,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             # `model.save_pretrained(out)` on every rank: each writes the same files (Accelerate's
             # form passes is_main_process=, which decides).
             # A Hugging Face dataset's save_to_disk(path) the same way: every rank writes the same folder.
-            if short in ("save_pretrained", "save_to_disk") and "." in func and _kw(call, "is_main_process") is None \
+            if short in ("save_pretrained", "save_to_disk") and isinstance(call.func, ast.Attribute) and _kw(call, "is_main_process") is None \
                     and (not call.args or not _mentions_rank_value(call.args[0])):
                 add("save-on-every-rank", call, f"{func}() runs on every rank: they write the same files at once",
                     "Save from one rank: `if rank == 0: model.save_pretrained(...)` (with Accelerate: "
@@ -509,7 +512,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     )
                 elif isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and _setting_name(assign.value):
                     setting = _setting_name(assign.value)  # `= hps.train.port`, `= str(config["port"])`
-                    ports = _json_ports(configs())
+                    ports = rendezvous._json_ports(configs())
                     if setting in ports:
                         add("hard-coded-rendezvous", assign,
                             f"MASTER_PORT comes from the {setting} setting, fixed to {ports[setting]}: "
@@ -525,8 +528,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             add("hard-coded-rendezvous", assign, f"MASTER_PORT comes from {function}()'s default {param}: a fixed port, "
                 "two jobs on one machine collide", "Take the port from the environment (MASTER_PORT set by the launcher) "
                 "or pick a free one; drop the fixed default.")
-    port_helpers = _fixed_port_functions(modules) if "MASTER_PORT" not in text else {}
-    init_helpers = _fixed_init_functions(modules) if "init_process_group" not in names else {}
+    port_helpers = rendezvous._fixed_port_functions(modules) if "MASTER_PORT" not in text else {}
+    init_helpers = rendezvous._fixed_init_functions(modules) if "init_process_group" not in names else {}
     for call, func, _ in calls:
         short = _name_of(func)
         if short in init_helpers and short not in scan.defined:
@@ -581,9 +584,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     # script still has to end it.
     # Not where the script hands its own main function to a launcher of its project
     # (`launch(main, num_gpus, ...)`, as detectron2's and YOLOX's): the launcher owns the group.
-    launchers = {fn.name for m in modules for fn in ast.walk(m) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ("spawn", "start_processes", "Process")
-                         for n in ast.walk(fn))}
+    launchers = _worker_starters(modules)
     launcher = any(isinstance(c.func, ast.Name) and c.func.id in launchers and c.func.id not in scan.defined
                    and c.args and isinstance(c.args[0], ast.Name) and c.args[0].id in scan.defined for c, _, _ in calls)
     if "init_process_group" not in names and "init_process_group" in module_calls and \

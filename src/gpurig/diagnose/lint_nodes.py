@@ -49,6 +49,9 @@ def _dotted(node: ast.AST) -> str:
     if isinstance(node, ast.Call):  # logging.getLogger(__name__).info -> "getLogger().info"
         inner = _dotted(node.func)
         return ".".join([inner + "()"] + list(reversed(parts))) if inner else ""
+    if isinstance(node, ast.Subscript) and parts:  # kwargs["model"].save_pretrained -> "kwargs[].save_pretrained"
+        inner = _dotted(node.value)
+        return ".".join([inner + "[]"] + list(reversed(parts))) if inner else ""
     return ""
 
 
@@ -214,7 +217,8 @@ def _reads_local_files(call: ast.Call) -> bool:
         # data the user fetched by hand), or streamed (nothing is written to the cache).
         return (bool(call.args) and isinstance(call.args[0], ast.Constant) and call.args[0].value in _LOCAL_BUILDERS) \
             or (bool(call.args) and _LOCAL_DIR.fullmatch(_leaf_name(call.args[0]) or "") is not None) \
-            or any(k.arg in ("data_dir", "data_files") for k in call.keywords) \
+            or (any(k.arg in ("data_dir", "data_files") for k in call.keywords)  # (of the Hub's dataset: fetched)
+                and not (call.args and isinstance(call.args[0], ast.Constant) and _HUB_ID.fullmatch(str(call.args[0].value)))) \
             or any(k.arg == "streaming" and _is_const(k.value, True) for k in call.keywords)
     if short != "from_pretrained" or not call.args:
         return False
@@ -261,6 +265,31 @@ def _set_to_local_path(call: ast.Call, settings: dict) -> bool:
     leaf = _leaf_name(call.args[0]) if call.args and _name_of(_dotted(call.func)) == "from_pretrained" else None
     values = settings.get(leaf) if leaf else None
     return bool(values) and all(_local_path(v) for v in values)
+
+
+# A Hugging Face Hub id ("bigcode/starcoder", "HuggingFaceH4/CodeAlpaca_20K"), not a folder of this
+# machine ("data/train", "checkpoints/run1") nor a file ("data/train.json").
+_HUB_ID = re.compile(r"(?![\w-]*(?<![^_-])(?:data|datasets?|models?|checkpoints?|ckpts?|outputs?|weights|pretrained|cache|hub"
+                     r"|logs?|runs|exp|results|save[ds]?)(?:[_-][\w-]*)?/)[A-Za-z0-9][\w.-]*/(?![\w.-]*\.(?:jsonl?|csv|txt|pth?|bin|ya?ml|parquet|safetensors)$)"
+                     r"[\w.-]+", re.IGNORECASE)
+
+
+def _set_to_hub_id(call: ast.Call, settings: dict) -> bool:
+    """from_pretrained(args.model_path), load_dataset(args.dataset_name) where every value the script
+    or its shipped launch gives that name is a Hub id: a download, whatever the name says."""
+    values = settings.get(_leaf_name(call.args[0])) if call.args else None
+    return bool(values) and all(isinstance(v, str) and _HUB_ID.fullmatch(v) is not None for v in values)
+
+
+def _option_defaults(calls: list) -> dict[str, set]:
+    """The constant default of each command-line option: `add_argument("--model_path", default="x/y")`."""
+    out: dict[str, set] = {}
+    for c, f, _ in calls:
+        flags = [a.value for a in c.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
+        default = _kw(c, "default") if _name_of(f) == "add_argument" and flags else None
+        if default is not None and isinstance(default.value, ast.Constant):
+            out.setdefault(flags[0][2:].replace("-", "_"), set()).add(default.value.value)
+    return out
 
 
 def _one_listed_gpu(call: ast.Call) -> bool:

@@ -23,7 +23,6 @@ from gpurig.diagnose.lint_nodes import (
     _local_path,
     _name_of,
     _one_listed_gpu,
-    _port_param,
     _pretrained_weights,
     _reads_local_files,
     _sampler_shuffle,
@@ -174,6 +173,21 @@ def _listed(where: str) -> str:
     return f"{through}(): {listed}" if through else listed
 
 
+def _started_workers(call: ast.Call) -> list[ast.AST]:
+    """The function a call starts as worker processes: `mp.spawn(run, ...)`, `Process(target=run)`."""
+    short = _name_of(_dotted(call.func))
+    if short in ("spawn", "start_processes") and call.args:
+        return [call.args[0]]
+    return [_kw(call, "target").value] if short == "Process" and _kw(call, "target") is not None else []
+
+
+def _worker_starters(modules: list) -> set[str]:
+    """The project's functions that start worker processes (a `launch(main, num_gpus)` of its own)."""
+    return {fn.name for m in modules for fn in ast.walk(m) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and any(_started_workers(n) or isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ("spawn", "start_processes")
+                    for n in ast.walk(fn) if isinstance(n, ast.Call))}
+
+
 def _grown(modules: list, out: dict[str, str], skip=lambda fn: False) -> dict[str, str]:
     """`out` (function name -> what it does; a class's `__init__` under its class name) grown through
     the project's own code: a function that calls one of them (by name or as `self.`/`cls.` method)
@@ -181,20 +195,27 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False) -> dict[st
     `__init__` calls one, or whose base does when it has no `__init__` or calls `super().__init__`
     (`WATrainer(Trainer)` -> `Trainer.__init__` -> `create_model()`). Calls under a rank check are not
     followed; `skip` leaves functions out (a helper that lets rank 0 go first)."""
-    functions = [fn for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    functions = [(fn, module) for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
     classes = [cls for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)]
     init_of = _inits(modules)
+    # The names a module imports (`import distributed`, `from models import model_builder`): a call
+    # through one of them (`distributed.multi_init()`) is a call of the project's function.
+    imported = {id(m): {a.asname or a.name for n in ast.walk(m) if isinstance(n, (ast.Import, ast.ImportFrom))
+                        for a in n.names if "." not in a.name} for m in modules}
     # Each function's calls of the project's names, read once: (name called) in order, unguarded only.
     called: dict[int, list[str]] = {}
-    for fn in functions:
+    for fn, module in functions:
         guarded = _guarded_lines(fn)
         called[id(fn)] = [_name_of(_dotted(n.func)) for n in ast.walk(fn)
                           if isinstance(n, ast.Call) and n.lineno not in guarded and isinstance(n.func, (ast.Name, ast.Attribute))
-                          and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls"))]
+                          and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls", *imported[id(module)]))]
+        # and the workers it starts (`mp.spawn(run, ...)`, `Process(target=run)`): they run them
+        called[id(fn)] += [_dotted(w) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
+                           for w in _started_workers(n) if isinstance(w, ast.Name)]
     grown = True
     while grown:
         grown = False
-        for fn in functions:
+        for fn, _ in functions:
             name = init_of.get(id(fn), fn.name)
             if name in out or name == "__init__" or skip(fn):
                 continue
@@ -245,6 +266,13 @@ def _downloading_functions(modules: list) -> dict[str, str]:
     return _grown(modules, out, skip=_rank_zero_first)
 
 
+def _group_joiners(modules: list) -> set[str]:
+    """The project's functions and classes that start or join a process group, themselves or
+    through the project's functions and the workers they start."""
+    starts = _functions_calling(modules, "init_process_group", lambda call, fn: _name_of(_dotted(call.func)) == "init_process_group")
+    return set(_grown(modules, starts))
+
+
 def _reachable_call(modules: list, name: str, script_calls: set[str]) -> bool:
     """Whether the project's own modules call `name` where the script gets to it: at a module's
     top level, or in a function the script calls, directly or through the project's other
@@ -283,151 +311,6 @@ def _sampler_functions(modules: list) -> dict:
                         if how != "no":
                             out[fn.name] = how
     return out
-
-
-def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int]]:
-    """Functions of the project's own modules that set MASTER_PORT from a parameter with a fixed
-    default: name -> (parameter, its position, the line of the assignment)."""
-    out: dict[str, tuple[str, int, int]] = {}
-    for module in modules:
-        for fn in ast.walk(module):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            defaults = _constant_defaults(fn)
-            params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
-            for n in ast.walk(fn):
-                if isinstance(n, ast.Assign) and any(
-                        isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant)
-                        and t.slice.value == "MASTER_PORT" for t in n.targets):
-                    param = _port_param(n.value, defaults)
-                    if param is not None:
-                        out[fn.name] = (param, params.index(param), n.lineno)
-    return out
-
-
-
-_TCP_FIXED = re.compile(r"tcp://[^:/\s]+:\d{2,5}/?$")
-
-
-def _fixed_init_functions(modules: list) -> dict[str, str]:
-    """Functions of the project's own modules that start the process group on a fixed tcp:// address
-    (`init_method='tcp://localhost:10000'`, or a local name given one): name -> where."""
-    out: dict[str, str] = {}
-    for module in modules:
-        for fn in ast.walk(module):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            literals = {t.id: n.value.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
-                        and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
-                        for t in n.targets if isinstance(t, ast.Name)}
-            for n in ast.walk(fn):
-                init = _kw(n, "init_method") if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "init_process_group" else None
-                value = init.value if init is not None else None
-                address = value.value if isinstance(value, ast.Constant) else literals.get(getattr(value, "id", None))
-                if isinstance(address, str) and _TCP_FIXED.match(address):
-                    out[fn.name] = f"{address!r} at {_at(module, n.lineno)}"
-            # `os.environ['MASTER_PORT'] = '8964'`, unless only where the launcher left it unset
-            unset = {id(x) for n in ast.walk(fn) if isinstance(n, ast.If) and "MASTER_PORT" in ast.dump(n.test)
-                     for b in n.body + n.orelse for x in ast.walk(b)}
-            for n in ast.walk(fn):
-                if isinstance(n, ast.Assign) and id(n) not in unset and isinstance(n.value, ast.Constant) \
-                        and re.fullmatch(r"\d{4,5}", str(n.value.value)) and any(
-                        isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant)
-                        and t.slice.value == "MASTER_PORT" for t in n.targets):
-                    out.setdefault(fn.name, f"MASTER_PORT = {n.value.value!r} at {_at(module, n.lineno)}")
-    # ... and the project's functions that call one or start workers that do (`train_abs()` ->
-    # `mp.Process(target=run)` -> `distributed.multi_init()`).
-    functions = [fn for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    grown = bool(out)
-    while grown:
-        grown = False
-        for fn in functions:
-            callee = next((name for n in ast.walk(fn) for name in [
-                _name_of(_dotted(n.func)) if isinstance(n, ast.Call) else n.id if isinstance(n, ast.Name) else None]
-                if name in out and name != fn.name), None)
-            if fn.name not in out and callee is not None:
-                out[fn.name] = f"through {callee}(): {out[callee]}"
-                grown = True
-    return out
-_RENDEZVOUS_KEY = re.compile(r"dist_?url|init_?method", re.IGNORECASE)
-
-
-def _fixed_rendezvous_settings(modules: list, configs=()) -> dict[str, str]:
-    """Settings of the project that fix the rendezvous address: a `dist_url` / `init_method` given a
-    literal `tcp://host:port` in its own modules (a default, an assignment, a dict entry) or in the
-    JSON configs shipped beside the script: key -> where. A script passing that setting as
-    init_method starts every run on the same port."""
-    out: dict[str, str] = {}
-    for module in modules:
-        for n in ast.walk(module):
-            pairs = []
-            if isinstance(n, ast.keyword) and n.arg:
-                pairs.append((n.arg, n.value))
-            elif isinstance(n, (ast.Assign, ast.AnnAssign)):
-                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
-                    leaf = _dotted(t).rpartition(".")[2]
-                    if leaf and n.value is not None:
-                        pairs.append((leaf, n.value))
-            elif isinstance(n, ast.Dict):
-                pairs += [(k.value, v) for k, v in zip(n.keys, n.values, strict=False)
-                          if isinstance(k, ast.Constant) and isinstance(k.value, str)]
-            elif isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "add_argument" and _kw(n, "default"):
-                # `parser.add_argument('--dist_url', default='tcp://127.0.0.1:23456')` in the project's opts.py
-                pairs += [(a.value.lstrip("-").replace("-", "_"), _kw(n, "default").value) for a in n.args
-                          if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-")]
-            for key, value in pairs:
-                if _RENDEZVOUS_KEY.fullmatch(key) and isinstance(value, ast.Constant) and isinstance(value.value, str) \
-                        and _TCP_FIXED.match(value.value):
-                    out.setdefault(key, f"{value.value!r} at {_at(module, n.lineno)}")
-    out.update({k: v for k, v in _json_rendezvous(configs).items() if k not in out})
-    return out
-
-
-def _fixed_option_names(calls: list) -> set[str]:
-    """The options a script's own argparse defaults to a fixed address or port (`--dist-url
-    tcp://127.0.0.1:11111`, `--port 12355`), by attribute name (`dist_url`)."""
-    return {a.value.lstrip("-").replace("-", "_") for c, f, _ in calls if _name_of(f) == "add_argument"
-            and _kw(c, "default") is not None and isinstance(_kw(c, "default").value, ast.Constant)
-            and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", str(_kw(c, "default").value.value))
-            for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
-
-
-def _fixed_in_configs(configs, names, fixed) -> dict[str, str]:
-    """Keys of the configs shipped with the script (`configs`: (file name, parsed data) pairs, see
-    lint_read.project_configs) that `names(key, value)` picks, at any depth, and that every config
-    naming them fixes (`fixed(value)`): key -> "value in file"."""
-    found: dict[str, list[str]] = {}
-    for name, data in configs:
-        stack = [data]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, dict):
-                for k, v in item.items():
-                    if isinstance(k, str) and not isinstance(v, (dict, list)) and names(k, v):
-                        found.setdefault(k, []).append(f"{v!r} in {name}" if fixed(v) else "")
-                    stack.append(v)
-            elif isinstance(item, list):
-                stack.extend(item)
-    return {k: v[0] for k, v in found.items() if all(v)}
-
-
-def _json_rendezvous(configs) -> dict[str, str]:
-    """`"dist_url": "tcp://localhost:54321"`: a rendezvous key, or any key holding a tcp:// address
-    (`"distributed": {"url": "tcp://..."}`), fixed in every shipped config that names it."""
-    return _fixed_in_configs(
-        configs, lambda k, v: isinstance(v, str) and (_RENDEZVOUS_KEY.fullmatch(k) is not None or v.startswith("tcp://")),
-        lambda v: _TCP_FIXED.match(v) is not None)
-
-
-_PORT_KEY = re.compile(r"(?:master_?|dist_?)?port", re.IGNORECASE)
-
-
-def _json_ports(configs) -> dict[str, str]:
-    """`"port": "8001"` (a number or a string of one) fixed in every shipped config that names it. A
-    script setting MASTER_PORT from that setting (`os.environ["MASTER_PORT"] = hps.train.port`)
-    starts every run on the same port."""
-    return _fixed_in_configs(configs, lambda k, v: _PORT_KEY.fullmatch(k) is not None,
-                             lambda v: not isinstance(v, bool) and re.fullmatch(r"\d{4,5}", str(v)) is not None)
 
 
 def _saving_functions(modules: list) -> dict[str, str]:

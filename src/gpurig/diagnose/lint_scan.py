@@ -40,6 +40,7 @@ from gpurig.diagnose.lint_nodes import (
     _names_a_gpu,
     _path_like,
     _port_param,
+    _pretrained_weights,
     _sampler_shuffle,
     _Walker,
     _walks_container,
@@ -267,6 +268,9 @@ class _Scanner(_Walker):
         for stmt in node.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.own_methods.add((node.name, stmt.name))
+                # A framework's callback (TrainerCallback, Lightning's Callback): its `on_*` hooks run, in every process.
+                if stmt.name.startswith("on_") and any(_name_of(_dotted(b)).endswith("Callback") for b in node.bases):
+                    self.referenced.add(stmt.name)
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
@@ -459,7 +463,7 @@ class _Scanner(_Walker):
                 # a method of an object the project's own classes may have built (`runner.sample()`)
                 or (bool(self.local_roots) and isinstance(node.func, ast.Attribute))
                 or short in self.local_names or func.split(".")[0] in self.local_roots
-                or any(k.arg in ("download", "pretrained") for k in node.keywords)
+                or any(k.arg in ("download", "pretrained") for k in node.keywords) or _pretrained_weights(node) is not None
                 or any("pretrained" in (_leaf_name(a) or "").lower() for a in node.args))
 
     def _note_local(self, node: ast.Import | ast.ImportFrom) -> None:

@@ -1,0 +1,146 @@
+"""Rendezvous settings the script's project fixes, as `gpurig lint` reads them: a MASTER_PORT or
+tcp:// address set in the project's modules, or in the configs it ships (JSON, YAML)."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from gpurig.diagnose.lint_modules import _at
+from gpurig.diagnose.lint_nodes import _constant_defaults, _dotted, _kw, _name_of, _port_param
+from gpurig.diagnose.lint_project import _grown
+
+
+def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int]]:
+    """Functions of the project's own modules that set MASTER_PORT from a parameter with a fixed
+    default: name -> (parameter, its position, the line of the assignment)."""
+    out: dict[str, tuple[str, int, int]] = {}
+    for module in modules:
+        for fn in ast.walk(module):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            defaults = _constant_defaults(fn)
+            params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Assign) and any(
+                        isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant)
+                        and t.slice.value == "MASTER_PORT" for t in n.targets):
+                    param = _port_param(n.value, defaults)
+                    if param is not None:
+                        out[fn.name] = (param, params.index(param), n.lineno)
+    return out
+
+
+
+_TCP_FIXED = re.compile(r"tcp://[^:/\s]+:\d{2,5}/?$")
+
+
+def _fixed_init_functions(modules: list) -> dict[str, str]:
+    """Functions of the project's own modules that start the process group on a fixed tcp:// address
+    (`init_method='tcp://localhost:10000'`, or a local name given one): name -> where."""
+    out: dict[str, str] = {}
+    for module in modules:
+        for fn in ast.walk(module):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            literals = {t.id: n.value.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
+                        and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+                        for t in n.targets if isinstance(t, ast.Name)}
+            for n in ast.walk(fn):
+                init = _kw(n, "init_method") if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "init_process_group" else None
+                value = init.value if init is not None else None
+                address = value.value if isinstance(value, ast.Constant) else literals.get(getattr(value, "id", None))
+                if isinstance(address, str) and _TCP_FIXED.match(address):
+                    out[fn.name] = f"{address!r} at {_at(module, n.lineno)}"
+            # `os.environ['MASTER_PORT'] = '8964'`, unless only where the launcher left it unset
+            unset = {id(x) for n in ast.walk(fn) if isinstance(n, ast.If) and "MASTER_PORT" in ast.dump(n.test)
+                     for b in n.body + n.orelse for x in ast.walk(b)}
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Assign) and id(n) not in unset and isinstance(n.value, ast.Constant) \
+                        and re.fullmatch(r"\d{4,5}", str(n.value.value)) and any(
+                        isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant)
+                        and t.slice.value == "MASTER_PORT" for t in n.targets):
+                    out.setdefault(fn.name, f"MASTER_PORT = {n.value.value!r} at {_at(module, n.lineno)}")
+    # ... and the project's functions that call one or start workers that do (`train_abs()` ->
+    # `mp.Process(target=run)` -> `distributed.multi_init()`).
+    _grown(modules, out)
+    return out
+_RENDEZVOUS_KEY = re.compile(r"dist_?url|init_?method", re.IGNORECASE)
+
+
+def _fixed_rendezvous_settings(modules: list, configs=()) -> dict[str, str]:
+    """Settings of the project that fix the rendezvous address: a `dist_url` / `init_method` given a
+    literal `tcp://host:port` in its own modules (a default, an assignment, a dict entry) or in the
+    JSON configs shipped beside the script: key -> where. A script passing that setting as
+    init_method starts every run on the same port."""
+    out: dict[str, str] = {}
+    for module in modules:
+        for n in ast.walk(module):
+            pairs = []
+            if isinstance(n, ast.keyword) and n.arg:
+                pairs.append((n.arg, n.value))
+            elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                    leaf = _dotted(t).rpartition(".")[2]
+                    if leaf and n.value is not None:
+                        pairs.append((leaf, n.value))
+            elif isinstance(n, ast.Dict):
+                pairs += [(k.value, v) for k, v in zip(n.keys, n.values, strict=False)
+                          if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            elif isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "add_argument" and _kw(n, "default"):
+                # `parser.add_argument('--dist_url', default='tcp://127.0.0.1:23456')` in the project's opts.py
+                pairs += [(a.value.lstrip("-").replace("-", "_"), _kw(n, "default").value) for a in n.args
+                          if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-")]
+            for key, value in pairs:
+                if _RENDEZVOUS_KEY.fullmatch(key) and isinstance(value, ast.Constant) and isinstance(value.value, str) \
+                        and _TCP_FIXED.match(value.value):
+                    out.setdefault(key, f"{value.value!r} at {_at(module, n.lineno)}")
+    out.update({k: v for k, v in _json_rendezvous(configs).items() if k not in out})
+    return out
+
+
+def _fixed_option_names(calls: list) -> set[str]:
+    """The options a script's own argparse defaults to a fixed address or port (`--dist-url
+    tcp://127.0.0.1:11111`, `--port 12355`), by attribute name (`dist_url`)."""
+    return {a.value.lstrip("-").replace("-", "_") for c, f, _ in calls if _name_of(f) == "add_argument"
+            and _kw(c, "default") is not None and isinstance(_kw(c, "default").value, ast.Constant)
+            and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", str(_kw(c, "default").value.value))
+            for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+
+
+def _fixed_in_configs(configs, names, fixed) -> dict[str, str]:
+    """Keys of the configs shipped with the script (`configs`: (file name, parsed data) pairs, see
+    lint_read.project_configs) that `names(key, value)` picks, at any depth, and that every config
+    naming them fixes (`fixed(value)`): key -> "value in file"."""
+    found: dict[str, list[str]] = {}
+    for name, data in configs:
+        stack = [data]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                for k, v in item.items():
+                    if isinstance(k, str) and not isinstance(v, (dict, list)) and names(k, v):
+                        found.setdefault(k, []).append(f"{v!r} in {name}" if fixed(v) else "")
+                    stack.append(v)
+            elif isinstance(item, list):
+                stack.extend(item)
+    return {k: v[0] for k, v in found.items() if all(v)}
+
+
+def _json_rendezvous(configs) -> dict[str, str]:
+    """`"dist_url": "tcp://localhost:54321"`: a rendezvous key, or any key holding a tcp:// address
+    (`"distributed": {"url": "tcp://..."}`), fixed in every shipped config that names it."""
+    return _fixed_in_configs(
+        configs, lambda k, v: isinstance(v, str) and (_RENDEZVOUS_KEY.fullmatch(k) is not None or v.startswith("tcp://")),
+        lambda v: _TCP_FIXED.match(v) is not None)
+
+
+_PORT_KEY = re.compile(r"(?:master_?|dist_?)?port", re.IGNORECASE)
+
+
+def _json_ports(configs) -> dict[str, str]:
+    """`"port": "8001"` (a number or a string of one) fixed in every shipped config that names it. A
+    script setting MASTER_PORT from that setting (`os.environ["MASTER_PORT"] = hps.train.port`)
+    starts every run on the same port."""
+    return _fixed_in_configs(configs, lambda k, v: _PORT_KEY.fullmatch(k) is not None,
+                             lambda v: not isinstance(v, bool) and re.fullmatch(r"\d{4,5}", str(v)) is not None)

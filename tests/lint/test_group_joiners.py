@@ -1,0 +1,98 @@
+"""`gpurig lint` on a script that starts no process group itself: its project's functions do, or
+start workers that do (OpenNMT-style `train_ext()` -> `mp.Process(target=run)` -> `multi_init()`).
+What those calls reach runs in every rank; what the script does in its other, single-process modes
+does not."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gpurig.diagnose.lint import RULES, lint_file
+
+
+def _write(project, rel: str, text: str) -> None:
+    target = project / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(textwrap.dedent(text))
+
+
+def _project(tmp_path) -> None:
+    _write(tmp_path, "distributed.py", """
+        import os
+        import torch.distributed as dist
+        def multi_init(device_id, world_size):
+            dist.init_process_group("nccl", init_method="env://", world_size=world_size, rank=device_id)
+            return dist.get_rank()
+        """)
+    _write(tmp_path, "models/__init__.py", "")
+    _write(tmp_path, "models/model_builder.py", """
+        import torch
+        from transformers import BertModel
+        class Bert(torch.nn.Module):
+            def __init__(self, temp_dir):
+                super().__init__()
+                self.model = BertModel.from_pretrained("bert-base-uncased", cache_dir=temp_dir)
+        class Summarizer(torch.nn.Module):
+            def __init__(self, args):
+                super().__init__()
+                self.bert = Bert(args.temp_dir)
+        """)
+    _write(tmp_path, "train_extractive.py", """
+        import torch
+        import distributed
+        from models.model_builder import Summarizer
+        def train_multi(args):
+            mp = torch.multiprocessing.get_context("spawn")
+            procs = [mp.Process(target=run, args=(args, i), daemon=True) for i in range(args.world_size)]
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join()
+        def run(args, device_id):
+            distributed.multi_init(device_id, args.world_size)
+            train_single(args, device_id)
+        def train_single(args, device_id):
+            model = Summarizer(args).to(device_id)
+            torch.distributed.destroy_process_group()
+        def train(args, device_id):
+            if args.world_size > 1:
+                train_multi(args)
+            else:
+                train_single(args, device_id)
+        def test(args, device_id):
+            model = Summarizer(args).to(device_id)
+        """)
+
+
+SCRIPT = """\
+import argparse
+from train_extractive import test, train
+parser = argparse.ArgumentParser()
+parser.add_argument("-mode", default="train")
+args = parser.parse_args()
+if args.mode == "train":
+    train(args, 0)
+else:
+    test(args, 0)
+"""
+
+
+def test_a_download_reached_through_the_workers_a_project_function_starts(tmp_path):
+    _project(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT)
+    found = [(f.id, f.line, f.related) for f in lint_file(str(tmp_path / "train.py"), select=set(RULES))]
+    downloads = [(line, related) for rule, line, related in found if rule == "download-on-every-rank"]
+    # at the call of train() (line 7), naming the fetch in the project's module; not at test()
+    # (line 9), which runs in one process and joins no group
+    assert [line for line, _ in downloads] == [7]
+    assert any(r.endswith("model_builder.py:7") for r in downloads[0][1])
+
+
+def test_a_single_process_project_is_not_told_it_downloads_on_every_rank(tmp_path):
+    _project(tmp_path)
+    # the same project with no process group anywhere: one process, nothing to race
+    text = (tmp_path / "distributed.py").read_text().replace('dist.init_process_group("nccl", init_method="env://", '
+                                                              'world_size=world_size, rank=device_id)', "pass")
+    (tmp_path / "distributed.py").write_text(text)
+    (tmp_path / "train.py").write_text(SCRIPT)
+    assert not [f for f in lint_file(str(tmp_path / "train.py"), select=set(RULES)) if f.id == "download-on-every-rank"]
