@@ -1,0 +1,24 @@
+"""Context that tells a failure from its near relatives: the lines around the error (a frame, a
+device the user chose, a line of nvidia-smi) that a reader uses to name the cause, read by the
+catalogue on excerpts of real logs."""
+
+from __future__ import annotations
+
+from gpurig.diagnose.explain import explain_text
+
+
+def _first(log: str) -> str | None:
+    matches = explain_text(log, index=None).matches
+    return matches[0].id if matches else None
+
+
+def test_memory_taken_on_gpu0_by_a_process_put_on_another_gpu_is_a_stray_context():
+    # https://github.com/jayleicn/TVQA/issues/6
+    assert _first("When I let device =1 in config.py, the program always occupies GPU 0 for ~600MB memory.\n") \
+        == "stray-context-on-gpu0"
+    # https://github.com/pytorch/pytorch/issues/8480
+    assert _first("I want to only use GPU:1 to train my model. I put the gru layer and input tensor to the cuda:1. "
+                  "After I feed the data into gru layer there, pytorch will allocate some memory on GPU:0.\n") \
+        == "stray-context-on-gpu0"
+    # Memory compared with GPU 0's, not taken on it: no reading.
+    assert _first("I set device = 1, but the model still allocates more memory than GPU 0 had.\n") is None
