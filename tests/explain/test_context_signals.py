@@ -22,3 +22,16 @@ def test_memory_taken_on_gpu0_by_a_process_put_on_another_gpu_is_a_stray_context
         == "stray-context-on-gpu0"
     # Memory compared with GPU 0's, not taken on it: no reading.
     assert _first("I set device = 1, but the model still allocates more memory than GPU 0 had.\n") is None
+
+
+def test_an_illegal_access_in_the_repositorys_own_nms_kernel_is_the_kernel_on_the_wrong_device():
+    # https://github.com/open-mmlab/mmdetection/pull/1603
+    log = ("RuntimeError: cuda runtime error (700) : an illegal memory access was encountered at "
+           "mmdet/ops/nms/src/nms_kernel.cu:103\n")
+    assert _first(log) == "custom-kernel-wrong-device"
+    # https://github.com/facebookresearch/maskrcnn-benchmark/pull/537
+    log = ("maskrcnn_benchmark.trainer INFO: Start training\nTHCudaCheck FAIL file=maskrcnn_benchmark/csrc/cuda/nms.cu "
+           "line=103 error=77 : an illegal memory access was encountered\n")
+    assert _first(log) == "custom-kernel-wrong-device"
+    # An illegal access with no kernel of the repository named stays the general reading.
+    assert _first("RuntimeError: CUDA error: an illegal memory access was encountered\n") == "cuda-illegal-memory-access"
