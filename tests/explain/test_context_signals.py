@@ -35,3 +35,14 @@ def test_an_illegal_access_in_the_repositorys_own_nms_kernel_is_the_kernel_on_th
     assert _first(log) == "custom-kernel-wrong-device"
     # An illegal access with no kernel of the repository named stays the general reading.
     assert _first("RuntimeError: CUDA error: an illegal memory access was encountered\n") == "cuda-illegal-memory-access"
+
+
+def test_the_watchdogs_backtrace_through_check_timeout_is_a_collective_timeout():
+    # https://github.com/jpata/particleflow/issues/390 (the message itself cut off; the frames remain)
+    log = ("frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, "
+           "std::ratio<1l, 1000l> > >) + 0x1d2 (0x1554e9e0f8f2 in libtorch_cuda.so)\n"
+           "frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x233 (0x1554e9e16333 in libtorch_cuda.so)\n"
+           "frame #3: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x10c (0x1554e9e1871c in libtorch_cuda.so)\n\n"
+           "Exception raised from ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1521 "
+           "(most recent call first):\n")
+    assert _first(log) == "nccl-watchdog-timeout"
