@@ -46,3 +46,11 @@ def test_the_watchdogs_backtrace_through_check_timeout_is_a_collective_timeout()
            "Exception raised from ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1521 "
            "(most recent call first):\n")
     assert _first(log) == "nccl-watchdog-timeout"
+
+
+def test_cuda_error_802_named_by_its_number_is_the_fabric_manager():
+    # https://github.com/aws-samples/aws-deep-learning-ami-ubuntu-dcv-desktop/issues/33
+    assert _first("CUDA initialization fails with 802 system error owing to lack of nvidia-fabricmanager install\n") \
+        == "fabric-manager-not-running"
+    # 802 as an amount is not the error.
+    assert _first("CUDA error: out of memory; tried to allocate 802 MiB\n") == "cuda-out-of-memory"
