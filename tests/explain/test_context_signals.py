@@ -54,3 +54,10 @@ def test_cuda_error_802_named_by_its_number_is_the_fabric_manager():
         == "fabric-manager-not-running"
     # 802 as an amount is not the error.
     assert _first("CUDA error: out of memory; tried to allocate 802 MiB\n") == "cuda-out-of-memory"
+
+
+def test_nvidia_smi_without_a_cuda_version_is_an_image_that_asks_for_no_compute_libraries():
+    # https://github.com/NVIDIA/nvidia-docker/issues/1198
+    assert _first("| NVIDIA-SMI 440.59       Driver Version: 440.59       CUDA Version: N/A      |\n") \
+        == "image-missing-nvidia-env"
+    assert _first("| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |\n") is None
