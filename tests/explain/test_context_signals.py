@@ -61,3 +61,17 @@ def test_nvidia_smi_without_a_cuda_version_is_an_image_that_asks_for_no_compute_
     assert _first("| NVIDIA-SMI 440.59       Driver Version: 440.59       CUDA Version: N/A      |\n") \
         == "image-missing-nvidia-env"
     assert _first("| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |\n") is None
+
+
+def test_a_checkpoint_moved_or_removed_under_a_saving_process_is_a_save_race_between_ranks():
+    # https://github.com/huggingface/pytorch-image-models/pull/693
+    assert _first("FileNotFoundError: [Errno 2] No such file or directory: 'output/timm_confs/effnet_b0.txt/tmp.pth.tar' "
+                  "-> 'output/timm_confs/effnet_b0.txt/last.pth.tar'\n") == "checkpoint-save-race-between-ranks"
+    # https://github.com/huggingface/transformers/issues/20988
+    assert _first("FileNotFoundError: [Errno 2] No such file or directory: 'rng_state_1.pth'\n") \
+        == "checkpoint-save-race-between-ranks"
+    # https://github.com/huggingface/transformers/issues/36076
+    assert _first('[rank1]:   File "/lib/python3.11/site-packages/transformers/trainer.py", line 3035, in '
+                  "_maybe_log_save_evaluate\nOSError: [Errno 39] Directory not empty\n") == "checkpoint-save-race-between-ranks"
+    # A checkpoint that is simply not there (a wrong path to resume from) is not a race.
+    assert _first("FileNotFoundError: [Errno 2] No such file or directory: 'checkpoints/last.pth.tar'\n") is None
