@@ -75,3 +75,15 @@ def test_a_checkpoint_moved_or_removed_under_a_saving_process_is_a_save_race_bet
                   "_maybe_log_save_evaluate\nOSError: [Errno 39] Directory not empty\n") == "checkpoint-save-race-between-ranks"
     # A checkpoint that is simply not there (a wrong path to resume from) is not a race.
     assert _first("FileNotFoundError: [Errno 2] No such file or directory: 'checkpoints/last.pth.tar'\n") is None
+
+
+def test_stop_iteration_next_to_data_parallel_is_a_replica_without_parameters():
+    # https://github.com/dmis-lab/GeNER/issues/3
+    assert _first("StopIteration raised from outputs = model(**inputs) inside torch/nn/parallel/data_parallel.py "
+                  "DataParallel.forward during self-training (run_self_training_ner.py)\n") \
+        == "dataparallel-replica-no-parameters"
+    # https://github.com/huggingface/transformers/pull/10215
+    assert _first("With PyTorch's DataParallel, it is not possible to simply iterate over parameters in order to find "
+                  "the `nn.Module`'s dtype or device.\nSome efforts were made to catch the error (`StopIteration`) in "
+                  "most cases, but the some were forgotten.\n") == "dataparallel-replica-no-parameters"
+    assert _first("model = DistributedDataParallel(model)\nStopIteration\n") is None
