@@ -87,3 +87,11 @@ def test_stop_iteration_next_to_data_parallel_is_a_replica_without_parameters():
                   "the `nn.Module`'s dtype or device.\nSome efforts were made to catch the error (`StopIteration`) in "
                   "most cases, but the some were forgotten.\n") == "dataparallel-replica-no-parameters"
     assert _first("model = DistributedDataParallel(model)\nStopIteration\n") is None
+
+
+def test_processes_said_to_run_on_the_same_gpu_are_ranks_sharing_a_device():
+    # https://github.com/facebookincubator/submitit/issues/1704
+    assert _first("Submitit puts all tasks on a single GPU\n") == "duplicate-gpu"
+    # https://github.com/mpi4jax/mpi4jax/issues/194
+    assert _first("I found the two processes are running on the same GPU.\n") == "duplicate-gpu"
+    assert _first("AssertionError: MMDataParallel only supports single GPU training\n") != "duplicate-gpu"
