@@ -95,3 +95,14 @@ def test_processes_said_to_run_on_the_same_gpu_are_ranks_sharing_a_device():
     # https://github.com/mpi4jax/mpi4jax/issues/194
     assert _first("I found the two processes are running on the same GPU.\n") == "duplicate-gpu"
     assert _first("AssertionError: MMDataParallel only supports single GPU training\n") != "duplicate-gpu"
+
+
+def test_a_failure_after_nccl_loaded_its_topology_from_a_file_is_the_injected_topology():
+    # https://github.com/NVIDIA/nccl/issues/1008
+    log = ("a100-4x-machines-23fsd-2-dev:648288:648307 [1] NCCL INFO Loading topology file /opt/microsoft/ncv4/topo.xml\n"
+           "a100-4x-machines-23fsd-2-dev:648288:648307 [1] NCCL INFO Loading unnamed topology\n"
+           "it works fine. However when I set -g2 or -g3 it fails with an error:  "
+           "Test NCCL failure common.cu:953 'unhandled system error.\n")
+    assert _first(log) == "nccl-bad-env-setting"
+    # The same line in a run that worked says nothing.
+    assert _first("node1:6482:6483 [1] NCCL INFO Loading topology file /opt/microsoft/ncv4/topo.xml\n") is None
