@@ -106,3 +106,13 @@ def test_a_failure_after_nccl_loaded_its_topology_from_a_file_is_the_injected_to
     assert _first(log) == "nccl-bad-env-setting"
     # The same line in a run that worked says nothing.
     assert _first("node1:6482:6483 [1] NCCL INFO Loading topology file /opt/microsoft/ncv4/topo.xml\n") is None
+
+
+def test_jax_finding_no_gpu_backend_at_all_is_a_missing_cuda_plugin():
+    # https://github.com/gladiaio/gladia/issues/927 (xla_bridge's warning of older jax releases)
+    log = ("2022-11-30 12:50:08,211 - jax._src.lib.xla_bridge - WARNING - No GPU/TPU found, falling back to CPU. "
+           "(Set TF_CPP_MIN_LOG_LEVEL=0 and rerun for more info.)\n")
+    assert _first(log) == "jax-cuda-plugin-missing"
+    # https://github.com/jax-ml/jax/issues/17634
+    assert _first("jax 0.4.6 does not provide the extra 'cuda12_pip' | No GPU/TPU found, falling back to CPU\n") \
+        == "jax-cuda-plugin-missing"
