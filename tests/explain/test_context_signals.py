@@ -116,3 +116,16 @@ def test_jax_finding_no_gpu_backend_at_all_is_a_missing_cuda_plugin():
     # https://github.com/jax-ml/jax/issues/17634
     assert _first("jax 0.4.6 does not provide the extra 'cuda12_pip' | No GPU/TPU found, falling back to CPU\n") \
         == "jax-cuda-plugin-missing"
+
+
+def _notice(log: str) -> str | None:
+    result = explain_text(log, index=None)
+    return result.benign[0].id if not result.matches and result.benign else None
+
+
+def test_open_mpi_finding_no_infiniband_interface_is_a_harmless_notice():
+    # https://github.com/espressopp/espressopp/issues/183
+    log = ("[[59756,1],0]: A high-performance Open MPI point-to-point messaging module\n"
+           "was unable to find any relevant network interfaces:\n\nModule: OpenFabrics (openib)\n  Host: pd\n\n"
+           "Another transport will be used instead, although this may result in\nlower performance.\n")
+    assert _notice(log) == "openmpi-openib-no-interface-notice"
