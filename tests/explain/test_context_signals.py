@@ -129,3 +129,10 @@ def test_open_mpi_finding_no_infiniband_interface_is_a_harmless_notice():
            "was unable to find any relevant network interfaces:\n\nModule: OpenFabrics (openib)\n  Host: pd\n\n"
            "Another transport will be used instead, although this may result in\nlower performance.\n")
     assert _notice(log) == "openmpi-openib-no-interface-notice"
+
+
+def test_torchruns_master_addr_notice_is_harmless():
+    # https://github.com/pytorch/pytorch/pull/114335
+    log = ("$ python -u -m torch.distributed.run --nproc_per_node=1 --rdzv_endpoint localhost:6000  --rdzv_backend c10d test.py\n"
+           "master_addr is only used for static rdzv_backend and when rdzv_endpoint is not specified\n")
+    assert _notice(log) == "torchrun-master-addr-notice"
