@@ -136,3 +136,9 @@ def test_torchruns_master_addr_notice_is_harmless():
     log = ("$ python -u -m torch.distributed.run --nproc_per_node=1 --rdzv_endpoint localhost:6000  --rdzv_backend c10d test.py\n"
            "master_addr is only used for static rdzv_backend and when rdzv_endpoint is not specified\n")
     assert _notice(log) == "torchrun-master-addr-notice"
+
+
+def test_tensorflows_virtual_gpu_nccl_fallback_is_a_harmless_notice():
+    # https://github.com/tensorflow/tensorflow/issues/40735
+    assert _notice("NCCL is not supported when using virtual GPUs, fallingback to reduction to one device\n") \
+        == "tf-nccl-virtual-gpu-fallback-notice"
