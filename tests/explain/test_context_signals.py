@@ -142,3 +142,11 @@ def test_tensorflows_virtual_gpu_nccl_fallback_is_a_harmless_notice():
     # https://github.com/tensorflow/tensorflow/issues/40735
     assert _notice("NCCL is not supported when using virtual GPUs, fallingback to reduction to one device\n") \
         == "tf-nccl-virtual-gpu-fallback-notice"
+
+
+def test_xlas_driver_older_than_ptxas_warning_is_a_harmless_notice():
+    # https://github.com/YoshitakaMo/localcolabfold/issues/126 (the version cut by the paste's line wrap)
+    log = ("2022-12-16 18:31:30.311235: W external/org_tensorflow/tensorflow/compiler/xla/service/gpu/nvptx_compiler.cc:497]"
+           " The NVIDIA driver's CUDA version is 11.\n0 which is older than the ptxas CUDA version (11.6.124). Because the "
+           "driver is older than the ptxas version, XLA is disabling parallel compilation, whic\nh may slow down compilation.\n")
+    assert _notice(log) == "xla-driver-older-than-ptxas-notice"
