@@ -150,3 +150,8 @@ def test_xlas_driver_older_than_ptxas_warning_is_a_harmless_notice():
            " The NVIDIA driver's CUDA version is 11.\n0 which is older than the ptxas CUDA version (11.6.124). Because the "
            "driver is older than the ptxas version, XLA is disabling parallel compilation, whic\nh may slow down compilation.\n")
     assert _notice(log) == "xla-driver-older-than-ptxas-notice"
+
+
+def test_mpirun_missing_a_variable_to_forward_is_a_harmless_notice():
+    # https://github.com/horovod/horovod/pull/1087
+    assert _notice('Warning: could not find environment variable "OLDPWD"\n') == "mpirun-env-var-missing-notice"
