@@ -155,3 +155,12 @@ def test_xlas_driver_older_than_ptxas_warning_is_a_harmless_notice():
 def test_mpirun_missing_a_variable_to_forward_is_a_harmless_notice():
     # https://github.com/horovod/horovod/pull/1087
     assert _notice('Warning: could not find environment variable "OLDPWD"\n') == "mpirun-env-var-missing-notice"
+
+
+def test_a_skipped_fp16_step_with_a_large_loss_scale_is_a_normal_notice():
+    # https://github.com/LEEYOONHYUNG/BVAE-TTS/issues/3
+    assert _notice("Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to 32768.0\n") \
+        == "amp-loss-scale-notice"
+    # A scale falling to 1 is no longer normal.
+    falling = "".join(f"Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to {2.0 ** k}\n" for k in range(15, -1, -1))
+    assert _notice(falling) is None
