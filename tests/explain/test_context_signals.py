@@ -164,3 +164,12 @@ def test_a_skipped_fp16_step_with_a_large_loss_scale_is_a_normal_notice():
     # A scale falling to 1 is no longer normal.
     falling = "".join(f"Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to {2.0 ** k}\n" for k in range(15, -1, -1))
     assert _notice(falling) is None
+
+
+def test_data_parallel_failing_to_gather_uneven_replicas_is_a_partial_batch():
+    # https://github.com/huggingface/transformers/pull/4757
+    log = ("RuntimeError: Gather got an input of invalid size: got [2, 1, 20, 256, 64], but expected [2, 2, 20, 256, 64] "
+           "(gather at /AWS-PyTorch/torch/csrc/cuda/comm.cpp:231)\n")
+    assert _first(log) == "dataparallel-partial-last-batch"
+    # https://github.com/Morizeyao/GPT2-Chinese/issues/118
+    assert _first("RuntimeError: Gather got an input of invalid size:\n") == "dataparallel-partial-last-batch"
