@@ -173,3 +173,8 @@ def test_data_parallel_failing_to_gather_uneven_replicas_is_a_partial_batch():
     assert _first(log) == "dataparallel-partial-last-batch"
     # https://github.com/Morizeyao/GPT2-Chinese/issues/118
     assert _first("RuntimeError: Gather got an input of invalid size:\n") == "dataparallel-partial-last-batch"
+
+
+def test_nvidia_smi_not_found_in_other_words_is_a_container_without_a_gpu():
+    # https://github.com/mmartial/ComfyUI-Nvidia-Docker/issues/57
+    assert _first("!! ERROR: nvidia-smi not found\n") == "container-no-gpu-requested"
