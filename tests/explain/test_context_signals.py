@@ -178,3 +178,9 @@ def test_data_parallel_failing_to_gather_uneven_replicas_is_a_partial_batch():
 def test_nvidia_smi_not_found_in_other_words_is_a_container_without_a_gpu():
     # https://github.com/mmartial/ComfyUI-Nvidia-Docker/issues/57
     assert _first("!! ERROR: nvidia-smi not found\n") == "container-no-gpu-requested"
+
+
+def test_a_remote_shell_without_orted_is_open_mpi_missing_from_the_remote_path():
+    # https://github.com/open-mpi/ompi/issues/599
+    log = ("bash: orted: command not found\n" + "-" * 74 + "\nORTE was unable to reliably start one or more daemons.\n")
+    assert _first(log) == "mpi-orted-not-found-remote"
