@@ -184,3 +184,9 @@ def test_a_remote_shell_without_orted_is_open_mpi_missing_from_the_remote_path()
     # https://github.com/open-mpi/ompi/issues/599
     log = ("bash: orted: command not found\n" + "-" * 74 + "\nORTE was unable to reliably start one or more daemons.\n")
     assert _first(log) == "mpi-orted-not-found-remote"
+
+
+def test_updating_a_mirrored_variable_without_aggregation_is_named():
+    # https://github.com/mlcommons/training/issues/204
+    assert _first("ValueError: You must specify an aggregation method to update a MirroredVariable in Tower Context.\n") \
+        == "tf-mirrored-variable-no-aggregation"
