@@ -190,3 +190,10 @@ def test_updating_a_mirrored_variable_without_aggregation_is_named():
     # https://github.com/mlcommons/training/issues/204
     assert _first("ValueError: You must specify an aggregation method to update a MirroredVariable in Tower Context.\n") \
         == "tf-mirrored-variable-no-aggregation"
+
+
+def test_horovodrun_not_recognising_mpirun_is_named():
+    # https://github.com/tlkh/ai-lab/issues/26
+    log = ("Open MPI not found in output of mpirun --version.\nTraceback (most recent call last):\n"
+           "Exception: horovodrun convenience script does not find an installed OpenMPI.\n")
+    assert _first(log) == "horovodrun-openmpi-not-detected"
