@@ -197,3 +197,11 @@ def test_horovodrun_not_recognising_mpirun_is_named():
     log = ("Open MPI not found in output of mpirun --version.\nTraceback (most recent call last):\n"
            "Exception: horovodrun convenience script does not find an installed OpenMPI.\n")
     assert _first(log) == "horovodrun-openmpi-not-detected"
+
+
+def test_deepspeed_finding_no_latest_file_is_no_engine_checkpoint_to_resume():
+    # https://github.com/tdrussell/diffusion-pipe/issues/159
+    log = ("[2025-03-16 18:48:13,525] [WARNING] [engine.py:2914:load_checkpoint] Unable to find latest file at "
+           "/runs/lora/20250316_15-44-14/latest, if trying to load latest checkpoint please ensure this file exists or "
+           "pass an explicit checkpoint tag when loading a checkpoint.\n")
+    assert _first(log) == "deepspeed-resume-missing-engine-state"
