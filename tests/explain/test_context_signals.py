@@ -205,3 +205,8 @@ def test_deepspeed_finding_no_latest_file_is_no_engine_checkpoint_to_resume():
            "/runs/lora/20250316_15-44-14/latest, if trying to load latest checkpoint please ensure this file exists or "
            "pass an explicit checkpoint tag when loading a checkpoint.\n")
     assert _first(log) == "deepspeed-resume-missing-engine-state"
+
+
+def test_tensorflow_without_the_nccl_op_is_a_build_without_nccl():
+    # https://github.com/tensorflow/tensorflow/issues/21470
+    assert _first("Op type not registered 'NcclAllReduce' in binary running on Windows10.\n") == "nccl-not-built-in"
