@@ -210,3 +210,9 @@ def test_deepspeed_finding_no_latest_file_is_no_engine_checkpoint_to_resume():
 def test_tensorflow_without_the_nccl_op_is_a_build_without_nccl():
     # https://github.com/tensorflow/tensorflow/issues/21470
     assert _first("Op type not registered 'NcclAllReduce' in binary running on Windows10.\n") == "nccl-not-built-in"
+
+
+def test_lightnings_second_line_alone_still_names_gpus_the_process_cannot_see():
+    # https://github.com/ray-project/ray_lightning/issues/32
+    log = "(pid=1521966)  But your machine only has: [0]\n(pid=1521966) Exception in thread Thread-2:\n"
+    assert _first(log) == "lightning-requested-gpus-unavailable"
