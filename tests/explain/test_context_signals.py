@@ -216,3 +216,11 @@ def test_lightnings_second_line_alone_still_names_gpus_the_process_cannot_see():
     # https://github.com/ray-project/ray_lightning/issues/32
     log = "(pid=1521966)  But your machine only has: [0]\n(pid=1521966) Exception in thread Thread-2:\n"
     assert _first(log) == "lightning-requested-gpus-unavailable"
+
+
+def test_ssh_stopping_at_the_host_key_prompt_is_a_launcher_that_cannot_log_in():
+    # https://github.com/FlagAI-Open/Aquila2/issues/92
+    log = ("Master node: 172.21.0.17\nStarting node 0/1: 172.21.0.17\n"
+           "The authenticity of host '172.21.0.17 (172.21.0.17)' can't be established.\n"
+           "ED25519 key fingerprint is SHA256:A0VIuh9eIWnoJ2ty4WE/pixJOnBY3aX8KBQw/OjXQCA.\n")
+    assert _first(log) == "launcher-ssh-auth"
