@@ -224,3 +224,8 @@ def test_ssh_stopping_at_the_host_key_prompt_is_a_launcher_that_cannot_log_in():
            "The authenticity of host '172.21.0.17 (172.21.0.17)' can't be established.\n"
            "ED25519 key fingerprint is SHA256:A0VIuh9eIWnoJ2ty4WE/pixJOnBY3aX8KBQw/OjXQCA.\n")
     assert _first(log) == "launcher-ssh-auth"
+
+
+def test_processes_that_also_allocate_on_one_gpu_are_not_read_as_ranks_sharing_it():
+    # The other ranks' stray contexts on GPU 0 (stray-context-on-gpu0), not two ranks on one device.
+    assert _first("All processes also allocate memory on the same GPU 0.\n") != "duplicate-gpu"
