@@ -89,3 +89,20 @@ def test_a_finding_counts_for_each_judged_helper_line_it_names(tmp_path):
              + [{"rule": "download-on-every-rank", "line": 1, "file": "p/other.py", "why": "w"}]}
     score = lc.measure(set(DEFAULT_RULES), manifest={"p": entry}, cache=tmp_path)
     assert (score.findings, score.true_findings, score.mistakes, score.found) == (1, 1, 3, 2)
+
+
+def test_a_finding_counts_for_each_judged_line_of_the_script_it_names(tmp_path):
+    """The global rank made the device at line 5 and used at 6 and 7 is one finding naming 6 and 7:
+    a judge who counted each use finds all three counted, and no finding is false."""
+    import hashlib
+
+    (tmp_path / "p").mkdir()
+    script = tmp_path / "p" / "train.py"
+    script.write_text("import os\nimport torch, torch.distributed as dist\ndist.init_process_group('nccl')\n"
+                      "rank = int(os.environ['RANK'])\ntorch.cuda.set_device(rank)\nx = torch.zeros(1).to(rank)\n"
+                      "y = torch.zeros(1).cuda(rank)\ndist.destroy_process_group()\n")
+    entry = {"file": "p/train.py", "path": "train.py", "url": "https://example.org/p/train.py",
+             "sha256": hashlib.sha256(script.read_bytes()).hexdigest(), "judged": "default",
+             "mistakes": [{"rule": "global-rank-as-device", "line": line, "why": "w"} for line in (5, 6, 7)]}
+    score = lc.measure(set(DEFAULT_RULES), manifest={"p": entry}, cache=tmp_path)
+    assert (score.findings, score.true_findings, score.mistakes, score.found) == (1, 1, 3, 3)

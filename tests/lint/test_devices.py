@@ -14,6 +14,10 @@ def found(source: str) -> list[tuple[str, int]]:
     return [(f.id, f.line) for f in lint_source(textwrap.dedent(source), "<script>") if f.id == "global-rank-as-device"]
 
 
+def related(source: str) -> list[list[str]]:
+    return [f.related for f in lint_source(textwrap.dedent(source), "<script>") if f.id == "global-rank-as-device"]
+
+
 SPAWNED = """\
 import torch
 import torch.distributed as dist
@@ -58,8 +62,10 @@ main()
 
 
 def test_a_device_variable_a_keyword_device_and_a_conditional_one():
-    # the device is reported where it is made (line 10), not at each use
-    assert found(TORCHRUN) == [("global-rank-as-device", 10), ("global-rank-as-device", 12)]
+    # the device is reported where it is made (line 10), not at each use; the keyword device of line
+    # 12 is the same mistake, named there
+    assert found(TORCHRUN) == [("global-rank-as-device", 10)]
+    assert related(TORCHRUN) == [["<stdin>:12"]]
     local = TORCHRUN.replace('f"cuda:{rank}"', 'f"cuda:{local_rank}"').replace("else rank)", "else local_rank)")
     assert found(local) == []
 
@@ -108,7 +114,7 @@ def test_a_read_of_the_global_rank_used_directly_as_the_device():
     x = torch.zeros(1).cuda(dist.get_rank())
     dist.destroy_process_group()
     """
-    assert found(source) == [("global-rank-as-device", 5), ("global-rank-as-device", 6)]
+    assert found(source) == [("global-rank-as-device", 5)] and related(source) == [["<stdin>:6"]]
 
 
 def test_a_project_helper_that_wraps_ddp_on_the_global_rank_reached_through_a_class(tmp_path):
@@ -161,3 +167,32 @@ def test_get_rank_of_a_group_numbered_by_the_local_rank_is_a_gpu_of_this_machine
     dist.destroy_process_group()
     """
     assert found(source) == []
+
+
+FSDP_ON_RANK = """\
+import os
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+def main():
+    dist.init_process_group("nccl")
+    rank = int(os.environ["RANK"])
+    torch.cuda.set_device(rank)
+    model = FSDP(torch.nn.Linear(2, 2).to(rank), device_id=rank)
+    for x, y in []:
+        x, y = x.to(rank), y.to(rank)
+    dist.destroy_process_group()
+
+main()
+"""
+
+
+def test_fsdp_on_the_global_rank_and_its_uses_are_one_finding_that_names_them():
+    # set_device(rank) is the first place; FSDP's device_id= is a place of its own (the model's
+    # shards go there); the .to(rank) of each batch is the same mistake, named at the first
+    assert found(FSDP_ON_RANK) == [("global-rank-as-device", 9), ("global-rank-as-device", 10)]
+    assert related(FSDP_ON_RANK)[0] == ["<stdin>:12"]
+    local = FSDP_ON_RANK.replace('os.environ["RANK"]', 'os.environ["LOCAL_RANK"]')
+    assert found(local) == []
+

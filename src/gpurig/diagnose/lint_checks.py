@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 
 from gpurig.diagnose import lint_rendezvous as rendezvous
-from gpurig.diagnose.lint_devices import RankDevices, report
+from gpurig.diagnose.lint_devices import RankDevices, fold_uses, report
 from gpurig.diagnose.lint_guards import _mentions_rank, _runs_on_every_rank
 from gpurig.diagnose.lint_modules import (
     _fetches_by_library,
@@ -597,4 +597,4 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     unique: dict[tuple[str, int], LintFinding] = {}
     for f in findings:  # one finding per rule and line, however many ways it was reached
         unique.setdefault((f.id, f.line), f)
-    return list(unique.values())
+    return fold_uses(list(unique.values()), Path(path).name if path else "<stdin>")

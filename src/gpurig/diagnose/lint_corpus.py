@@ -109,11 +109,11 @@ def measure(rules: set[str], manifest: dict[str, dict[str, Any]] | None = None, 
                 score.true_findings += 1
             if entry.get("official_tutorial") and f.id != "hard-coded-rendezvous":
                 score.tutorial_findings.append({"script": name, "rule": f.id, "line": f.line})
-        # Then every mistake judged in an imported module whose file:line a finding of its rule names
-        # (its `related` places: "... at utils.py:6, MNIST() at utils.py:7"): the user is shown each of them.
+        # Then every mistake judged in an imported module (or the script) whose file:line a finding of its
+        # rule names (its `related` places: "... at utils.py:6, MNIST() at utils.py:7"): the user is shown each.
         for f in findings:
-            used |= {i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id and "file" in m
-                     and f"{_relative(m['file'], entry['file'])}:{m['line']}" in f.related}
+            used |= {i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id
+                     and f"{_relative(m.get('file', entry['file']), entry['file'])}:{m['line']}" in f.related}
         score.mistakes += len(mistakes)
         score.found += len(used)
         score.missed += [{"script": name, **m} for i, m in enumerate(mistakes) if i not in used]

@@ -123,6 +123,10 @@ class RankDevices:
                 device = call.args[0] if len(call.args) == 1 else (_kw(call, "device").value if _kw(call, "device") else None)
                 if device is not None and self.device_of_rank(device, call):
                     yield (call, f".{short}({ast.unparse(device)[:40]}): the global rank used as the GPU index", LOCAL_FIX)
+            device_id = _kw(call, "device_id") if short in ("FSDP", "FullyShardedDataParallel") else None
+            if device_id is not None and self.device_of_rank(device_id.value, call):  # FSDP(model, device_id=rank)
+                yield (device_id.value, f"FSDP(device_id={ast.unparse(device_id.value)[:40]}): the global rank used as "
+                       "the GPU index", LOCAL_FIX)
             device_map = _kw(call, "device_map")
             if device_map is not None and isinstance(device_map.value, ast.Dict) and any(
                     v is not None and self.is_global_rank(v, call) for v in device_map.value.values):
@@ -142,3 +146,17 @@ class RankDevices:
 def report(devices: RankDevices, add: Callable[[str, ast.AST, str, str], None]) -> None:
     for node, title, fix in devices.findings():
         add("global-rank-as-device", node, title, fix)
+
+
+def fold_uses(findings: list, script: str) -> list:
+    """The global rank made a device is one mistake, however many tensors it then moves: its uses
+    (`.to(rank)`, `.cuda(rank)`) after the first place it is reported are named there (`related`),
+    not reported again. `findings` in line order; `script`: the file's name, as `related` names it."""
+    ranks = [f for f in findings if f.id == "global-rank-as-device"]
+    uses = [f for f in ranks[1:] if f.title.startswith(".")]
+    if not uses:
+        return findings
+    ranks[0].related += [f"{script}:{f.line}" for f in uses]
+    ranks[0].title += f" (and {len(uses)} more use{'s' if len(uses) > 1 else ''} of it as a device below)"
+    return [f for f in findings if not any(f is u for u in uses)]
+

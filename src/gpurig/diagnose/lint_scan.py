@@ -53,7 +53,8 @@ _JUDGED_CALLS = frozenset({
     "DataParallel", "data_parallel", "DistributedDataParallel", "DDP", "set_device", "set_device_index", "to", "cuda",
     "load", "list", "init_process_group", "destroy_process_group", "add_argument", "print", "save", "SummaryWriter",
     "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "setLevel", "basicConfig", "disable",
-    "save_pretrained", "save_to_disk", "Trainer", "Fabric", "write_text", "write_bytes", "load_data",
+    "save_pretrained", "save_to_disk", "Trainer", "Fabric", "write_text", "write_bytes", "load_data", "FSDP",
+    "FullyShardedDataParallel",
 }) | _AUTO_DATASETS | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS | LIBRARY_FETCH_NAMES
 
 _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
