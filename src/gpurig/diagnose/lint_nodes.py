@@ -160,7 +160,9 @@ def _data_file(path: ast.AST) -> bool:
     if not names:
         return False
     stem = os.path.splitext(os.path.basename(names[-1]))[0]
-    return _DATA_STEM.fullmatch(stem) is not None and not _NOT_DATA.search(stem)
+    # (or a Trainer checkpoint's parts that hold no CUDA tensor: scheduler.pt, rng_state.pth, training_args.bin)
+    return _DATA_STEM.fullmatch(stem) is not None and not _NOT_DATA.search(stem) \
+        or re.fullmatch(r"(?:lr_)?scheduler|rng_state(?:_\d+)?|training_args", stem) is not None
 
 
 def _calls_barrier(*nodes: ast.AST) -> bool:
@@ -222,7 +224,8 @@ def _reads_local_files(call: ast.Call) -> bool:
             or any(k.arg == "streaming" and _is_const(k.value, True) for k in call.keywords)
     if short != "from_pretrained" or not call.args:
         return False
-    where = call.args[0]
+    # (PEFT's `PeftModel.from_pretrained(model, adapter_path)`: the adapter is the second argument)
+    where = call.args[1] if len(call.args) > 1 and _dotted(call.func).endswith("PeftModel.from_pretrained") else call.args[0]
     # A path, not a hub id: "../model", "./out/ckpt", "/data/llama", "~/weights".
     if isinstance(where, ast.Constant) and _local_path(where.value):
         return True

@@ -1,0 +1,40 @@
+"""`gpurig lint` reading what a load names: PEFT's `PeftModel.from_pretrained(model, adapter_dir)`
+names its adapter second (the first is the model object), and the parts of a Trainer checkpoint
+that hold no CUDA tensor (scheduler.pt, rng_state.pth, training_args.bin) need no map_location.
+Shapes met in real fine-tuning scripts (OpenVLA's, a Qwen LoRA classifier's)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gpurig.diagnose.lint import lint_source
+
+SCRIPT = """\
+import os
+import torch
+import torch.distributed as dist
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+dist.init_process_group("nccl")
+base = AutoModelForCausalLM.from_pretrained("./models/base")
+model = PeftModel.from_pretrained(base, {adapter})
+scheduler_state = torch.load(os.path.join("out", {part!r}))
+dist.destroy_process_group()
+"""
+
+
+def _found(**values) -> set[tuple[str, int]]:
+    return {(f.id, f.line) for f in lint_source(textwrap.dedent(SCRIPT.format(**values)), "<script>")
+            if f.id in ("download-on-every-rank", "torch-load-without-map-location")}
+
+
+def test_a_peft_adapter_is_judged_by_its_own_argument():
+    assert ("download-on-every-rank", 8) not in _found(adapter="adapter_dir", part="scheduler.pt")
+    assert ("download-on-every-rank", 8) in _found(adapter='"tloen/alpaca-lora-7b"', part="scheduler.pt")
+
+
+def test_checkpoint_parts_without_cuda_tensors_need_no_map_location():
+    for part in ("scheduler.pt", "rng_state.pth", "training_args.bin"):
+        assert ("torch-load-without-map-location", 9) not in _found(adapter="adapter_dir", part=part)
+    for part in ("optimizer.pt", "pytorch_model.bin"):
+        assert ("torch-load-without-map-location", 9) in _found(adapter="adapter_dir", part=part)
