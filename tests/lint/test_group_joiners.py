@@ -96,3 +96,52 @@ def test_a_single_process_project_is_not_told_it_downloads_on_every_rank(tmp_pat
     (tmp_path / "distributed.py").write_text(text)
     (tmp_path / "train.py").write_text(SCRIPT)
     assert not [f for f in lint_file(str(tmp_path / "train.py"), select=set(RULES)) if f.id == "download-on-every-rank"]
+
+
+def test_a_trainer_script_whose_trainer_is_built_in_its_project(tmp_path):
+    # Vigogne's shape: cli/train.py reads TrainingArguments with HfArgumentParser; train() in the
+    # package loads the tokenizer and builds the Trainer in setup_trainer(): all of it runs in
+    # every process torchrun starts
+    _write(tmp_path, "pkg/__init__.py", "")
+    _write(tmp_path, "pkg/trainer.py", """
+        from transformers import Seq2SeqTrainer, Trainer
+        def setup_trainer(cfg, model):
+            trainer_cls = Trainer if cfg.decoder else Seq2SeqTrainer
+            return trainer_cls(model=model, args=cfg)
+        """)
+    _write(tmp_path, "pkg/train.py", """
+        from transformers import AutoTokenizer
+        from pkg.trainer import setup_trainer
+        def train(cfg):
+            tokenizer = AutoTokenizer.from_pretrained(cfg.model_name_or_path)
+            setup_trainer(cfg, None).train()
+        """)
+    (tmp_path / "run.py").write_text("from transformers import HfArgumentParser, TrainingArguments\n"
+                                     "from pkg.train import train\n"
+                                     "(cfg,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()\n"
+                                     "train(cfg)\n")
+    found = [(f.id, f.line) for f in lint_file(str(tmp_path / "run.py"), select=set(RULES))]
+    assert ("download-on-every-rank", 4) in found
+
+
+def test_an_accelerate_project_whose_download_waits_for_a_main_process_flag(tmp_path):
+    # denoising-diffusion-pytorch's shape: the Trainer builds the FID scorer (which downloads its
+    # Inception weights) only where `self.calculate_fid = calculate_fid and is_main_process`
+    _write(tmp_path, "ddpm.py", """
+        from accelerate import Accelerator
+        from pytorch_fid.inception import InceptionV3
+        class Trainer:
+            def __init__(self, calculate_fid=True):
+                self.accelerator = Accelerator()
+                self.calculate_fid = calculate_fid and self.accelerator.is_main_process
+                if self.calculate_fid:
+                    self.inception = InceptionV3([3])
+        """)
+    (tmp_path / "train.py").write_text("from ddpm import Trainer\ntrainer = Trainer()\n")
+    found = [(f.id, f.line) for f in lint_file(str(tmp_path / "train.py"), select=set(RULES))]
+    assert ("download-on-every-rank", 2) not in found
+    # without the flag, every process of the Accelerate run builds it
+    text = (tmp_path / "ddpm.py").read_text().replace("calculate_fid and self.accelerator.is_main_process", "calculate_fid")
+    (tmp_path / "ddpm.py").write_text(text)
+    found = [(f.id, f.line) for f in lint_file(str(tmp_path / "train.py"), select=set(RULES))]
+    assert ("download-on-every-rank", 2) in found

@@ -49,6 +49,7 @@ from gpurig.diagnose.lint_nodes import (
 from gpurig.diagnose.lint_project import (
     _group_joiners,
     _import_time_fetches,
+    _imports_trainer,
     _is_download_call,
     _listed,
     _mentions_rank_value,
@@ -140,7 +141,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     reported_helpers: set[tuple[str, str]] = set()
     text = source
     uses_cuda = scan.cuda_call or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
-    distributed = _runs_on_every_rank(scan, calls, names, text)
+    distributed = _runs_on_every_rank(scan, calls, names, text, _imports_trainer(modules))
     silenced = scan.silenced or any(_silences_output(m) for m in modules)
     set_epoch_anywhere = scan.set_epoch_call or "set_epoch" in module_calls
     # destroy_process_group(group) ends that subgroup only, not the default group.
@@ -148,8 +149,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     if destroys and all(c.args or (_kw(c, "group") is not None and not _is_const(_kw(c, "group").value, None))
                         for c in destroys):
         names = names - {"destroy_process_group"}
-    # Only under a rank check (`if rank in [-1, 0]: ... else: destroy_process_group()`): the other
-    # ranks leave their group to interpreter exit.
+    # Only under a rank check (`if rank in [-1, 0]: ... else: destroy_process_group()`): others never destroy.
     if destroys and all(g for c, f, g in calls if _name_of(f) == "destroy_process_group"):
         names = names - {"destroy_process_group"}
     # Only in an exception handler (`except KeyboardInterrupt: dist.destroy_process_group()`): a run

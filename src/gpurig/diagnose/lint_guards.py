@@ -167,7 +167,7 @@ def _asks_for_gpu(test: ast.AST) -> bool:
                for n in ast.walk(test))
 
 
-def _runs_on_every_rank(scan, calls: list, names: set[str], text: str) -> bool:
+def _runs_on_every_rank(scan, calls: list, names: set[str], text: str, project_trainer: bool = False) -> bool:
     """Whether the script is one that every rank runs whole: it starts or joins a process group, or
     is launched one process per GPU by its framework (Horovod, a Hugging Face Trainer read from the
     command line, Accelerate, Lightning, DeepSpeed)."""
@@ -183,8 +183,9 @@ def _runs_on_every_rank(scan, calls: list, names: set[str], text: str) -> bool:
     # `torchrun --nproc_per_node N` (or `deepspeed`), one process per GPU, each running the whole script.
     # Any Trainer of that family counts: Seq2SeqTrainer, TRL's SFTTrainer (read by TrlParser, a
     # HfArgumentParser), a project's own subclass or copy.
-    distributed = distributed or (any(n.endswith("Trainer") for n in names) and bool(names & {"HfArgumentParser", "TrlParser"})
-                                  and ("transformers" in text or "trl" in text))
+    # (`project_trainer`: the Trainer is built in the project's modules, `setup_trainer()`.)
+    distributed = distributed or (bool(names & {"HfArgumentParser", "TrlParser"}) and (project_trainer or (
+        any(n.endswith("Trainer") for n in names) and ("transformers" in text or "trl" in text))))
     if not distributed and re.search(r"^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b", text, re.M):
         # Launched by the framework: one process per device, unless every Trainer / Fabric the
         # script builds asks for one device (`devices=1`, or a setting of the script equal to 1).

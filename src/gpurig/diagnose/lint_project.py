@@ -53,11 +53,13 @@ def _guarded_lines(fn: ast.AST, with_else: bool = False) -> set[int]:
     """Lines of `fn` under a rank check (`if rank == 0:` bodies; with_else, their else branches too),
     or on a branch only a run of one process takes (`else:` of `if dist.is_initialized():`)."""
     lines: set[int] = set()
+    # flags set from a rank check in the function (`self.calculate_fid = calculate_fid and is_main_process`)
+    flags = {_dotted(t) for n in ast.walk(fn) if isinstance(n, ast.Assign) and _mentions_rank(n.value) for t in n.targets}
     for stmt in ast.walk(fn):
         if not isinstance(stmt, ast.If):
             continue
         one_body, one_else = _single_process_branch(stmt.test)
-        rank = _mentions_rank(stmt.test)
+        rank = _mentions_rank(stmt.test) or (isinstance(stmt.test, (ast.Name, ast.Attribute)) and _dotted(stmt.test) in flags)
         for branch, counts in ((stmt.body, rank or one_body), (stmt.orelse, (rank and with_else) or one_else)):
             if counts:
                 lines |= {n.lineno for b in branch for n in ast.walk(b) if hasattr(n, "lineno")}
@@ -268,9 +270,18 @@ def _downloading_functions(modules: list) -> dict[str, str]:
 
 def _group_joiners(modules: list) -> set[str]:
     """The project's functions and classes that start or join a process group, themselves or
-    through the project's functions and the workers they start."""
-    starts = _functions_calling(modules, "init_process_group", lambda call, fn: _name_of(_dotted(call.func)) == "init_process_group")
-    return set(_grown(modules, starts))
+    through the project's functions and the workers they start: init_process_group, an Accelerator,
+    DeepSpeed's initialize."""
+    def joins(call: ast.Call, fn: ast.AST) -> bool:
+        return _name_of(_dotted(call.func)) in ("init_process_group", "Accelerator") or _dotted(call.func) == "deepspeed.initialize"
+
+    return set(_grown(modules, _functions_calling(modules, "a process group", joins)))
+
+
+def _imports_trainer(modules: list) -> bool:
+    """Whether the project's modules import a Hugging Face Trainer of any kind (`setup_trainer()` builds it)."""
+    return any(isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] in ("transformers", "trl")
+               and any(a.name.endswith("Trainer") for a in n.names) for m in modules for n in ast.walk(m))
 
 
 def _reachable_call(modules: list, name: str, script_calls: set[str]) -> bool:
