@@ -76,6 +76,25 @@ def test_a_destroy_only_an_exception_reaches_is_no_destroy():
     assert found(body.replace("    except KeyboardInterrupt:", "    finally:")) == []
 
 
+def test_a_cleanup_function_only_exception_handlers_call_is_no_destroy():
+    # WaveGrad's shape: cleanup() destroys the group, but only `except KeyboardInterrupt:` calls it
+    body = """\
+    def cleanup():
+        dist.destroy_process_group()
+    def main():
+        dist.init_process_group("nccl")
+        try:
+            torch.zeros(1)
+        except KeyboardInterrupt:
+            cleanup()
+    main()
+    """
+    assert ("no-destroy-process-group", 8) in found(body)
+    # called at the end of a normal run too, or handed to atexit: the group is destroyed
+    assert found(body.replace("    main()\n", "    main()\n    cleanup()\n")) == []
+    assert found(body.replace("    main()\n", "    import atexit\n    atexit.register(cleanup)\n    main()\n")) == []
+
+
 def test_a_cache_the_first_rank_fills_is_read_by_the_others():
     body = """\
     import os

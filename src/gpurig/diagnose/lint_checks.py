@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpurig.diagnose import lint_rendezvous as rendezvous
 from gpurig.diagnose.lint_devices import RankDevices, fold_uses, report
-from gpurig.diagnose.lint_guards import _mentions_rank, _runs_on_every_rank
+from gpurig.diagnose.lint_guards import _mentions_rank, _never_destroys, _never_run, _runs_on_every_rank
 from gpurig.diagnose.lint_modules import (
     _fetches_by_library,
     _imported_names_by_origin,
@@ -144,17 +144,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     distributed = _runs_on_every_rank(scan, calls, names, text, _imports_trainer(modules))
     silenced = scan.silenced or any(_silences_output(m) for m in modules)
     set_epoch_anywhere = scan.set_epoch_call or "set_epoch" in module_calls
-    # destroy_process_group(group) ends that subgroup only, not the default group.
-    destroys = [c for c, f, _ in calls if _name_of(f) == "destroy_process_group"]
-    if destroys and all(c.args or (_kw(c, "group") is not None and not _is_const(_kw(c, "group").value, None))
-                        for c in destroys):
-        names = names - {"destroy_process_group"}
-    # Only under a rank check (`if rank in [-1, 0]: ... else: destroy_process_group()`): others never destroy.
-    if destroys and all(g for c, f, g in calls if _name_of(f) == "destroy_process_group"):
-        names = names - {"destroy_process_group"}
-    # Only in an exception handler (`except KeyboardInterrupt: dist.destroy_process_group()`): a run
-    # that ends normally never gets there.
-    if "destroy_process_group" in scan.short_names and not scan.destroys_outside_handlers:
+    if _never_destroys(scan, calls):
         names = names - {"destroy_process_group"}
     destroys_in_modules = _reachable_call(modules, "destroy_process_group", names | {f for _, f, _ in calls})
     # Calls of the project that start a group or workers that do (`train_ext()`): they run in every rank.
@@ -178,16 +168,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     fixed_options = rendezvous._fixed_option_names(calls) if fixed_settings else set()
 
     def never_run(call: ast.Call) -> bool:
-        """In a function of this file that nothing in it calls or names: not run by this script."""
-        inside = scan.enclosing.get(id(call), ())
-        # (`__init__` and the other special methods run without being named: building the object runs them)
-        return bool(inside) and inside[-1] in scan.defined and inside[-1] not in scan.referenced \
-            and not (inside[-1].startswith("__") and inside[-1].endswith("__"))
-
-    # Every destroy in a function of this file nothing calls (`def cleanup(): destroy_process_group()`
-    # defined and forgotten): the group is never destroyed.
-    if destroys and all(never_run(c) for c in destroys):
-        names = names - {"destroy_process_group"}
+        return _never_run(scan, call)
 
     def set_device_before(call: ast.Call) -> bool:
         """Whether torch.cuda.set_device ran on every path that reaches `call`: in a statement

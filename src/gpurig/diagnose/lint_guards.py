@@ -14,6 +14,8 @@ from gpurig.diagnose.lint_nodes import (
     RANK_NAMES,
     RANK_WORDS,
     _dotted,
+    _is_const,
+    _kw,
     _leaf_name,
     _name_of,
     _one_device,
@@ -192,3 +194,30 @@ def _runs_on_every_rank(scan, calls: list, names: set[str], text: str, project_t
         runners = [c for c, f, _ in calls if _name_of(f) in ("Trainer", "Fabric")]
         distributed = not runners or not all(_one_device(c, scan.settings) for c in runners)
     return distributed
+
+
+def _never_run(scan, call: ast.Call) -> bool:
+    """In a function of this file that nothing in it calls or names: not run by this script."""
+    inside = scan.enclosing.get(id(call), ())
+    # (`__init__` and the other special methods run without being named: building the object runs them)
+    return bool(inside) and inside[-1] in scan.defined and inside[-1] not in scan.referenced \
+        and not (inside[-1].startswith("__") and inside[-1].endswith("__"))
+
+
+def _never_destroys(scan, calls: list) -> bool:
+    """Whether none of the script's destroy_process_group calls ends the default group of a run that
+    ends normally, on every rank: each destroys a subgroup (`destroy_process_group(group)`), or is
+    under a rank check (`if rank in [-1, 0]: ... else: destroy...`: the others never do), or in an
+    exception handler (`except KeyboardInterrupt:`), or in a function of this file run only from
+    handlers (`cleanup()`), or that nothing runs."""
+    def ends_nothing(call: ast.Call, guarded: bool) -> bool:
+        inside = scan.enclosing.get(id(call), ())
+        group = _kw(call, "group")
+        return bool(call.args) or (group is not None and not _is_const(group.value, None)) or guarded \
+            or id(call) in scan.handled_destroys or _never_run(scan, call) or (
+                bool(inside) and inside[-1] in scan.defined and inside[-1] in scan.run_in_handlers
+                and inside[-1] not in scan.run_outside_handlers)
+
+    destroys = [(c, g) for c, f, g in calls if _name_of(f) == "destroy_process_group"]
+    return bool(destroys) and all(ends_nothing(c, g) for c, g in destroys)
+

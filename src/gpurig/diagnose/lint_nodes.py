@@ -417,3 +417,14 @@ def _names_a_file(value: ast.AST) -> bool:
     """`pretrained=args.checkpoint`, `pretrained=cfg.ckpt_path`: a file of this machine, not a switch."""
     leaf = (_leaf_name(value) or "").lower()
     return any(w in leaf for w in ("checkpoint", "ckpt", "path", "file", "resume"))
+
+
+# Every call some rule judges, by its last name (`_lint_scanned`); a call named otherwise matters
+# only as a fact (`short_names`, `cuda_call`, ...) or as a call of the file's own functions.
+_RULE_CALLS = frozenset({
+    "DataParallel", "data_parallel", "DistributedDataParallel", "DDP", "set_device", "set_device_index", "to", "cuda",
+    "load", "list", "init_process_group", "destroy_process_group", "add_argument", "print", "save", "SummaryWriter",
+    "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "setLevel", "basicConfig", "disable",
+    "save_pretrained", "save_to_disk", "Trainer", "Fabric", "write_text", "write_bytes", "load_data", "FSDP",
+    "FullyShardedDataParallel",
+}) | _AUTO_DATASETS | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS

@@ -24,12 +24,10 @@ from gpurig.diagnose.lint_guards import (
 )
 from gpurig.diagnose.lint_modules import LIBRARY_FETCH_NAMES, _project_import
 from gpurig.diagnose.lint_nodes import (
-    _AUTO_DATASETS,
-    _DOWNLOADERS,
     _FETCH_NAME,
     _LAUNCHER_KEYS,
+    _RULE_CALLS,
     _SILENCERS,
-    OUTPUT_LOG_METHODS,
     _calls_barrier,
     _checks_a_file,
     _constant_defaults,
@@ -47,15 +45,7 @@ from gpurig.diagnose.lint_nodes import (
 )
 from gpurig.diagnose.lint_project import _is_download_call
 
-# Every call some rule judges, by its last name (`_lint_scanned`); a call named otherwise matters
-# only as a fact (`short_names`, `cuda_call`, ...) or as a call of the file's own functions.
-_JUDGED_CALLS = frozenset({
-    "DataParallel", "data_parallel", "DistributedDataParallel", "DDP", "set_device", "set_device_index", "to", "cuda",
-    "load", "list", "init_process_group", "destroy_process_group", "add_argument", "print", "save", "SummaryWriter",
-    "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "setLevel", "basicConfig", "disable",
-    "save_pretrained", "save_to_disk", "Trainer", "Fabric", "write_text", "write_bytes", "load_data", "FSDP",
-    "FullyShardedDataParallel",
-}) | _AUTO_DATASETS | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS | LIBRARY_FETCH_NAMES
+_JUDGED_CALLS = _RULE_CALLS | LIBRARY_FETCH_NAMES  # (and the library calls that download)
 
 _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
 # A context manager that lets one rank run its body first while the others wait for it.
@@ -146,7 +136,8 @@ class _Scanner(_Walker):
         # Calls in a rank-first section that fill a cache the others then read (under `except` after a
         # failed load, or under a check that the file exists): run by the first rank only.
         self.cache_fills: set[int] = set()
-        self.destroys_outside_handlers = 0
+        self.handled_destroys: set[int] = set()  # destroy_process_group calls in an except handler
+        self.run_in_handlers, self.run_outside_handlers = set[str](), set[str]()  # called (or handed on) in, out of them
         self.summed_ranks: set[str] = set()  # `args.rank = args.node_rank * ngpus_per_node + gpu`
         self._blocks: list[int] = []  # the open blocks (a statement's path: a move counts for a DDP under it)
         self._block_count = 0
@@ -405,8 +396,10 @@ class _Scanner(_Walker):
         self.short_names.add(short)
         if short == "barrier":
             self.barriers += 1
-        if short == "destroy_process_group" and not self._handlers:
-            self.destroys_outside_handlers += 1  # (one only in `except KeyboardInterrupt:` never runs on a normal end)
+        if short == "destroy_process_group" and self._handlers:  # (never run where the run ends normally)
+            self.handled_destroys.add(id(node))
+        (self.run_in_handlers if self._handlers else self.run_outside_handlers).update(
+            [short] + [a.id for a in node.args if isinstance(a, ast.Name)])
         if "cuda" in func.split(".") or func.endswith(".cuda"):
             self.cuda_call = True
         if func.endswith("set_epoch") or (isinstance(node.func, ast.Attribute) and node.func.attr == "set_epoch"):
