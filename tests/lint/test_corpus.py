@@ -106,3 +106,20 @@ def test_a_finding_counts_for_each_judged_line_of_the_script_it_names(tmp_path):
              "mistakes": [{"rule": "global-rank-as-device", "line": line, "why": "w"} for line in (5, 6, 7)]}
     score = lc.measure(set(DEFAULT_RULES), manifest={"p": entry}, cache=tmp_path)
     assert (score.findings, score.true_findings, score.mistakes, score.found) == (1, 1, 3, 3)
+
+
+def test_a_finding_at_a_save_helpers_call_counts_for_the_save_it_names(tmp_path):
+    """The judge put the mistake at the helper's torch.save (line 4); the finding is at the call on
+    every rank (line 7) and names line 4: it is right, and the mistake is found."""
+    import hashlib
+
+    (tmp_path / "p").mkdir()
+    script = tmp_path / "p" / "train.py"
+    script.write_text("import torch\nimport torch.distributed as dist\ndef save_checkpoint(model):\n"
+                      "    torch.save(model.state_dict(), 'last.pth')\ndist.init_process_group('nccl')\n"
+                      "model = torch.nn.Linear(2, 2)\nsave_checkpoint(model)\ndist.destroy_process_group()\n")
+    entry = {"file": "p/train.py", "path": "train.py", "url": "https://example.org/p/train.py",
+             "sha256": hashlib.sha256(script.read_bytes()).hexdigest(), "judged": "default",
+             "mistakes": [{"rule": "save-on-every-rank", "line": 4, "why": "w"}]}
+    score = lc.measure(set(DEFAULT_RULES), manifest={"p": entry}, cache=tmp_path)
+    assert (score.findings, score.true_findings, score.mistakes, score.found) == (1, 1, 1, 1)

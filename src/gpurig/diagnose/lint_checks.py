@@ -78,6 +78,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     findings: list[LintFinding] = []
     modules = _local_modules(None, path, scan.imports)
     folder = scan.script_dir or (Path(path).resolve().parent if path else None)  # the script's own folder
+    here = Path(path).name if path else "<stdin>"  # the script, as a finding's `related` names its lines
 
     # What the project ships beside the script, read from disk only where a rule needs it, once.
     @cache
@@ -393,7 +394,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     sites = [c for c, g2 in every if not g2]
                     for site in sites or ([] if every else [call]):
                         where = f"{_name_of(_dotted(site.func))}() saves with {kind} (line {call.lineno})" if site is not call else kind
-                        add("save-on-every-rank", site, f"{where} runs on every rank: they write the same file at once", fix)
+                        add("save-on-every-rank", site, f"{where} runs on every rank: they write the same file at once", fix,
+                            f"{here}:{call.lineno}" if site is not call else "")
             # `model.save_pretrained(out)` on every rank: each writes the same files (Accelerate's
             # form passes is_main_process=, which decides).
             # A Hugging Face dataset's save_to_disk(path) the same way: every rank writes the same folder.
@@ -578,4 +580,4 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     unique: dict[tuple[str, int], LintFinding] = {}
     for f in findings:  # one finding per rule and line, however many ways it was reached
         unique.setdefault((f.id, f.line), f)
-    return fold_uses(list(unique.values()), Path(path).name if path else "<stdin>")
+    return fold_uses(list(unique.values()), here)

@@ -95,12 +95,16 @@ def measure(rules: set[str], manifest: dict[str, dict[str, Any]] | None = None, 
         used: set[int] = set()
         for f in findings:
             # A mistake judged at this line first; then one judged as missing (line 0) or judged in
-            # an imported module (`file`), which a finding in the script can only stand for.
+            # an imported module (`file`), which a finding in the script can only stand for; then one
+            # at a line of the script the finding names.
             hit = next((i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id and "file" not in m
                         and m["line"] and abs(m["line"] - f.line) <= NEAR), None)
             if hit is None:
                 hit = next((i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id
                             and (m["line"] == 0 or "file" in m)), None)
+            if hit is None:  # or a line of the script that the finding names (a save helper's torch.save)
+                hit = next((i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id and "file" not in m
+                            and f"{_relative(entry['file'], entry['file'])}:{m['line']}" in f.related), None)
             score.findings += 1
             if hit is None:
                 score.false.append({"script": name, "rule": f.id, "line": f.line, "code": f.code})
