@@ -117,6 +117,18 @@ def test_mpi_and_horovod_reports_that_a_rank_died_count_only_by_their_signal():
                      "launcher exitcode_m9", "launcher exitcode_m11"]
 
 
+def test_a_failure_told_in_words_no_error_pattern_knows_is_read_by_its_last_lines():
+    """"No kernel image is available ..." says no "error": a failed log is then read by its last
+    lines (not its frames), a resolved thread's log always; a log of progress alone stays unread."""
+    log = ('Traceback (most recent call last):\n  File "/x/train.py", line 3, in <module>\n'
+           "Killed\nNo kernel image is available for execution on the device\n")
+    assert loglines.distinctive_lines("No kernel image is available for execution on the device\n") == []
+    assert loglines.distinctive_lines(log) == ["traceback (most recent call last):", "killed",
+                                              "no kernel image is available for execution on the device"]
+    assert loglines.distinctive_lines("CUDA_ERROR_NO_BINARY_FOR_GPU", fallback=True) == ["cuda_error_no_binary_for_gpu"]
+    assert loglines.distinctive_lines("epoch 1 loss 0.5\nepoch 2 loss 0.4\n") == []
+
+
 def test_a_log_of_many_megabytes_keeps_its_first_and_last_errors():
     noise = "".join(f"[rank{r}]: UserWarning: step {i} is slow\n" for i in range(3000) for r in range(2))
     log = "RuntimeError: first failure here\n" + noise + "RuntimeError: CUDA error: an illegal memory access was encountered\n"

@@ -87,9 +87,36 @@ def normalise_line(line: str) -> str:
     return " ".join(line.lower().split())
 
 
-def distinctive(text: str, limit: int = 80) -> list[tuple[str, str]]:
+FALLBACK_LINES = 20  # a failed run's log with no line read as an error: its last lines stand for it
+
+
+def distinctive(text: str, limit: int = 80, fallback: bool | None = None) -> list[tuple[str, str]]:
     """(normalised, as written) for the lines that say something went wrong, each once; the first
-    and the last kept when there are more than `limit` (the first error and the final one both matter)."""
+    and the last kept when there are more than `limit` (the first error and the final one both matter).
+
+    A log none of whose lines says so in words this module knows ("No kernel image is available
+    for execution on the device", a bare "CUDA_ERROR_NO_BINARY_FOR_GPU", a traceback cut before its
+    exception) is read by its last FALLBACK_LINES lines that are neither frames nor progress, when
+    it is known to be a failure: `fallback` True (a resolved thread's log), or None and the log
+    reports a failure (`has_failure`). A log of progress alone stays without lines."""
+    lines = _distinctive(text, limit)
+    if lines or fallback is False or (fallback is None and not has_failure(text)):
+        return lines
+    return _last_lines(text)
+
+
+def _last_lines(text: str) -> list[tuple[str, str]]:
+    seen: dict[str, str] = {}
+    for raw in text[-200_000:].splitlines()[-10 * FALLBACK_LINES:]:
+        if not raw.strip() or len(raw) > 2000 or _FRAME.search(raw) or _INFO.search(raw):
+            continue
+        norm = normalise_line(raw)
+        if TOKEN.search(norm):
+            seen.setdefault(norm, raw.strip())
+    return list(seen.items())[-FALLBACK_LINES:]
+
+
+def _distinctive(text: str, limit: int) -> list[tuple[str, str]]:
     seen: dict[str, str] = {}
     low = text.lower()
     if len(low) != len(text):  # a rare character whose lowercase is longer: read positions off the lowercase
@@ -121,8 +148,8 @@ def distinctive(text: str, limit: int = 80) -> list[tuple[str, str]]:
     return lines
 
 
-def distinctive_lines(text: str, limit: int = 80) -> list[str]:
-    return [norm for norm, _ in distinctive(text, limit)]
+def distinctive_lines(text: str, limit: int = 80, fallback: bool | None = None) -> list[str]:
+    return [norm for norm, _ in distinctive(text, limit, fallback)]
 
 
 def line_tokens(lines: Iterable[str]) -> list[str]:
@@ -134,8 +161,8 @@ def line_tokens(lines: Iterable[str]) -> list[str]:
     return out
 
 
-def tokens_of(text: str) -> list[str]:
-    return line_tokens(distinctive_lines(text))
+def tokens_of(text: str, fallback: bool | None = None) -> list[str]:
+    return line_tokens(distinctive_lines(text, fallback=fallback))
 
 
 def tokens_of_title(title: str) -> list[str]:

@@ -73,7 +73,7 @@ class Case:
         return case
 
     def compute_tokens(self) -> list[str]:
-        return tokens_of(self.log) + tokens_of_title(self.title)
+        return tokens_of(self.log, fallback=True) + tokens_of_title(self.title)  # every thread is of a failure
 
 
 def split_of(url: str) -> str:
