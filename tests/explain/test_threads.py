@@ -129,6 +129,13 @@ def test_a_failure_told_in_words_no_error_pattern_knows_is_read_by_its_last_line
     assert loglines.distinctive_lines("epoch 1 loss 0.5\nepoch 2 loss 0.4\n") == []
 
 
+def test_a_dotted_name_is_also_a_word_by_its_last_part():
+    """An exception named with its module matches the same exception named without it."""
+    words = loglines.line_tokens(["torch.distributed.elastic.multiprocessing.api.signalexception: process got signal"])
+    assert "signalexception" in words and "torch.distributed.elastic.multiprocessing.api.signalexception" in words
+    assert set(loglines.line_tokens(["raise signalexception(sigval)"])) & set(words) == {"signalexception"}
+
+
 def test_a_log_of_many_megabytes_keeps_its_first_and_last_errors():
     noise = "".join(f"[rank{r}]: UserWarning: step {i} is slow\n" for i in range(3000) for r in range(2))
     log = "RuntimeError: first failure here\n" + noise + "RuntimeError: CUDA error: an illegal memory access was encountered\n"

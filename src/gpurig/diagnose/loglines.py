@@ -158,6 +158,9 @@ def line_tokens(lines: Iterable[str]) -> list[str]:
         words = [w for w in TOKEN.findall(line) if w not in _STOP and len(w) > 1]
         out.extend(words)
         out.extend(f"{a}~{b}" for a, b in zip(words, words[1:], strict=False))  # word pairs: phrases count
+        # a dotted name also by its last part: "torch.distributed.elastic.multiprocessing.api.SignalException"
+        # is "raise SignalException(...)" of another log, "hydra.errors.InstantiationException" an InstantiationException
+        out.extend(last for w in words if "." in w and len(last := w.rsplit(".", 1)[1]) > 1 and last not in _STOP)
     return out
 
 
