@@ -35,6 +35,7 @@ TEST_EVERY = 5  # one thread in five is held out for measuring
 # How many of the closest cases vote, and the least calibrated confidence at which a thread is
 # offered as the explanation (below it, explain says plainly that nothing is close).
 VOTERS = 7
+VOTE_POWER = 1.5  # a voter counts by its score to this power: the closest cases count for more than their share
 FLOOR = 0.25
 ALTERNATIVE = 0.15  # the least confidence of a thread offered as another possible cause, after a first answer
 EPS = 0.01  # calibration: a score enters the logistic curve as log(score + EPS)
@@ -306,7 +307,7 @@ class ThreadIndex:
             return []
         votes: dict[str, float] = {}
         for i in top:
-            votes[self.cases[i].cls] = votes.get(self.cases[i].cls, 0.0) + float(scores[i])
+            votes[self.cases[i].cls] = votes.get(self.cases[i].cls, 0.0) + float(scores[i]) ** VOTE_POWER
         total = sum(votes.values())
         words = {t for t in query if "~" not in t}
         hits = []
