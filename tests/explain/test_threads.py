@@ -153,6 +153,23 @@ def test_index_answers_with_the_closest_resolved_case_and_its_url():
     assert th.ThreadIndex(cases).search("epoch 1 loss 0.5\nepoch 2 loss 0.4\n") == []
 
 
+def test_many_threads_of_one_common_line_do_not_outvote_the_closest_case():
+    """Four threads pasting only the common NCCL line score more together than the one thread with
+    the user's very line; a class's further voters count for less, so the closest case's class wins."""
+    def case(i: int, cls: str, log: str) -> th.Case:
+        c = th.Case(id=f"t{i}", url=f"https://example.org/{i}", title="x", framework="other", cls=cls, log=log,
+                    cause="c", fix="f", established_by="maintainer", found_by="search")
+        c.tokens = c.compute_tokens()
+        return c
+
+    cases = [case(0, "near", "RuntimeError: NCCL error: unhandled system error, shm_open failed")]
+    cases += [case(i, "copies", "RuntimeError: NCCL error: unhandled system error") for i in range(1, 5)]
+    cases += [case(i, f"other{i}", f"ValueError: something else {w}")
+              for i, w in zip(range(5, 12), "alpha beta gamma delta epsilon zeta eta".split(), strict=True)]
+    hits = th.ThreadIndex(cases).search("RuntimeError: NCCL error: unhandled system error, shm_open failed: No such file")
+    assert [h.case.cls for h in hits] == ["near", "copies"] and hits[0].case.id == "t0"
+
+
 def test_calibration_is_current_monotone_and_never_sure():
     shipped = th.load_calibration()
     dev = [c for c in th.load_cases() if c.split == "dev"]

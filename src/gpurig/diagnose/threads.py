@@ -35,7 +35,9 @@ TEST_EVERY = 5  # one thread in five is held out for measuring
 # How many of the closest cases vote, and the least calibrated confidence at which a thread is
 # offered as the explanation (below it, explain says plainly that nothing is close).
 VOTERS = 7
-VOTE_POWER = 1.5  # a voter counts by its score to this power: the closest cases count for more than their share
+# A voter counts by its score, a class's second voter half as much, its third a quarter, ...: a class is
+# as close as its closest cases, and many threads pasting one common line do not outvote the nearest.
+REPEAT_WEIGHT = 0.5
 FLOOR = 0.25
 ALTERNATIVE = 0.15  # the least confidence of a thread offered as another possible cause, after a first answer
 EPS = 0.01  # calibration: a score enters the logistic curve as log(score + EPS)
@@ -306,8 +308,11 @@ class ThreadIndex:
         if not top:
             return []
         votes: dict[str, float] = {}
+        voters: dict[str, int] = {}
         for i in top:
-            votes[self.cases[i].cls] = votes.get(self.cases[i].cls, 0.0) + float(scores[i]) ** VOTE_POWER
+            cls = self.cases[i].cls
+            votes[cls] = votes.get(cls, 0.0) + float(scores[i]) * REPEAT_WEIGHT ** voters.get(cls, 0)
+            voters[cls] = voters.get(cls, 0) + 1
         total = sum(votes.values())
         words = {t for t in query if "~" not in t}
         hits = []
