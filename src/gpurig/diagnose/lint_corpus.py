@@ -93,18 +93,25 @@ def measure(rules: set[str], manifest: dict[str, dict[str, Any]] | None = None, 
         findings = lint_file(str(script), select=judged)
         mistakes = [m for m in entry.get("mistakes", []) if m["rule"] in judged]
         used: set[int] = set()
+
+        def names(f, m: dict, script: str = entry["file"]) -> bool:
+            """Whether the finding names the judged place (its file, a line within NEAR) among its `related`."""
+            where = _relative(m.get("file", script), script)
+            return m["line"] > 0 and any(r.rpartition(":")[0] == where and abs(int(r.rpartition(":")[2]) - m["line"]) <= NEAR
+                                         for r in f.related)
+
         for f in findings:
             # A mistake judged at this line first; then one judged as missing (line 0) or judged in
             # an imported module (`file`), which a finding in the script can only stand for; then one
             # at a line of the script the finding names.
             hit = next((i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id and "file" not in m
                         and m["line"] and abs(m["line"] - f.line) <= NEAR), None)
-            if hit is None:
+            if hit is None:  # (a finding that names the project places it stands for stands for those only)
                 hit = next((i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id
-                            and (m["line"] == 0 or "file" in m)), None)
+                            and (m["line"] == 0 or "file" in m and (not f.related or names(f, m)))), None)
             if hit is None:  # or a line of the script that the finding names (a save helper's torch.save)
                 hit = next((i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id and "file" not in m
-                            and f"{_relative(entry['file'], entry['file'])}:{m['line']}" in f.related), None)
+                            and names(f, m)), None)
             score.findings += 1
             if hit is None:
                 score.false.append({"script": name, "rule": f.id, "line": f.line, "code": f.code})
@@ -116,8 +123,7 @@ def measure(rules: set[str], manifest: dict[str, dict[str, Any]] | None = None, 
         # Then every mistake judged in an imported module (or the script) whose file:line a finding of its
         # rule names (its `related` places: "... at utils.py:6, MNIST() at utils.py:7"): the user is shown each.
         for f in findings:
-            used |= {i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id
-                     and f"{_relative(m.get('file', entry['file']), entry['file'])}:{m['line']}" in f.related}
+            used |= {i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id and names(f, m)}
         score.mistakes += len(mistakes)
         score.found += len(used)
         score.missed += [{"script": name, **m} for i, m in enumerate(mistakes) if i not in used]
