@@ -196,3 +196,30 @@ def test_fsdp_on_the_global_rank_and_its_uses_are_one_finding_that_names_them():
     local = FSDP_ON_RANK.replace('os.environ["RANK"]', 'os.environ["LOCAL_RANK"]')
     assert found(local) == []
 
+
+
+CONFIG_RANK = """\
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from utils import select_device
+
+def train(config):
+    device = select_device(f"cuda:{config.rank}")
+    model = DDP(torch.nn.Linear(2, 2).to(device), device_ids=[config.rank])
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    CFG = object()
+    CFG.rank = int(os.environ["RANK"])
+    dist.init_process_group("nccl")
+    train(CFG)
+"""
+
+
+def test_the_global_rank_handed_on_in_a_config_object():
+    # SegFormer-DDP's shape: CFG.rank holds RANK; train(config) makes config.rank a device through a
+    # device helper of the project, and DDP's device_ids
+    assert found(CONFIG_RANK) == [("global-rank-as-device", 8), ("global-rank-as-device", 9)]
+    assert found(CONFIG_RANK.replace('os.environ["RANK"]', 'os.environ["LOCAL_RANK"]')) == []

@@ -138,3 +138,17 @@ def test_a_model_the_shipped_launch_script_gives_as_a_local_folder_is_no_downloa
 
 def test_a_model_the_shipped_launch_script_gives_as_a_hub_id_is_a_download(tmp_path):
     assert downloads(launched_project(tmp_path, "meta-llama/Llama-2-7b-hf")) == [11]
+
+
+def test_a_rendezvous_option_nothing_reads_is_not_reported(tmp_path):
+    # `--master_port` parsed but never read: the group starts from the launcher's env://
+    script = tmp_path / "train.py"
+    script.write_text("import argparse\nimport torch.distributed as dist\nparser = argparse.ArgumentParser()\n"
+                      "parser.add_argument('--master_port', default='12355')\nargs = parser.parse_args()\n"
+                      "dist.init_process_group('nccl', init_method='env://')\ndist.destroy_process_group()\n")
+    assert not [f for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"]
+    # read in a project module (uer-py's initialize.py: init_method=args.master_ip): reported
+    (tmp_path / "initialize.py").write_text("import torch.distributed as dist\n"
+                                            "def init(args):\n    dist.init_process_group('nccl', init_method=args.master_port)\n")
+    script.write_text(script.read_text().replace("import argparse\n", "import argparse\nfrom initialize import init\n"))
+    assert [f.line for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"] == [5]

@@ -314,6 +314,11 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 re.search(r"dist[-_](?:url|port)|master[-_](?:port|ip|addr)|init[-_]method", a.value)
                 or (re.fullmatch(r"--?(?:\w+[-_])?port", a.value) and _BUILDS_TCP.search(text))) for a in call.args):
             default = _kw(call, "default")  # ("tcp://127.0.0.1:23456", "29500", or the number 29500)
+            # (an option nothing reads, `args.master_port` nowhere and no `vars(args)`: unused, whatever its default)
+            dest = next((a.value.lstrip("-").replace("-", "_") for a in call.args if str(a.value).startswith("--")), "")
+            if dest and dest not in scan.referenced and "vars" not in names and "__dict__" not in scan.referenced and not any(
+                    isinstance(n, ast.Attribute) and n.attr == dest for m in modules for n in ast.walk(m)):
+                default = None
             if default is not None and isinstance(default.value, ast.Constant) and not isinstance(default.value.value, bool) \
                     and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", str(default.value.value)):
                 add("hard-coded-rendezvous", default.value,
@@ -540,11 +545,12 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         for call, func, _ in calls:
             short = _name_of(func)
             # (A helper of this file that always shuffles is reported at its own DistributedSampler.)
-            how = (scan.sampler_functions[short] or "no") if short in scan.sampler_functions and _calls_function(func, short) \
-                else module_samplers.get(short, "no") if short not in scan.defined else "no"
-            if how != "no" and _shuffles_at(call, how):
-                add("sampler-without-set-epoch", call,
-                    f"{short}() builds a shuffling DistributedSampler and nothing calls set_epoch(epoch): every epoch sees the same order",
+            how, where = ((scan.sampler_functions[short] or "no"), "") if short in scan.sampler_functions and _calls_function(func, short) \
+                else module_samplers.get(short, ("no", "")) if short not in scan.defined else ("no", "")
+            if how != "no" and _shuffles_at(call, how) and ("sampler-without-set-epoch", where or short) not in reported_helpers:
+                reported_helpers.add(("sampler-without-set-epoch", where or short))  # one sampler, one finding
+                add("sampler-without-set-epoch", call, f"{short}() builds a shuffling DistributedSampler{' at ' + where if where else ''} "
+                    "and nothing calls set_epoch(epoch): every epoch sees the same order",
                     "Call sampler.set_epoch(epoch) at the start of each epoch, before iterating the DataLoader.")
             if short == "DistributedSampler":
                 shuffle = _kw(call, "shuffle")

@@ -10,7 +10,7 @@ import ast
 from collections.abc import Callable, Iterator
 
 from gpurig.diagnose.lint_guards import _holds_global_rank
-from gpurig.diagnose.lint_nodes import _calls_function, _dotted, _kw, _name_of
+from gpurig.diagnose.lint_nodes import _calls_function, _dotted, _kw, _name_of, _names_a_gpu
 
 # What a finding of this rule says: (node, title, fix).
 Said = tuple[ast.AST, str, str]
@@ -26,6 +26,8 @@ def _rank_device(node: ast.AST, is_rank: Callable[[ast.AST], bool]) -> bool:
     if isinstance(node, ast.JoinedStr):
         text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
         return text.startswith("cuda:") and any(isinstance(v, ast.FormattedValue) and is_rank(v.value) for v in node.values)
+    if isinstance(node, ast.Call) and _names_a_gpu(node) and _name_of(_dotted(node.func)).endswith("_device"):
+        return _rank_device(node.args[0], is_rank)  # select_device(f"cuda:{rank}")
     if isinstance(node, ast.Call) and _dotted(node.func) in ("torch.device", "device") and node.args:
         return (len(node.args) == 1 or isinstance(node.args[0], ast.Constant) and node.args[0].value == "cuda") \
             and _rank_device(node.args[-1], is_rank)
@@ -47,6 +49,13 @@ def rank_names_of(scan, calls: list, text: str, names: set[str]) -> set[str]:
     torchrun_style = ("LOCAL_RANK" in text or "'RANK'" in text or '"RANK"' in text) and "spawn" not in names
     if torchrun_style:
         rank_names |= {"rank", "global_rank"}
+    # A config object holding it, handed to a function of this file (`CFG.rank = int(os.environ["RANK"])`
+    # ... `train(CFG)`): inside, the parameter's attribute holds it (`config.rank`).
+    for c, f, _ in calls:
+        params = scan.params.get(f) if isinstance(c.func, ast.Name) else None
+        for param, arg in zip(params or (), c.args, strict=False):
+            if isinstance(arg, ast.Name):
+                rank_names |= {f"{param}.{n.partition('.')[2]}" for n in list(rank_names) if n.startswith(arg.id + ".")}
     # A name the script assigns the rank within the node (`rank = int(os.environ["LOCAL_RANK"])`,
     # even with `RANK` as the fallback where LOCAL_RANK is unset) is a fine GPU index.
     rank_names -= scan.local_rank_names

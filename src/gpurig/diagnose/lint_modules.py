@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import os
+from functools import cache
 
 
 def _at(module: ast.AST, line: int) -> str:
@@ -84,7 +85,28 @@ def _project_roots(path) -> tuple:
     in app/vjepa/ importing src.utils)."""
     from pathlib import Path
 
-    return () if path is None else _folders_up(Path(path).resolve().parent)
+    return () if path is None else _folders_up(Path(path).resolve().parent) + _path_folders(Path(path).resolve().parent)
+
+
+@cache
+def _path_folders(folder) -> tuple:
+    """Folders the modules beside the script put on sys.path, the old research-code way (HRNet's
+    `import _init_paths`: `sys.path.insert(0, osp.join(this_dir, '..', 'lib'))`): every existing
+    folder an `os.path.join(..., 'a', 'b')` of constants names from there, in a file that touches sys.path."""
+    found: list = []
+    for py in sorted(folder.glob("*.py"))[:50]:
+        try:
+            text = py.read_text(encoding="utf-8", errors="replace") if py.stat().st_size < 200_000 else ""
+            tree = ast.parse(text) if "sys.path" in text else None
+        except (SyntaxError, ValueError, OSError):
+            continue
+        for n in ast.walk(tree) if tree is not None else ():
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "join" and len(n.args) > 1 \
+                    and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in n.args[1:]):
+                cand = (folder / os.path.join(*[a.value for a in n.args[1:]])).resolve()
+                if cand.is_dir() and cand not in found:
+                    found.append(cand)
+    return tuple(found)
 
 
 def _folders_up(folder) -> tuple:

@@ -136,8 +136,9 @@ def _path_like(value: ast.AST) -> bool:
 
 def _names_a_gpu(value: ast.AST) -> bool:
     """`torch.device("cuda", i)`, f"cuda:{i}", "cuda:%d" % i: a device expression (looked at shallowly)."""
-    if isinstance(value, ast.Call):
-        return isinstance(value.func, (ast.Attribute, ast.Name)) and _leaf_name(value.func) == "device"
+    if isinstance(value, ast.Call):  # (or a helper given one: YOLO's `select_device(f"cuda:{rank}")`)
+        return isinstance(value.func, (ast.Attribute, ast.Name)) and (_leaf_name(value.func) == "device" or (
+            (_leaf_name(value.func) or "").endswith("_device") and len(value.args) == 1 and _names_a_gpu(value.args[0])))
     if isinstance(value, ast.JoinedStr):
         first = value.values[0] if value.values else None
     else:

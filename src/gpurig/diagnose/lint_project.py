@@ -309,8 +309,8 @@ def _mentions_rank_value(node: ast.AST) -> bool:
 
 
 def _sampler_functions(modules: list) -> dict:
-    """Functions of the project's own modules that build a DistributedSampler: name -> how it
-    shuffles (`_sampler_shuffle`)."""
+    """Functions of the project's own modules that build a DistributedSampler: name -> (how the first
+    shuffles (`_sampler_shuffle`), where each is: "file.py:N, file.py:M")."""
     out: dict = {}
     for module in modules:
         for fn in ast.walk(module):
@@ -320,7 +320,8 @@ def _sampler_functions(modules: list) -> dict:
                     if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "DistributedSampler":
                         how = _sampler_shuffle(n, params)
                         if how != "no":
-                            out[fn.name] = how
+                            how, sites = out.get(fn.name, (how, ""))  # (its first; every place named)
+                            out[fn.name] = (how, f"{sites}, {_at(module, n.lineno)}" if sites else _at(module, n.lineno))
     return out
 
 

@@ -1,0 +1,61 @@
+"""`gpurig lint` following a project whose modules are found through sys.path, the way older
+research code does it (HRNet, Detectron-era repositories): `tools/train.py` does `import _init_paths`,
+which puts `../lib` on sys.path, then imports `from dataset import make_dataloader`. The helper's
+shuffling DistributedSampler is then found, and named in the finding."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gpurig.diagnose.lint import lint_file
+from gpurig.diagnose.lint_modules import _path_folders
+
+
+def _write(project, rel: str, text: str) -> None:
+    target = project / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(textwrap.dedent(text))
+
+
+INIT_PATHS = """
+    import os.path as osp
+    import sys
+    def add_path(path):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    this_dir = osp.dirname(__file__)
+    add_path(osp.join(this_dir, '..', 'lib'))
+    """
+
+SCRIPT = """\
+import _init_paths
+import torch.distributed as dist
+from dataset import make_dataloader
+dist.init_process_group("nccl")
+loader = make_dataloader(is_train=True)
+valid = make_dataloader(is_train=False)
+for epoch in range(10):
+    for batch in loader:
+        pass
+dist.destroy_process_group()
+"""
+
+
+def test_modules_found_on_the_folder_an_init_paths_module_adds(tmp_path):
+    _write(tmp_path, "tools/_init_paths.py", INIT_PATHS)
+    _write(tmp_path, "lib/dataset/__init__.py", "from .build import make_dataloader\n")
+    _write(tmp_path, "lib/dataset/build.py", """
+        import torch
+        def make_dataloader(is_train=True):
+            sampler = torch.utils.data.distributed.DistributedSampler([1, 2, 3])
+            return torch.utils.data.DataLoader([1, 2, 3], sampler=sampler)
+        """)
+    _write(tmp_path, "tools/train.py", SCRIPT)
+    found = [(f.id, f.line, f.related) for f in lint_file(str(tmp_path / "tools" / "train.py"))]
+    samplers = [(line, related) for rule, line, related in found if rule == "sampler-without-set-epoch"]
+    # one finding for the helper's one sampler, at its first call, naming where the sampler is built
+    assert samplers == [(5, ["../lib/dataset/build.py:4"])]
+    # without the sys.path module, the project's modules are not found and nothing is said of them
+    (tmp_path / "tools" / "_init_paths.py").write_text("import sys\n")
+    _path_folders.cache_clear()  # (read once per folder in a run)
+    assert not [f for f in lint_file(str(tmp_path / "tools" / "train.py")) if f.id == "sampler-without-set-epoch"]
