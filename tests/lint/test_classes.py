@@ -975,6 +975,7 @@ def test_a_rendezvous_option_whose_default_is_a_number():
     parser.add_argument("--epochs", type=int, default=29500)
     parser.add_argument("--use_amp", default=True)
     args = parser.parse_args()
+    os.environ["MASTER_PORT"] = str(args.master_port)
     dist.init_process_group("nccl")
     """
     assert [r for r in found(body) if r[0] == "hard-coded-rendezvous"] == [("hard-coded-rendezvous", 11)]

@@ -59,3 +59,23 @@ def test_modules_found_on_the_folder_an_init_paths_module_adds(tmp_path):
     (tmp_path / "tools" / "_init_paths.py").write_text("import sys\n")
     _path_folders.cache_clear()  # (read once per folder in a run)
     assert not [f for f in lint_file(str(tmp_path / "tools" / "train.py")) if f.id == "sampler-without-set-epoch"]
+
+
+def test_a_streamed_script_finds_the_same_modules_on_those_folders(tmp_path, monkeypatch):
+    import gpurig.diagnose.lint as L
+    from gpurig.diagnose import lint_stream
+
+    _write(tmp_path, "tools/_init_paths.py", INIT_PATHS)
+    _write(tmp_path, "lib/dataset/__init__.py", "from .build import make_dataloader\n")
+    _write(tmp_path, "lib/dataset/build.py", """
+        import torch
+        def make_dataloader(is_train=True):
+            sampler = torch.utils.data.distributed.DistributedSampler([1, 2, 3])
+            return torch.utils.data.DataLoader([1, 2, 3], sampler=sampler)
+        """)
+    _write(tmp_path, "tools/train.py", SCRIPT)
+    whole = [(f.id, f.line) for f in lint_file(str(tmp_path / "tools" / "train.py"))]
+    monkeypatch.setattr(L, "STREAM_BYTES", 0)
+    monkeypatch.setattr(lint_stream, "_CHUNK_BYTES", 64)
+    assert ("sampler-without-set-epoch", 5) in whole
+    assert [(f.id, f.line) for f in L.lint_file(str(tmp_path / "tools" / "train.py"))] == whole

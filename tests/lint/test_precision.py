@@ -163,7 +163,8 @@ def test_the_functional_data_parallel_and_a_hard_coded_rendezvous_default_are_fo
     import argparse
     parser = argparse.ArgumentParser()
     parser.add_argument('--dist-url', default='tcp://224.66.41.62:23456', type=str)
-    dist.init_process_group('nccl')
+    args = parser.parse_args()
+    dist.init_process_group('nccl', init_method=args.dist_url)
     out = torch.nn.parallel.data_parallel(torch.nn.Linear(4, 4).cuda(), torch.ones(2, 4).cuda(), [0, 1])
     """
     assert set(ids(body)) >= {"hard-coded-rendezvous", "data-parallel"}

@@ -149,7 +149,7 @@ def _project_import(node: ast.Import | ast.ImportFrom, script_dir) -> tuple[set[
             return False
         rel = Path(*name.split("."))
         return any((root / rel.with_suffix(".py")).is_file() or (root / rel / "__init__.py").is_file()
-                   for root in _folders_up(script_dir))
+                   for root in _folders_up(script_dir) + _path_folders(script_dir))
 
     if isinstance(node, ast.ImportFrom):
         if node.level or local(node.module) or any(local(f"{node.module}.{a.name}") for a in node.names):
