@@ -38,3 +38,23 @@ def test_checkpoint_parts_without_cuda_tensors_need_no_map_location():
         assert ("torch-load-without-map-location", 9) not in _found(adapter="adapter_dir", part=part)
     for part in ("optimizer.pt", "pytorch_model.bin"):
         assert ("torch-load-without-map-location", 9) in _found(adapter="adapter_dir", part=part)
+
+
+def test_a_helper_writing_a_file_of_its_own_name_in_the_folder_it_is_given(tmp_path):
+    # IDDM's save_train_logging(arg, save_path): open(file=f"{save_path}/train.log", mode="a") on
+    # every rank appends to one file; a folder with the rank in it is a file per rank
+    (tmp_path / "utils.py").write_text(
+        "import time\n"
+        "def save_train_logging(arg, save_path):\n"
+        "    with open(file=f\"{save_path}/train.log\", mode=\"a\") as f:\n"
+        "        f.write(f\"{time.time()}: {arg}\\n\")\n")
+    script = tmp_path / "train.py"
+    script.write_text("import torch.distributed as dist\nfrom utils import save_train_logging\n"
+                      "dist.init_process_group('nccl')\nsave_train_logging(arg=None, save_path='results')\n"
+                      "dist.destroy_process_group()\n")
+    from gpurig.diagnose.lint import lint_file
+
+    assert [f.line for f in lint_file(str(script)) if f.id == "save-on-every-rank"] == [4]
+    (tmp_path / "utils.py").write_text((tmp_path / "utils.py").read_text().replace(
+        "{save_path}/train.log", "{save_path}/train_{dist.get_rank()}.log"))
+    assert [f.line for f in lint_file(str(script)) if f.id == "save-on-every-rank"] == []

@@ -9,6 +9,8 @@ import ast
 import os
 from functools import cache
 
+from gpurig.diagnose.lint_nodes import _positional_open
+
 
 def _at(module: ast.AST, line: int) -> str:
     """A line of a project module, as a finding names it: "losses/lpips.py:6" (relative to the script's folder)."""
@@ -183,6 +185,9 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
         except (SyntaxError, ValueError, RecursionError, OSError):
             return None
         module.gpurig_where = os.path.relpath(cand, base)  # type: ignore[attr-defined]  # "losses/lpips.py", "../src/utils.py"
+        for n in ast.walk(module):
+            if isinstance(n, ast.Call):
+                _positional_open(n)
         found.append(module)
         paths.append(cand)
         return module

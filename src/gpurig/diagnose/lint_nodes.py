@@ -134,6 +134,16 @@ def _path_like(value: ast.AST) -> bool:
         and _leaf_name(value.func) in ("join", "Path")
 
 
+def _positional_open(call: ast.Call) -> None:
+    """`open(file=path, mode="a")` read as `open(path, "a")`: the rules look at its first two arguments."""
+    if isinstance(call.func, ast.Name) and call.func.id == "open" and len(call.args) < 2:
+        for i, name in enumerate(("file", "mode")):
+            kw = _kw(call, name)
+            if kw is not None and len(call.args) == i:
+                call.args.append(kw.value)
+                call.keywords.remove(kw)
+
+
 def _names_a_gpu(value: ast.AST) -> bool:
     """`torch.device("cuda", i)`, f"cuda:{i}", "cuda:%d" % i: a device expression (looked at shallowly)."""
     if isinstance(value, ast.Call):  # (or a helper given one: YOLO's `select_device(f"cuda:{rank}")`)

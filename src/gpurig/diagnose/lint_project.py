@@ -363,13 +363,26 @@ def _saving_functions(modules: list) -> dict[str, str]:
                     at = f", argument {given.index(param) + 1}" if param in given else ""
                     out[name] = f"open(..., {n.args[1].value!r}) at {_at(module, n.lineno)}, on the path it is given ({param}{at})"
                     break
-                # `with open('class_indices.json', 'w')`: a file the helper names itself, the same for every rank
+                # `with open('class_indices.json', 'w')`: a file the helper names itself, the same for every rank;
+                # or names in the folder it is given (`open(f"{save_path}/train.log", "a")`)
                 if isinstance(n, ast.Call) and _dotted(n.func) == "open" and n.lineno not in guarded_lines \
-                        and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and str(n.args[1].value)[:1] == "w" \
-                        and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
-                    out[name] = f"a write of {n.args[0].value!r} at {_at(module, n.lineno)}"
+                        and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and str(n.args[1].value)[:1] in ("w", "a") \
+                        and (isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str) and n.args[1].value[:1] == "w"
+                             or _names_a_file_in(n.args[0], params) and not _mentions_rank_value(n.args[0])):
+                    out[name] = f"a write of {ast.unparse(n.args[0])[:60]} at {_at(module, n.lineno)}"
                     break
     return out
+
+
+def _names_a_file_in(path: ast.AST, params: list[str]) -> bool:
+    """A file name of its own joined to a folder the function is given: f"{save_path}/train.log",
+    os.path.join(out_dir, "args.json"), out_dir + "/log.txt"."""
+    if not isinstance(path, (ast.JoinedStr, ast.BinOp, ast.Call)) or isinstance(path, ast.Call) and _name_of(_dotted(path.func)) != "join":
+        return False
+    parts = list(ast.walk(path))
+    return any(isinstance(n, ast.Name) and n.id in params for n in parts) and any(
+        isinstance(n, ast.Constant) and isinstance(n.value, str) and re.search(r"\w\.(?:log|txt|json|ya?ml|csv)$", n.value)
+        for n in parts)
 
 
 def _path_given(call: ast.Call, helper: str) -> list[ast.AST]:

@@ -38,6 +38,7 @@ from gpurig.diagnose.lint_nodes import (
     _names_a_gpu,
     _path_like,
     _port_param,
+    _positional_open,
     _pretrained_weights,
     _sampler_shuffle,
     _Walker,
@@ -391,6 +392,7 @@ class _Scanner(_Walker):
         self._block(node.finalbody)
 
     def visit_Call(self, node: ast.Call) -> None:
+        _positional_open(node)
         func = _dotted(node.func)
         short = _name_of(func)
         self.short_names.add(short)
