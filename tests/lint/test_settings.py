@@ -152,3 +152,16 @@ def test_a_rendezvous_option_nothing_reads_is_not_reported(tmp_path):
                                             "def init(args):\n    dist.init_process_group('nccl', init_method=args.master_port)\n")
     script.write_text(script.read_text().replace("import argparse\n", "import argparse\nfrom initialize import init\n"))
     assert [f.line for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"] == [5]
+
+
+def test_master_port_from_a_constant_of_the_projects_settings_module(tmp_path):
+    # IDDM's shape: config/setting.py holds MASTER_PORT = "12345"; the script imports it and writes it
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "__init__.py").write_text("")
+    (tmp_path / "config" / "setting.py").write_text("MASTER_ADDR = 'localhost'\nMASTER_PORT = '12345'\n")
+    script = tmp_path / "train.py"
+    script.write_text("import os\nimport torch.distributed as dist\nfrom config.setting import MASTER_ADDR, MASTER_PORT\n"
+                      "os.environ['MASTER_ADDR'] = MASTER_ADDR\nos.environ['MASTER_PORT'] = MASTER_PORT\n"
+                      "dist.init_process_group('nccl', rank=0, world_size=1)\ndist.destroy_process_group()\n")
+    found = [f for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"]
+    assert [(f.line, f.related) for f in found] == [(5, ["config/setting.py:2"])]

@@ -491,13 +491,17 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 key = target.slice
                 value = assign.value.value if isinstance(assign.value, ast.Constant) else (
                     constants.get(assign.value.id) if isinstance(assign.value, ast.Name) else None)
+                # (or a constant of the project's module it imports: `from config.setting import MASTER_PORT`)
+                value, where = (value, "") if value is not None or not isinstance(assign.value, ast.Name) \
+                    or assign.value.id not in project_names else rendezvous._module_constants(modules).get(assign.value.id, (None, ""))
                 # The port is what collides; a fixed address comes with it and is one mistake, not two.
                 if isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and value is not None:
                     add(
                         "hard-coded-rendezvous", assign,
-                        f"{key.value} is hard-coded to {value!r}: a second job fails with 'Address already in use'",
+                        f"{key.value} is hard-coded to {value!r}{' at ' + where if where else ''}: a second job fails with "
+                        "'Address already in use'",
                         "Let the launcher set MASTER_ADDR/MASTER_PORT (`gpurig launch` picks a free port); remove the assignment.",
-                    )
+                        where)
                 elif isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and _setting_name(assign.value):
                     setting = _setting_name(assign.value)  # `= hps.train.port`, `= str(config["port"])`
                     ports = rendezvous._json_ports(configs())

@@ -144,3 +144,11 @@ def _json_ports(configs) -> dict[str, str]:
     starts every run on the same port."""
     return _fixed_in_configs(configs, lambda k, v: _PORT_KEY.fullmatch(k) is not None,
                              lambda v: not isinstance(v, bool) and re.fullmatch(r"\d{4,5}", str(v)) is not None)
+
+
+def _module_constants(modules: list) -> dict[str, tuple]:
+    """The constants the project's modules set at their top level (`MASTER_PORT = "12345"` in
+    config/setting.py): name -> (value, "file:line")."""
+    return {t.id: (n.value.value, _at(m, n.lineno)) for m in modules for n in getattr(m, "body", [])
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) for t in n.targets if isinstance(t, ast.Name)}
+
