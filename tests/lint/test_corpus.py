@@ -94,35 +94,33 @@ def test_a_finding_counts_for_each_judged_helper_line_it_names(tmp_path):
     assert (score.findings, score.true_findings, score.mistakes, score.found) == (1, 1, 3, 2)
 
 
-def test_a_finding_counts_for_each_judged_line_of_the_script_it_names(tmp_path):
-    """The global rank made the device at line 5 and used at 6 and 7 is one finding naming 6 and 7:
-    a judge who counted each use finds all three counted, and no finding is false."""
+def _score_one(tmp_path, text: str, rule: str, lines: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """(findings, right ones, judged mistakes, found) of one script p/train.py judged at `lines`."""
     import hashlib
 
     (tmp_path / "p").mkdir()
     script = tmp_path / "p" / "train.py"
-    script.write_text("import os\nimport torch, torch.distributed as dist\ndist.init_process_group('nccl')\n"
-                      "rank = int(os.environ['RANK'])\ntorch.cuda.set_device(rank)\nx = torch.zeros(1).to(rank)\n"
-                      "y = torch.zeros(1).cuda(rank)\ndist.destroy_process_group()\n")
+    script.write_text(text)
     entry = {"file": "p/train.py", "path": "train.py", "url": "https://example.org/p/train.py",
              "sha256": hashlib.sha256(script.read_bytes()).hexdigest(), "judged": "default",
-             "mistakes": [{"rule": "global-rank-as-device", "line": line, "why": "w"} for line in (5, 6, 7)]}
+             "mistakes": [{"rule": rule, "line": line, "why": "w"} for line in lines]}
     score = lc.measure(set(DEFAULT_RULES), manifest={"p": entry}, cache=tmp_path)
-    assert (score.findings, score.true_findings, score.mistakes, score.found) == (1, 1, 3, 3)
+    return score.findings, score.true_findings, score.mistakes, score.found
+
+
+def test_a_finding_counts_for_each_judged_line_of_the_script_it_names(tmp_path):
+    """The global rank made the device at line 5 and used at 6 and 7 is one finding naming 6 and 7:
+    a judge who counted each use finds all three counted, and no finding is false."""
+    text = ("import os\nimport torch, torch.distributed as dist\ndist.init_process_group('nccl')\n"
+            "rank = int(os.environ['RANK'])\ntorch.cuda.set_device(rank)\nx = torch.zeros(1).to(rank)\n"
+            "y = torch.zeros(1).cuda(rank)\ndist.destroy_process_group()\n")
+    assert _score_one(tmp_path, text, "global-rank-as-device", (5, 6, 7)) == (1, 1, 3, 3)
 
 
 def test_a_finding_at_a_save_helpers_call_counts_for_the_save_it_names(tmp_path):
     """The judge put the mistake at the helper's torch.save (line 4); the finding is at the call on
     every rank (line 7) and names line 4: it is right, and the mistake is found."""
-    import hashlib
-
-    (tmp_path / "p").mkdir()
-    script = tmp_path / "p" / "train.py"
-    script.write_text("import torch\nimport torch.distributed as dist\ndef save_checkpoint(model):\n"
-                      "    torch.save(model.state_dict(), 'last.pth')\ndist.init_process_group('nccl')\n"
-                      "model = torch.nn.Linear(2, 2)\nsave_checkpoint(model)\ndist.destroy_process_group()\n")
-    entry = {"file": "p/train.py", "path": "train.py", "url": "https://example.org/p/train.py",
-             "sha256": hashlib.sha256(script.read_bytes()).hexdigest(), "judged": "default",
-             "mistakes": [{"rule": "save-on-every-rank", "line": 4, "why": "w"}]}
-    score = lc.measure(set(DEFAULT_RULES), manifest={"p": entry}, cache=tmp_path)
-    assert (score.findings, score.true_findings, score.mistakes, score.found) == (1, 1, 1, 1)
+    text = ("import torch\nimport torch.distributed as dist\ndef save_checkpoint(model):\n"
+            "    torch.save(model.state_dict(), 'last.pth')\ndist.init_process_group('nccl')\n"
+            "model = torch.nn.Linear(2, 2)\nsave_checkpoint(model)\ndist.destroy_process_group()\n")
+    assert _score_one(tmp_path, text, "save-on-every-rank", (4,)) == (1, 1, 1, 1)

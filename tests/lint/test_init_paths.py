@@ -41,7 +41,7 @@ dist.destroy_process_group()
 """
 
 
-def test_modules_found_on_the_folder_an_init_paths_module_adds(tmp_path):
+def _project(tmp_path) -> None:
     _write(tmp_path, "tools/_init_paths.py", INIT_PATHS)
     _write(tmp_path, "lib/dataset/__init__.py", "from .build import make_dataloader\n")
     _write(tmp_path, "lib/dataset/build.py", """
@@ -51,6 +51,10 @@ def test_modules_found_on_the_folder_an_init_paths_module_adds(tmp_path):
             return torch.utils.data.DataLoader([1, 2, 3], sampler=sampler)
         """)
     _write(tmp_path, "tools/train.py", SCRIPT)
+
+
+def test_modules_found_on_the_folder_an_init_paths_module_adds(tmp_path):
+    _project(tmp_path)
     found = [(f.id, f.line, f.related) for f in lint_file(str(tmp_path / "tools" / "train.py"))]
     samplers = [(line, related) for rule, line, related in found if rule == "sampler-without-set-epoch"]
     # one finding for the helper's one sampler, at its first call, naming where the sampler is built
@@ -65,15 +69,7 @@ def test_a_streamed_script_finds_the_same_modules_on_those_folders(tmp_path, mon
     import gpurig.diagnose.lint as L
     from gpurig.diagnose import lint_stream
 
-    _write(tmp_path, "tools/_init_paths.py", INIT_PATHS)
-    _write(tmp_path, "lib/dataset/__init__.py", "from .build import make_dataloader\n")
-    _write(tmp_path, "lib/dataset/build.py", """
-        import torch
-        def make_dataloader(is_train=True):
-            sampler = torch.utils.data.distributed.DistributedSampler([1, 2, 3])
-            return torch.utils.data.DataLoader([1, 2, 3], sampler=sampler)
-        """)
-    _write(tmp_path, "tools/train.py", SCRIPT)
+    _project(tmp_path)
     whole = [(f.id, f.line) for f in lint_file(str(tmp_path / "tools" / "train.py"))]
     monkeypatch.setattr(L, "STREAM_BYTES", 0)
     monkeypatch.setattr(lint_stream, "_CHUNK_BYTES", 64)
