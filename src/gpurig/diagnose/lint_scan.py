@@ -400,8 +400,9 @@ class _Scanner(_Walker):
             self.barriers += 1
         if short == "destroy_process_group" and self._handlers:  # (never run where the run ends normally)
             self.handled_destroys.add(id(node))
-        (self.run_in_handlers if self._handlers else self.run_outside_handlers).update(
-            [short] + [a.id for a in node.args if isinstance(a, ast.Name)])
+        ran = self.run_in_handlers if self._handlers else self.run_outside_handlers
+        ran.add(short)
+        ran.update(a.id for a in node.args if type(a) is ast.Name)
         if "cuda" in func.split(".") or func.endswith(".cuda"):
             self.cuda_call = True
         if func.endswith("set_epoch") or (isinstance(node.func, ast.Attribute) and node.func.attr == "set_epoch"):
