@@ -51,10 +51,11 @@ def rank_names_of(scan, calls: list, text: str, names: set[str]) -> set[str]:
         rank_names |= {"rank", "global_rank"}
     # A config object holding it, handed to a function of this file (`CFG.rank = int(os.environ["RANK"])`
     # ... `train(CFG)`): inside, the parameter's attribute holds it (`config.rank`).
-    for c, f, _ in calls:
+    holders = {n.partition(".")[0] for n in rank_names if "." in n}
+    for c, f, _ in calls if holders else ():
         params = scan.params.get(f) if isinstance(c.func, ast.Name) else None
         for param, arg in zip(params or (), c.args, strict=False):
-            if isinstance(arg, ast.Name):
+            if isinstance(arg, ast.Name) and arg.id in holders:
                 rank_names |= {f"{param}.{n.partition('.')[2]}" for n in list(rank_names) if n.startswith(arg.id + ".")}
     # A name the script assigns the rank within the node (`rank = int(os.environ["LOCAL_RANK"])`,
     # even with `RANK` as the fallback where LOCAL_RANK is unset) is a fine GPU index.
