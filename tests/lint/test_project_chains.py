@@ -629,3 +629,31 @@ def test_a_module_imported_twice_downloads_once(tmp_path):
     dist.destroy_process_group()
     """
     assert [r for r in _lint(tmp_path, script) if r[0] == "download-on-every-rank"] == [("download-on-every-rank", 5)]
+
+
+def test_a_library_call_named_like_a_project_function_is_no_call_of_it(tmp_path):
+    # hub.py's dump() downloads (it fetches, then writes the weights); data.py's save_cfg() calls
+    # json.dump(), a library's dump: it downloads nothing (only calls through the project's own
+    # modules are followed)
+    _write(tmp_path, "hub.py", """
+        import torch
+        def dump(name):
+            return torch.hub.load("repo", name)
+        """)
+    _write(tmp_path, "data.py", """
+        import json
+        import hub
+        def save_cfg(cfg):
+            return json.dumps(cfg), json.dump(cfg, None)
+        def backbone():
+            return hub.dump("resnet50")
+        """)
+    script = """
+    from data import backbone, save_cfg
+    dist.init_process_group("nccl")
+    cfg = save_cfg({})
+    net = backbone()
+    dist.destroy_process_group()
+    """
+    found = [f for f in _lint(tmp_path, script) if f[0] == "download-on-every-rank"]
+    assert found == [("download-on-every-rank", 8)]

@@ -202,8 +202,10 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False) -> dict[st
     init_of = _inits(modules)
     # The names a module imports (`import distributed`, `from models import model_builder`): a call
     # through one of them (`distributed.multi_init()`) is a call of the project's function.
+    # (only names of the project's modules: `torch.save()` is no call of the project's `save()`)
+    own = {_module_name(m).rpartition(".")[2] for m in modules}
     imported = {id(m): {a.asname or a.name for n in ast.walk(m) if isinstance(n, (ast.Import, ast.ImportFrom))
-                        for a in n.names if "." not in a.name} for m in modules}
+                        for a in n.names if "." not in a.name and a.name in own} for m in modules}
     # Each function's calls of the project's names, read once: (name called) in order, unguarded only.
     called: dict[int, list[str]] = {}
     for fn, module in functions:
