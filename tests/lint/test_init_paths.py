@@ -8,7 +8,6 @@ from __future__ import annotations
 import textwrap
 
 from gpurig.diagnose.lint import lint_file
-from gpurig.diagnose.lint_modules import _path_folders
 
 
 def _write(project, rel: str, text: str) -> None:
@@ -61,7 +60,6 @@ def test_modules_found_on_the_folder_an_init_paths_module_adds(tmp_path):
     assert samplers == [(5, ["../lib/dataset/build.py:4"])]
     # without the sys.path module, the project's modules are not found and nothing is said of them
     (tmp_path / "tools" / "_init_paths.py").write_text("import sys\n")
-    _path_folders.cache_clear()  # (read once per folder in a run)
     assert not [f for f in lint_file(str(tmp_path / "tools" / "train.py")) if f.id == "sampler-without-set-epoch"]
 
 

@@ -90,13 +90,19 @@ def _project_roots(path) -> tuple:
     return () if path is None else _folders_up(Path(path).resolve().parent) + _path_folders(Path(path).resolve().parent)
 
 
-@cache
 def _path_folders(folder) -> tuple:
     """Folders the modules beside the script put on sys.path, the old research-code way (HRNet's
     `import _init_paths`: `sys.path.insert(0, osp.join(this_dir, '..', 'lib'))`): every existing
-    folder an `os.path.join(..., 'a', 'b')` of constants names from there, in a file that touches sys.path."""
+    folder an `os.path.join(..., 'a', 'b')` of constants names from there, in a file that touches
+    sys.path. Read again only when one of those files changes (a long-lived process may lint twice)."""
+    files = sorted(folder.glob("*.py"))[:50]
+    return _path_folders_of(folder, tuple((py, py.stat().st_mtime_ns, py.stat().st_size) for py in files))
+
+
+@cache
+def _path_folders_of(folder, files: tuple) -> tuple:
     found: list = []
-    for py in sorted(folder.glob("*.py"))[:50]:
+    for py, _, _ in files:
         try:
             text = py.read_text(encoding="utf-8", errors="replace") if py.stat().st_size < 200_000 else ""
             tree = ast.parse(text) if "sys.path" in text else None
