@@ -11,6 +11,7 @@ import re
 from functools import cache
 from pathlib import Path
 
+from gpurig.diagnose import lint_guards as guards
 from gpurig.diagnose import lint_rendezvous as rendezvous
 from gpurig.diagnose.lint_devices import RankDevices, fold_uses, report
 from gpurig.diagnose.lint_guards import _mentions_rank, _never_destroys, _never_run, _runs_on_every_rank
@@ -119,6 +120,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         findings.append(LintFinding(id=rule, severity=RULES[rule].severity, line=line, title=title, fix=fix, code=code,
                                     why=RULES[rule].why, related=related))
 
+    if scan.flag_guarded:  # `not args.multiprocessing_distributed or rank == 0`, that flag on by default
+        on = guards.flags_on(set(scan.flag_guarded.values()), [(c, _dotted(c.func), g) for c, g in scan.calls], modules, configs())
+        scan.calls = [(c, g or scan.flag_guarded.get(id(c)) in on) for c, g in scan.calls]
     # A script that starts its own workers (mp.spawn) and is never started by a launcher (it reads no
     # RANK/LOCAL_RANK/WORLD_SIZE; its workers may still meet through env:// on an address it sets):
     # the function that spawns, or the __main__ block that does, runs in the parent process only, once.

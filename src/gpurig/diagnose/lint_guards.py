@@ -56,6 +56,44 @@ def _bypassed(test: ast.AST, word: str = "distributed") -> bool:
         _not_distributed(v) and word in _dotted(v.operand).lower() for v in test.values)
 
 
+def _flag_bypass(test: ast.AST) -> str:
+    """`not args.multiprocessing_distributed or rank % ngpus == 0`: the flag's name (lowercase), where
+    the rest of the `or` picks ranks; a guard of rank 0 only where the flag is on ("" otherwise)."""
+    if not _bypassed(test, "multiprocessing"):
+        return ""
+    flags = [v for v in test.values if _not_distributed(v)]
+    if len(flags) != 1 or not any(_rank_check(v) for v in test.values if v is not flags[0]):
+        return ""
+    return _dotted(flags[0].operand).rpartition(".")[2].lower()
+
+
+def flags_on(names: set[str], calls, modules, configs) -> set[str]:
+    """Those of `names` (flags, lowercase) that are on by default: an option's `default=True`, or
+    set True (and never False) in the project's modules or in every shipped config naming it."""
+    from gpurig.diagnose.lint_nodes import _option_defaults
+
+    values: dict[str, set] = {}
+    for key, found in _option_defaults(calls).items():
+        values.setdefault(key.lower(), set()).update(found)
+    for module in modules:
+        for n in ast.walk(module):
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, bool):
+                for t in n.targets:
+                    leaf = _leaf_name(t)
+                    if leaf and leaf.lower() in names:
+                        values.setdefault(leaf.lower(), set()).add(n.value.value)
+    for _, data in configs:
+        stack = [data]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                for k, v in item.items():
+                    if isinstance(k, str) and k.lower() in names and isinstance(v, bool):
+                        values.setdefault(k.lower(), set()).add(v)
+                    stack.append(v)
+    return {n for n in names if values.get(n) == {True}}
+
+
 _RANK_CACHE: dict[int, tuple[ast.AST, bool]] = {}
 
 

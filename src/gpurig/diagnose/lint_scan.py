@@ -17,6 +17,7 @@ from gpurig.diagnose.lint_guards import (
     _bypassed,
     _env_tests,
     _exits,
+    _flag_bypass,
     _holds_global_rank,
     _is_main_test,
     _mentions_rank,
@@ -84,6 +85,9 @@ class _Scanner(_Walker):
         self.first: set[int] = set()  # ids of calls made by rank 0 first while the others wait
         self.aliases: set[str] = set()  # other names of DistributedDataParallel & co. (`as NativeDDP`)
         self.flags: set[str] = set()  # names holding a rank check's result
+        # `if not args.multiprocessing_distributed or rank == 0:` picks rank 0 where the flag is on by default
+        self.flag_guarded: dict[int, str] = {}
+        self._flag_guards: list[str] = []
         self._first = 0
         self._prefetched: list[set[str]] = []  # per open block: what rank 0 called alone before a barrier
         self._states: list[list] = []  # the open blocks' states (see block_start)
@@ -306,11 +310,13 @@ class _Scanner(_Walker):
         self._main += main
         one_body, one_else = _single_process_branch(node.test)
         self._guard += one_body
+        self._flag_guards.append(_flag_bypass(node.test))
         # `if not os.path.exists(cache): ... save(cache)`: in a section one rank goes through first,
         # the others find what it wrote and skip the write.
         checks_file = bool(self._first) and _checks_a_file(node.test)
         self._cache_checks += checks_file
         body = self._block(node.body)
+        self._flag_guards.pop()
         self._guard -= one_body
         self._main -= main
         self._env_absent.pop()
@@ -413,6 +419,8 @@ class _Scanner(_Walker):
             self.env_fallback.add(id(node))  # the group a run without a launcher starts
         if not self.compact or self._judged(node, func, short):
             self.calls.append((node, self._guard > 0))
+            if any(self._flag_guards) and not self._guard:
+                self.flag_guarded[id(node)] = next(f for f in reversed(self._flag_guards) if f)
             if self._first or (self._prefetched and any(short in names or "*" in names for names in self._prefetched)):
                 self.first.add(id(node))
             for name in self._pending:
@@ -503,18 +511,15 @@ class _Scanner(_Walker):
                 return only
             only |= grown
 
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+    def visit_Import(self, node: ast.Import | ast.ImportFrom) -> None:
         self.imports.append(node)
         if self.compact:
             self._note_local(node)
-        for a in node.names:
+        for a in node.names if isinstance(node, ast.ImportFrom) else ():
             if a.asname and a.name in ("DistributedDataParallel", "DistributedSampler", "init_process_group"):
                 self.aliases.add(a.asname)
 
-    def visit_Import(self, node: ast.Import) -> None:
-        self.imports.append(node)
-        if self.compact:
-            self._note_local(node)
+    visit_ImportFrom = visit_Import
 
     def _rank_test(self, test: ast.AST) -> bool:
         """A rank check, or a test of a flag computed from one (`args.save_logs = ... and is_master(args)`);
