@@ -58,3 +58,12 @@ def test_a_helper_writing_a_file_of_its_own_name_in_the_folder_it_is_given(tmp_p
     (tmp_path / "utils.py").write_text((tmp_path / "utils.py").read_text().replace(
         "{save_path}/train.log", "{save_path}/train_{dist.get_rank()}.log"))
     assert [f.line for f in lint_file(str(script)) if f.id == "save-on-every-rank"] == []
+
+
+def test_names_that_say_a_path_or_a_checkpoint_of_this_run_are_local():
+    # an adapter's path (MedicalGPT's --peft_path), and the checkpoint a Trainer wrote (SimCSE's
+    # load of state.best_model_checkpoint at the end): folders of this machine, no download
+    for name in ("args.peft_path", "args.lora_path", "self.state.best_model_checkpoint", "last_checkpoint"):
+        assert _found(adapter=name, part="scheduler.pt") == set(), name
+    # a name that says neither may be a Hub id
+    assert _found(adapter="args.adapter_name", part="scheduler.pt") == {("download-on-every-rank", 8)}

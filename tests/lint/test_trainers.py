@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
-from gpurig.diagnose.lint import lint_source
+from gpurig.diagnose.lint import lint_file, lint_source
 
 SCRIPT = """\
 import os
@@ -76,3 +76,45 @@ def test_a_leader_process_check_picks_one_rank():
     dist.destroy_process_group()
     """
     assert [f for f in found(source) if f[0] == "save-on-every-rank"] == []
+
+
+SAVING_TRAINER = """\
+import os
+import torch
+from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+
+class SavePeftModelTrainer(Trainer):
+    def save_model(self, output_dir=None, _internal_call=False):
+        os.makedirs(output_dir, exist_ok=True)
+        torch.save(self.args, os.path.join(output_dir, "training_args.bin"))
+        self.model.save_pretrained(output_dir)
+
+
+def save_model(model, args):
+    model.save_pretrained(args.output_dir)
+
+
+def main():
+    (args,) = HfArgumentParser((TrainingArguments,)).parse_args_into_dataclasses()
+    trainer = SavePeftModelTrainer(model=None, args=args)
+    trainer.train()
+    if trainer.is_world_process_zero():
+        save_model(trainer.model, args)
+
+
+main()
+"""
+
+
+def test_a_trainers_save_model_override_saves_on_every_rank(tmp_path):
+    """MedicalGPT's shape: the Trainer's checkpointing calls save_model in every process, and this
+    override writes with no should_save check; the file's own save_model, called on rank 0 only,
+    is another function and stays quiet."""
+    script = tmp_path / "sft.py"
+    script.write_text(SAVING_TRAINER)
+    assert [f.line for f in lint_file(str(script)) if f.id == "save-on-every-rank"] == [9, 10]
+    # an override that checks should_save itself is right
+    script.write_text(SAVING_TRAINER.replace("        os.makedirs(output_dir, exist_ok=True)\n",
+                                             "        if not self.args.should_save:\n            return\n"))
+    assert [f.line for f in lint_file(str(script)) if f.id == "save-on-every-rank"] == []

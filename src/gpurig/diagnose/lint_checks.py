@@ -161,12 +161,10 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     parent_built = {_name_of(f) for c, f, _ in calls if _name_of(f) in _AUTO_DATASETS and (
         (id(c) in scan.main_calls and scan.main_spawns) or (scan.enclosing.get(id(c)) or ("",))[-1] in scan.spawns_in)}
 
-    # A rendezvous the script takes from a setting (`init_method=hparams.dist_url`): what the project's
-    # modules and shipped JSON configs fix it to (read only where a script does that).
-    fixed_settings: dict[str, str] = {}
-    if any(_name_of(f) == "init_process_group" and _kw(c, "init_method") is not None
-           and _setting_name(_kw(c, "init_method").value) for c, f, _ in calls):
-        fixed_settings = rendezvous._fixed_rendezvous_settings(modules, configs())
+    # A rendezvous the script takes from a setting (`init_method=hparams.dist_url`), or hands to the
+    # project's function that starts the group: what the project's modules and configs fix it to.
+    passed = rendezvous._passed_settings(calls, scan.defined, modules)
+    fixed_settings = rendezvous._fixed_rendezvous_settings(modules, configs()) if passed else {}
 
     # Options the script itself defaults to a fixed address: that default is reported, and a config
     # setting the same option is the same mistake, not a second.
@@ -294,7 +292,6 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 "Give that torch.load map_location='cpu' (then .to(device)), or map_location=f'cuda:{local_rank}'.")
         if short == "init_process_group":
             init = _kw(call, "init_method")
-            setting = _setting_name(init.value) if init is not None else None
             if init is not None and isinstance(init.value, ast.Constant) and isinstance(init.value.value, str) \
                     and init.value.value.startswith("tcp://") and id(call) not in scan.env_fallback:
                 add(
@@ -303,15 +300,17 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "Drop init_method (the default env:// reads MASTER_ADDR/MASTER_PORT set by torchrun) and start with "
                     "`gpurig launch`, which picks a free port.",
                 )
-            elif setting is not None and setting in fixed_settings and setting not in fixed_options:
-                add("hard-coded-rendezvous", call,
-                    f"init_method comes from the project's {setting} setting, fixed to {fixed_settings[setting]}: "
-                    "a second job on this machine fails with 'Address already in use'",
-                    "Default that setting to env:// and let the launcher choose the port (`gpurig launch` / torchrun).")
             if "destroy_process_group" not in names and not destroys_in_modules and not any(
                     f.id == "no-destroy-process-group" for f in findings):  # one mistake per file, at its first start
                 add("no-destroy-process-group", call, "init_process_group with no destroy_process_group: the group is torn down at interpreter exit",
                     "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
+        setting = passed.get(id(call))
+        if setting in fixed_settings and setting not in fixed_options and ("rendezvous", setting) not in reported_helpers:
+            reported_helpers.add(("rendezvous", setting))  # (one mistake, at its first use)
+            add("hard-coded-rendezvous", call,
+                f"{'init_method' if short == 'init_process_group' else short + '()'} gets the project's {setting} setting, "
+                f"fixed to {fixed_settings[setting]}: a second job on this machine fails with 'Address already in use'",
+                "Default that setting to env:// and let the launcher choose the port (`gpurig launch` / torchrun).")
         # A rendezvous option with a fixed default: --dist-url/--master-port/--init-method, or a plain
         # --port in a script that builds its own tcp:// address from it.
         if short == "add_argument" and any(isinstance(a, ast.Constant) and isinstance(a.value, str) and (

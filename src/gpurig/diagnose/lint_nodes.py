@@ -14,7 +14,8 @@ RANK_WORDS = ("rank", "is_main", "main_process", "master", "is_master", "is_prim
               "process_index",  # Accelerate's (local_)process_index == 0
               "is_leader",  # s3prl's is_leader_process()
               "is_root", "root_worker", "is_chief")
-RANK_NAMES = {"main", "leader", "is_leader", "zero"}  # whole names that only make sense as "the rank that speaks"
+RANK_NAMES = {"main", "leader", "is_leader", "zero",  # whole names that only make sense as "the rank that speaks"
+              "should_save"}  # (the HF TrainingArguments property: true in the process that saves)
 # Names of the process's GPU index: `if gpu == 0` / `if self.gpu_id == 0` picks one process as well.
 GPU_NAMES = {"gpu", "gpu_id", "gpu_idx", "device_id", "local_gpu", "cuda_id", "gpu_index", "device_index"}
 # Calls that fetch from the network into a shared cache (the Hub, torch.hub, dataset hubs).
@@ -205,7 +206,9 @@ _LOCAL_BUILDERS = {"json", "csv", "text", "parquet", "arrow", "pandas", "imagefo
 
 # A folder on this machine by its name: `input_dir`, `output_dir`, `ckpt_dir`, `model_path` (never
 # `model_name_or_path`, which may name a hub model).
-_LOCAL_DIR = re.compile(r"\w*_dir|\w*_folder|(?:\w+_)?(?:ckpt|checkpoint|output|save|model|weights?|tokenizer|pretrained)_?path"
+_LOCAL_DIR = re.compile(r"\w*_dir|\w*_folder|(?:\w+_)?(?:ckpt|checkpoint|output|save|model|weights?|tokenizer|pretrained|peft|adapter|lora)_?path"
+                        # a checkpoint this run wrote: `best_model_checkpoint`, `last_checkpoint`, `resume_from_checkpoint`
+                        r"|(?:best|last|latest|resume)\w*_checkpoint"
                         r"|(?:model_)?config_?(?:path|file)?"
                         # a name that says it is a file: `data_file`, `train_files`, `train_manifest_path`
                         # (`data_path` is not: alpaca-lora defaults it to a hub dataset)

@@ -7,7 +7,7 @@ import ast
 import re
 
 from gpurig.diagnose.lint_modules import _at
-from gpurig.diagnose.lint_nodes import _constant_defaults, _dotted, _kw, _name_of, _port_param
+from gpurig.diagnose.lint_nodes import _constant_defaults, _dotted, _kw, _name_of, _port_param, _setting_name
 from gpurig.diagnose.lint_project import _grown
 
 
@@ -94,9 +94,19 @@ def _fixed_rendezvous_settings(modules: list, configs=()) -> dict[str, str]:
             for key, value in pairs:
                 if _RENDEZVOUS_KEY.fullmatch(key) and isinstance(value, ast.Constant) and isinstance(value.value, str) \
                         and _TCP_FIXED.match(value.value):
-                    out.setdefault(key, f"{value.value!r} at {_at(module, n.lineno)}")
+                    out.setdefault(key, f"{value.value!r} at {_at(module, value.lineno)}")  # (the line of the value)
     out.update({k: v for k, v in _json_rendezvous(configs).items() if k not in out})
     return out
+
+
+def _passed_settings(calls: list, defined: set[str], modules: list) -> dict[int, str]:
+    """id(call) -> the setting it passes as the rendezvous: `init_process_group(init_method=args.dist_url)`,
+    or a project function given it (`launch_job(cfg, init_method=args.init_method, func=train)`)."""
+    passed = {id(c): (_name_of(f), _setting_name(k.value)) for c, f, _ in calls for k in c.keywords
+              if k.arg in ("init_method", "dist_url") and _name_of(f) not in defined and _setting_name(k.value)}
+    own = {n.name for m in modules for n in ast.walk(m) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} \
+        if any(short != "init_process_group" for short, _ in passed.values()) else set()
+    return {k: setting for k, (short, setting) in passed.items() if short == "init_process_group" or short in own}
 
 
 def _fixed_option_names(calls: list) -> set[str]:

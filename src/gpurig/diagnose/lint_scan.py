@@ -18,6 +18,7 @@ from gpurig.diagnose.lint_guards import (
     _env_tests,
     _exits,
     _flag_bypass,
+    _framework_hooks,
     _holds_global_rank,
     _is_main_test,
     _mentions_rank,
@@ -85,8 +86,8 @@ class _Scanner(_Walker):
         self.first: set[int] = set()  # ids of calls made by rank 0 first while the others wait
         self.aliases: set[str] = set()  # other names of DistributedDataParallel & co. (`as NativeDDP`)
         self.flags: set[str] = set()  # names holding a rank check's result
-        # `if not args.multiprocessing_distributed or rank == 0:` picks rank 0 where the flag is on by default
-        self.flag_guarded: dict[int, str] = {}
+        self.flag_guarded: dict[int, str] = {}  # `if not args.multiprocessing_distributed or rank == 0:` -> the flag
+        self._hooks: set[int] = set()  # methods a framework calls in every process
         self._flag_guards: list[str] = []
         self._first = 0
         self._prefetched: list[set[str]] = []  # per open block: what rank 0 called alone before a barrier
@@ -241,7 +242,7 @@ class _Scanner(_Walker):
         # A function body starts unguarded: whether it runs on one rank depends on its callers.
         outer, self._guard = self._guard, 0
         outer_path, self._path = self._path, []
-        self._functions.append(node.name)
+        self._functions.append(node.name + "@every-rank" if id(node) in self._hooks else node.name)
         self._params.append([a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs])
         self.params.setdefault(node.name, self._params[-1])
         self._defaults.append(node)  # its constant defaults are read only where MASTER_PORT is set
@@ -262,12 +263,10 @@ class _Scanner(_Walker):
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
-        for stmt in node.body:
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self.own_methods.add((node.name, stmt.name))
-                # A framework's callback (TrainerCallback, Lightning's Callback): its `on_*` hooks run, in every process.
-                if stmt.name.startswith("on_") and any(_name_of(_dotted(b)).endswith("Callback") for b in node.bases):
-                    self.referenced.add(stmt.name)
+        self.own_methods |= {(node.name, f.name) for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        called, hooks = _framework_hooks(node, {c for c, _ in self.own_methods})
+        self.referenced |= called
+        self._hooks |= hooks
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
