@@ -40,12 +40,14 @@ from gpurig.diagnose.lint_nodes import (
     _one_listed_gpu,
     _option_defaults,
     _passes,
+    _path_root,
     _pretrained_weights,
     _reads_local_files,
     _set_to_hub_id,
     _set_to_local_path,
     _setting_name,
     _shuffles_at,
+    _written_file,
 )
 from gpurig.diagnose.lint_project import (
     _group_joiners,
@@ -443,11 +445,13 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     what = repr(written.value) if isinstance(written, ast.Constant) else ast.unparse(written)[:60]
                     add("save-on-every-rank", call, f"every rank writes {what} at once: lines interleave or the file is cut",
                         "Write from one rank (`if rank == 0:`), or put the rank in the file name.")
-            if short in ("write_text", "write_bytes") and isinstance(call.func, ast.Attribute) \
-                    and isinstance(call.func.value, ast.Name):
-                written = named_path(call, call.func.value)
-                if written is not call.func.value and not _mentions_rank_value(written) and any(
-                        isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written)):
+            # A file written (savefig, save_image, write_text): not in a save helper (its calls are the finding), not its caller's path
+            target, inside = _written_file(call, func), scan.enclosing.get(id(call)) or ("",)
+            if target is not None and not never_run(call) and not (_SAVE_HELPER.search(inside[-1]) and short != "write_text") \
+                    and _path_root(target) not in scan.params.get(inside[-1], ()):
+                written = named_path(call, target)
+                if (written is not target or short not in ("write_text", "write_bytes")) and not _mentions_rank_value(written) \
+                        and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written)):
                     add("save-on-every-rank", call, f"every rank writes {ast.unparse(written)[:60]} at once: the file is cut",
                         "Write from one rank (`if rank == 0:`), or put the rank in the file name.")
             if short == "tqdm" and _kw(call, "disable") is None:

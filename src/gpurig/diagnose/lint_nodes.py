@@ -435,10 +435,43 @@ def _names_a_file(value: ast.AST) -> bool:
 
 # Every call some rule judges, by its last name (`_lint_scanned`); a call named otherwise matters
 # only as a fact (`short_names`, `cuda_call`, ...) or as a call of the file's own functions.
+# Calls that write a file the caller names: short name -> where the path is (position, keyword).
+_FILE_WRITERS = {"savefig": (0, "fname"), "save_image": (1, "fp"), "imwrite": (0, "filename"), "imsave": (0, "fname"),
+                 "copyfile": (1, "dst"), "copy2": (1, "dst")}
+
+
+def _written_file(call: ast.Call, func: str) -> ast.AST | None:
+    """The file a call writes, where it names one: `path.write_text()` (the path), `plt.savefig(path)`,
+    `torchvision.utils.save_image(x, path)`, `cv2.imwrite(path, img)`, `shutil.copyfile(src, dst)`."""
+    short = func.rpartition(".")[2]
+    if short in ("write_text", "write_bytes"):
+        return call.func.value if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) else None
+    if short not in _FILE_WRITERS or (short.startswith("copy") and func not in (short, "shutil." + short)):
+        return None
+    at, key = _FILE_WRITERS[short]
+    kw = _kw(call, key)
+    return kw.value if kw is not None else call.args[at] if len(call.args) > at else None
+
+
+def _path_root(path: ast.AST) -> str | None:
+    """The name a path is built on, where it is a plain name: `filename` in `filename + "_0.png"`,
+    `os.path.join(out, "a.png")`, f"{out}/a.png" (None for `cfg.out_dir + ...`: a setting, not a name)."""
+    while not isinstance(path, ast.Name):
+        if isinstance(path, ast.BinOp):
+            path = path.left
+        elif isinstance(path, ast.Call) and path.args and _name_of(_dotted(path.func)) in ("join", "Path"):
+            path = path.args[0]
+        elif isinstance(path, ast.JoinedStr) and path.values and isinstance(path.values[0], ast.FormattedValue):
+            path = path.values[0].value
+        else:
+            return None
+    return path.id
+
+
 _RULE_CALLS = frozenset({
     "DataParallel", "data_parallel", "DistributedDataParallel", "DDP", "set_device", "set_device_index", "to", "cuda",
     "load", "list", "init_process_group", "destroy_process_group", "add_argument", "print", "save", "SummaryWriter",
     "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "setLevel", "basicConfig", "disable",
     "save_pretrained", "save_to_disk", "Trainer", "Fabric", "write_text", "write_bytes", "load_data", "FSDP",
-    "FullyShardedDataParallel",
+    "FullyShardedDataParallel", *_FILE_WRITERS, "system", "run", "call", "check_call", "check_output", "Popen",
 }) | _AUTO_DATASETS | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS

@@ -91,6 +91,11 @@ _KERAS_DATASETS = frozenset({"mnist", "fashion_mnist", "cifar10", "cifar100", "i
                              "california_housing"})
 
 
+_SHELL_CALLS = frozenset({"os.system", "subprocess.run", "subprocess.call", "subprocess.check_call", "subprocess.check_output",
+                          "subprocess.Popen"})
+_SHELL_FETCH = re.compile(r"(?:^|[;&|]\s*)(?:wget|gdown|curl|aria2c)\s")
+
+
 def _named_fetch(call: ast.Call) -> bool:
     """A call that fetches by what it is, not by a keyword: torch.hub, evaluate, OpenAI's clip.load,
     gdown and wget, a streamed `requests.get`, a Keras dataset's load_data() (unless the path it is
@@ -100,6 +105,9 @@ def _named_fetch(call: ast.Call) -> bool:
         return True
     if func == "requests.get" and _is_const(getattr(_kw(call, "stream"), "value", None), True):
         return True
+    if func in _SHELL_CALLS and call.args:  # `os.system("gdown <id>")`, `subprocess.run(shlex.split(f"wget {url}"))`
+        command = "".join(n.value for n in ast.walk(call.args[0]) if isinstance(n, ast.Constant) and isinstance(n.value, str))
+        return _SHELL_FETCH.search(command) is not None
     head, _, short = func.rpartition(".")
     if short == "load_data" and head.rpartition(".")[2] in _KERAS_DATASETS:
         path = _kw(call, "path")
