@@ -223,3 +223,65 @@ def test_the_global_rank_handed_on_in_a_config_object():
     # device helper of the project, and DDP's device_ids
     assert found(CONFIG_RANK) == [("global-rank-as-device", 8), ("global-rank-as-device", 9)]
     assert found(CONFIG_RANK.replace('os.environ["RANK"]', 'os.environ["LOCAL_RANK"]')) == []
+
+
+def test_a_device_made_of_the_global_rank_beside_a_cpu_or_npu_branch():
+    # (Ascend's `npu:{rank}` or the CPU in the other branch does not hide the CUDA device)
+    for other in ('torch.device(f"npu:{rank}")', 'torch.device("cpu")'):
+        assert found(f"""\
+            import os
+            import torch
+            import torch.distributed as dist
+
+            def train(rank, world_size):
+                dist.init_process_group("nccl", rank=rank, world_size=world_size)
+                if torch.cuda.is_available():
+                    device = torch.device(f"cuda:{{rank}}")
+                else:
+                    device = {other}
+                model = torch.nn.Linear(2, 2).to(device)
+                dist.destroy_process_group()
+
+            train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
+            """) == [("global-rank-as-device", 8)], other
+
+
+def test_the_global_rank_handed_to_a_project_class_that_makes_it_its_gpu(tmp_path):
+    """VoiceCraft's and STCN's shape: `Trainer(args, world_size, rank)` with rank = dist.get_rank(),
+    where the project's Trainer keeps it (`self.world_size, self.rank = world_size, rank`) and builds
+    `torch.device(f"cuda:{rank}")` and `DDP(..., device_ids=[self.rank])`. One finding, at the first
+    call, naming those places; the local rank handed to it is right."""
+    from gpurig.diagnose.lint import lint_file
+
+    (tmp_path / "steps").mkdir()
+    (tmp_path / "steps" / "__init__.py").write_text("")
+    (tmp_path / "steps" / "trainer.py").write_text(textwrap.dedent("""\
+        import torch
+
+        class Trainer:
+            def __init__(self, args, world_size, rank):
+                self.world_size, self.rank = world_size, rank
+                self.device = torch.device(f"cuda:{rank}" if torch.cuda.is_available() else "cpu")
+                self.model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).to(self.device),
+                                                                       device_ids=[self.rank])
+
+            def load(self, path):
+                return torch.load(path, map_location='cuda:%d' % self.rank)
+        """))
+    script = tmp_path / "main.py"
+    body = textwrap.dedent("""\
+        import os
+        import torch.distributed as dist
+        from steps import trainer
+
+        dist.init_process_group(backend="nccl", init_method="env://")
+        rank = RANK
+        my_trainer = trainer.Trainer(None, dist.get_world_size(), rank)
+        again = trainer.Trainer(None, dist.get_world_size(), rank=rank)
+        dist.destroy_process_group()
+        """)
+    script.write_text(body.replace("RANK", "dist.get_rank()"))
+    found_ = [(f.line, f.related) for f in lint_file(str(script)) if f.id == "global-rank-as-device"]
+    assert found_ == [(7, ["steps/trainer.py:6", "steps/trainer.py:7", "steps/trainer.py:11"])]
+    script.write_text(body.replace("RANK", 'int(os.environ["LOCAL_RANK"])'))
+    assert [f for f in lint_file(str(script)) if f.id == "global-rank-as-device"] == []

@@ -223,7 +223,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     devices = RankDevices(scan, calls, text, names)
     rank_names, given_local_rank, is_global_rank = devices.rank_names, devices.given_local_rank, devices.is_global_rank
 
-    report(devices, add)
+    report(devices, add, modules)
     # library names, and the project's own (`from data_utils import load_dataset`: judged by its body)
     foreign, project_names = _imported_names_by_origin(scan.imports, path)
     lib_fetchers = _library_fetchers(scan.imports)  # lpips.LPIPS, FrechetInceptionDistance, ...

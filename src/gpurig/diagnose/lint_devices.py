@@ -23,6 +23,8 @@ def _rank_device(node: ast.AST, is_rank: Callable[[ast.AST], bool]) -> bool:
     torch.device("cuda", i) or torch.device(i), either branch of `a if c else b`."""
     if isinstance(node, ast.IfExp):
         return _rank_device(node.body, is_rank) or _rank_device(node.orelse, is_rank)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant):
+        return str(node.left.value).startswith("cuda:") and is_rank(node.right)  # 'cuda:%d' % rank
     if isinstance(node, ast.JoinedStr):
         text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
         return text.startswith("cuda:") and any(isinstance(v, ast.FormattedValue) and is_rank(v.value) for v in node.values)
@@ -153,9 +155,70 @@ class RankDevices:
                        "on a second node there is no such GPU", MAP_FIX)
 
 
-def report(devices: RankDevices, add: Callable[[str, ast.AST, str, str], None]) -> None:
+def report(devices: RankDevices, add: Callable[..., None], modules: list = ()) -> None:
     for node, title, fix in devices.findings():
         add("global-rank-as-device", node, title, fix)
+    # `Trainer(args, world_size, rank)` with the global rank, where the project's Trainer makes that
+    # parameter its GPU (`torch.device(f"cuda:{rank}")`, `device_ids=[self.rank]`): said at the call.
+    params = rank_parameters(modules) if modules else {}
+    for call, func, _ in devices.calls:
+        short = _name_of(func)
+        if short not in params or short in devices.scan.defined:
+            continue
+        position, name, where = params[short]
+        given = _kw(call, name).value if _kw(call, name) is not None else call.args[position] if len(call.args) > position else None
+        if given is not None and not isinstance(given, ast.Starred) and devices.is_global_rank(given, call):
+            del params[short]  # (one mistake, said at its first call)
+            add("global-rank-as-device", call, f"{short}() makes its {name} argument, here the global rank, the GPU index "
+                f"({where}): on a second node there is no such GPU", f"Pass the local rank (int(os.environ['LOCAL_RANK'])) "
+                f"as {name}, or let {short}() take its GPU from LOCAL_RANK.", where)
+
+
+def rank_parameters(modules: list) -> dict[str, tuple[int, str, str]]:
+    """Functions of the project's own modules (a class under its name, through `__init__` and the
+    attribute it keeps the value in) that make a parameter the GPU index: name -> (its position among
+    a call's arguments, its name, where it becomes a device)."""
+    from gpurig.diagnose.lint_modules import _at
+
+    out: dict[str, tuple[int, str, str]] = {}
+    for module in modules:
+        scopes = [(fn, [fn], fn.name) for fn in module.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for cls in (c for c in module.body if isinstance(c, ast.ClassDef)):
+            init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+            if init is not None:
+                scopes.append((init, [f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))], cls.name))
+        for fn, bodies, name in scopes:
+            args = [a.arg for a in fn.args.posonlyargs + fn.args.args][1 if fn.name == "__init__" else 0:]
+            for position, param in enumerate(args):
+                if "rank" not in param.lower() and param.lower() not in ("gpu", "device", "device_id"):
+                    continue  # (a parameter named for what it is: rank, local_rank, gpu)
+                pairs = [(t, n.value) for n in ast.walk(fn) if isinstance(n, ast.Assign) for t in n.targets]
+                pairs += [p for t, v in pairs if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple)
+                          for p in zip(t.elts, v.elts, strict=False)]  # `self.world_size, self.rank = world_size, rank`
+                kept = {_dotted(t) for t, v in pairs if isinstance(v, ast.Name) and v.id == param
+                        and isinstance(t, ast.Attribute) and _dotted(t.value) == "self"}
+                names = {param} | kept
+                lines = sorted({n.lineno for body in bodies for n in ast.walk(body) if _device_use(n, names) is not None})
+                if lines:
+                    out[name] = (position, param, ", ".join(_at(module, line) for line in lines[:4]))
+    return out
+
+
+def _device_use(node: ast.AST, names: set[str]) -> ast.AST | None:
+    """The device expression, where `node` makes one of `names` a device: set_device(x),
+    device_ids=[x], .to(x), .cuda(x), torch.device(f"cuda:{x}" ...)."""
+    if not isinstance(node, ast.Call):
+        return None
+    short = _name_of(_dotted(node.func))
+    ids = _kw(node, "device_ids")
+    value = node.args[0] if short in ("set_device", "to", "cuda", "device") and node.args else \
+        ids.value.elts[0] if ids is not None and isinstance(ids.value, ast.List) and ids.value.elts else None
+    if short == "device" and value is not None:
+        value = node
+    if value is None and _kw(node, "map_location") is not None:  # torch.load(..., map_location='cuda:%d' % rank)
+        value = _kw(node, "map_location").value
+    found = value is not None and _rank_device(value, lambda n: isinstance(n, (ast.Name, ast.Attribute)) and _dotted(n) in names)
+    return value if found else None
 
 
 def fold_uses(findings: list, script: str) -> list:

@@ -572,7 +572,8 @@ class _Scanner(_Walker):
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda") \
                     and value.args and first:
                 self.moves.append((first, value.args[0], tuple(self._blocks), node.lineno))
-            elif first and _names_a_gpu(value):
+            elif first and _names_a_gpu(value) and not any(isinstance(n, ast.Constant) and str(n.value).startswith(
+                    ("cpu", "npu", "xpu", "mps")) for n in ast.walk(value)):  # (not the other branch's CPU or NPU)
                 self.device_vars[first] = value
                 self.device_inside[first] = tuple(self._functions)
         if isinstance(value, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "" for k in value.keys):
