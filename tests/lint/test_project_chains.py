@@ -657,3 +657,33 @@ def test_a_library_call_named_like_a_project_function_is_no_call_of_it(tmp_path)
     """
     found = [f for f in _lint(tmp_path, script) if f[0] == "download-on-every-rank"]
     assert found == [("download-on-every-rank", 8)]
+
+
+def test_a_shuffling_sampler_built_two_calls_down_or_by_a_class(tmp_path):
+    # zjykzj's shape: build_dataloader() -> build_sampler() -> DistributedSampler(data); and a
+    # trainer class whose __init__ builds one. One finding each, at the first call, naming the sampler.
+    _write(tmp_path, "data.py", """\
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def build_sampler(data_set, world_size, rank):
+            return DistributedSampler(data_set, num_replicas=world_size, rank=rank)
+
+        def build_dataloader(data_set, world_size=1, rank=0):
+            return DataLoader(data_set, sampler=build_sampler(data_set, world_size, rank))
+
+        class Trainer:
+            def __init__(self, data_set):
+                self.loader = DataLoader(data_set, sampler=DistributedSampler(data_set, shuffle=True))
+        """)
+    found = _lint(tmp_path, """\
+        from data import Trainer, build_dataloader
+        dist.init_process_group("nccl")
+        train_loader = build_dataloader(None, 2, 0)
+        test_loader = build_dataloader(None, 2, 0)
+        trainer = Trainer(None)
+        for epoch in range(10):
+            for batch in train_loader:
+                pass
+        dist.destroy_process_group()
+        """)
+    assert [line for rule, line in found if rule == "sampler-without-set-epoch"] == [6, 8]

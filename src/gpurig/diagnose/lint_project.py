@@ -322,17 +322,21 @@ def _sampler_functions(modules: list) -> dict:
     """Functions of the project's own modules that build a DistributedSampler: name -> (how the first
     shuffles (`_sampler_shuffle`), where each is: "file.py:N, file.py:M")."""
     out: dict = {}
+    init_of = _inits(modules)  # (a class whose `__init__` builds one, under the class's name)
     for module in modules:
         for fn in ast.walk(module):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+                name = init_of.get(id(fn), fn.name)
                 for n in ast.walk(fn):
                     if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "DistributedSampler":
-                        how = _sampler_shuffle(n, params)
+                        how = _sampler_shuffle(n, params[1:] if name != fn.name else params)
                         if how != "no":
-                            how, sites = out.get(fn.name, (how, ""))  # (its first; every place named)
-                            out[fn.name] = (how, f"{sites}, {_at(module, n.lineno)}" if sites else _at(module, n.lineno))
-    return out
+                            how, sites = out.get(name, (how, ""))  # (its first; every place named)
+                            out[name] = (how, f"{sites}, {_at(module, n.lineno)}" if sites else _at(module, n.lineno))
+    # and the functions that call one that always shuffles (`build_dataloader()` -> `build_sampler()`)
+    grown = _grown(modules, {name: sites for name, (how, sites) in out.items() if how is None})
+    return {**{name: (None, chain.rpartition("(): ")[2]) for name, chain in grown.items()}, **out}
 
 
 def _saving_functions(modules: list) -> dict[str, str]:
