@@ -67,7 +67,7 @@ def _flag_bypass(test: ast.AST) -> str:
     return _dotted(flags[0].operand).rpartition(".")[2].lower()
 
 
-def _framework_hooks(cls: ast.ClassDef, own_classes: set[str]) -> tuple[set[str], set[int]]:
+def _framework_hooks(cls: ast.ClassDef, own_methods: set[tuple[str, str]]) -> tuple[set[str], set[int]]:
     """(names run though nothing names them, ids of methods run on every rank) of a class whose base is
     a framework's. A callback's (TrainerCallback, Lightning's Callback) `on_*` hooks run, in every
     process. A Trainer's `save_model` is called by its checkpointing in every process, whatever guards
@@ -75,7 +75,7 @@ def _framework_hooks(cls: ast.ClassDef, own_classes: set[str]) -> tuple[set[str]
     bases = [_name_of(_dotted(b)) for b in cls.bases]
     methods = [f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
     called = {f.name for f in methods if f.name.startswith("on_")} if any(b.endswith("Callback") for b in bases) else set()
-    trainer = any(b.endswith("Trainer") and b not in own_classes for b in bases)
+    trainer = any(b.endswith("Trainer") and all(c != b for c, _ in own_methods) for b in bases)  # (not a class of the file)
     return called, {id(f) for f in methods if trainer and f.name in ("save_model", "_save_checkpoint")}
 
 

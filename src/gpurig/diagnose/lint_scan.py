@@ -264,7 +264,7 @@ class _Scanner(_Walker):
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.own_methods |= {(node.name, f.name) for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        called, hooks = _framework_hooks(node, {c for c, _ in self.own_methods})
+        called, hooks = _framework_hooks(node, self.own_methods)
         self.referenced |= called
         self._hooks |= hooks
         self.generic_visit(node)
