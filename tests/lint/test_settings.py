@@ -156,37 +156,43 @@ def test_a_rendezvous_option_nothing_reads_is_not_reported(tmp_path):
 
 def test_master_port_from_a_constant_of_the_projects_settings_module(tmp_path):
     # IDDM's shape: config/setting.py holds MASTER_PORT = "12345"; the script imports it and writes it
-    (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "__init__.py").write_text("")
-    (tmp_path / "config" / "setting.py").write_text("MASTER_ADDR = 'localhost'\nMASTER_PORT = '12345'\n")
-    script = tmp_path / "train.py"
-    script.write_text("import os\nimport torch.distributed as dist\nfrom config.setting import MASTER_ADDR, MASTER_PORT\n"
-                      "os.environ['MASTER_ADDR'] = MASTER_ADDR\nos.environ['MASTER_PORT'] = MASTER_PORT\n"
-                      "dist.init_process_group('nccl', rank=0, world_size=1)\ndist.destroy_process_group()\n")
-    found = [f for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"]
-    assert [(f.line, f.related) for f in found] == [(5, ["config/setting.py:2"])]
+    script = _files(tmp_path, {
+        "config/__init__.py": "", "config/setting.py": "MASTER_ADDR = 'localhost'\nMASTER_PORT = '12345'\n",
+        "train.py": "import os\nimport torch.distributed as dist\nfrom config.setting import MASTER_ADDR, MASTER_PORT\n"
+                    "os.environ['MASTER_ADDR'] = MASTER_ADDR\nos.environ['MASTER_PORT'] = MASTER_PORT\n"
+                    "dist.init_process_group('nccl', rank=0, world_size=1)\ndist.destroy_process_group()\n"})
+    assert _rendezvous_places(script) == [(5, ["config/setting.py:2"])]
+
+
+def _files(folder, files: dict[str, str]):
+    """Write a small project; the path of the last file written (its script)."""
+    for rel, text in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+    return folder / rel
+
+
+def _rendezvous_places(script) -> list:
+    return [(f.line, f.related) for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"]
 
 
 def test_a_fixed_option_of_the_projects_parser_handed_to_its_launch_helper(tmp_path):
     # SlowFast's shape: parse_args() in slowfast/utils/parser.py defaults --init_method to
     # tcp://localhost:9999, and the script hands it to launch_job(), which spawns the workers that
     # start the group with it. One finding, at the first hand-over, naming the default's line.
-    (tmp_path / "utils").mkdir()
-    (tmp_path / "utils" / "__init__.py").write_text("")
-    (tmp_path / "utils" / "parser.py").write_text(
-        "import argparse\ndef parse_args():\n    p = argparse.ArgumentParser()\n    p.add_argument(\n"
-        "        '--init_method',\n        default='tcp://localhost:9999',\n    )\n    return p.parse_args()\n")
-    (tmp_path / "utils" / "misc.py").write_text(
-        "import torch.distributed as dist\nimport torch.multiprocessing as mp\n"
-        "def run(rank, init_method, func):\n    dist.init_process_group('nccl', init_method=init_method, rank=rank, world_size=2)\n"
-        "    func()\n    dist.destroy_process_group()\n"
-        "def launch_job(init_method, func):\n    mp.spawn(run, nprocs=2, args=(init_method, func))\n")
-    script = tmp_path / "run_net.py"
-    script.write_text("from utils.misc import launch_job\nfrom utils.parser import parse_args\n\ndef train():\n    pass\n\n"
+    script = _files(tmp_path, {
+        "utils/__init__.py": "",
+        "utils/parser.py": "import argparse\ndef parse_args():\n    p = argparse.ArgumentParser()\n    p.add_argument(\n"
+                           "        '--init_method',\n        default='tcp://localhost:9999',\n    )\n    return p.parse_args()\n",
+        "utils/misc.py": "import torch.distributed as dist\nimport torch.multiprocessing as mp\n"
+                         "def run(rank, init_method, func):\n"
+                         "    dist.init_process_group('nccl', init_method=init_method, rank=rank, world_size=2)\n"
+                         "    func()\n    dist.destroy_process_group()\n"
+                         "def launch_job(init_method, func):\n    mp.spawn(run, nprocs=2, args=(init_method, func))\n",
+        "run_net.py": "from utils.misc import launch_job\nfrom utils.parser import parse_args\n\ndef train():\n    pass\n\n"
                       "args = parse_args()\nlaunch_job(init_method=args.init_method, func=train)\n"
-                      "launch_job(init_method=args.init_method, func=train)\n")
-    found = [f for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"]
-    assert [(f.line, f.related) for f in found] == [(8, ["utils/parser.py:6"])]
+                      "launch_job(init_method=args.init_method, func=train)\n"})
+    assert _rendezvous_places(script) == [(8, ["utils/parser.py:6"])]
     # handed to a function of the script itself, or of a library: not the project's launch helper
     script.write_text(script.read_text().replace("from utils.misc import launch_job\n", "from somelib import launch_job\n"))
     assert not [f for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"]

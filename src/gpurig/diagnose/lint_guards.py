@@ -83,6 +83,7 @@ def flags_on(names: set[str], calls, modules, configs) -> set[str]:
     """Those of `names` (flags, lowercase) that are on by default: an option's `default=True`, or
     set True (and never False) in the project's modules or in every shipped config naming it."""
     from gpurig.diagnose.lint_nodes import _option_defaults
+    from gpurig.diagnose.lint_rendezvous import _fixed_in_configs
 
     values: dict[str, set] = {}
     for key, found in _option_defaults(calls).items():
@@ -94,15 +95,13 @@ def flags_on(names: set[str], calls, modules, configs) -> set[str]:
                     leaf = _leaf_name(t)
                     if leaf and leaf.lower() in names:
                         values.setdefault(leaf.lower(), set()).add(n.value.value)
-    for _, data in configs:
-        stack = [data]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, dict):
-                for k, v in item.items():
-                    if isinstance(k, str) and k.lower() in names and isinstance(v, bool):
-                        values.setdefault(k.lower(), set()).add(v)
-                    stack.append(v)
+
+    def pick(key: str, value) -> bool:
+        return key.lower() in names and isinstance(value, bool)
+
+    on = _fixed_in_configs(configs, pick, lambda v: v is True)  # on in every shipped config naming it
+    for key in _fixed_in_configs(configs, pick, lambda v: True):  # every key named at all
+        values.setdefault(key.lower(), set()).add(key in on)
     return {n for n in names if values.get(n) == {True}}
 
 
