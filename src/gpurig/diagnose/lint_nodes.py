@@ -433,8 +433,6 @@ def _names_a_file(value: ast.AST) -> bool:
     return any(w in leaf for w in ("checkpoint", "ckpt", "path", "file", "resume"))
 
 
-# Every call some rule judges, by its last name (`_lint_scanned`); a call named otherwise matters
-# only as a fact (`short_names`, `cuda_call`, ...) or as a call of the file's own functions.
 # Calls that write a file the caller names: short name -> where the path is (position, keyword).
 _FILE_WRITERS = {"savefig": (0, "fname"), "save_image": (1, "fp"), "imwrite": (0, "filename"), "imsave": (0, "fname"),
                  "copyfile": (1, "dst"), "copy2": (1, "dst")}
@@ -468,6 +466,8 @@ def _path_root(path: ast.AST) -> str | None:
     return path.id
 
 
+# Every call some rule judges, by its last name (`_lint_scanned`); a call named otherwise matters
+# only as a fact (`short_names`, `cuda_call`, ...) or as a call of the file's own functions.
 _RULE_CALLS = frozenset({
     "DataParallel", "data_parallel", "DistributedDataParallel", "DDP", "set_device", "set_device_index", "to", "cuda",
     "load", "list", "init_process_group", "destroy_process_group", "add_argument", "print", "save", "SummaryWriter",
