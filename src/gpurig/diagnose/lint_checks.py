@@ -50,6 +50,7 @@ from gpurig.diagnose.lint_nodes import (
     _written_file,
 )
 from gpurig.diagnose.lint_project import (
+    _SHELL_CALLS,
     _group_joiners,
     _import_time_fetches,
     _imports_trainer,
@@ -163,8 +164,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     parent_built = {_name_of(f) for c, f, _ in calls if _name_of(f) in _AUTO_DATASETS and (
         (id(c) in scan.main_calls and scan.main_spawns) or (scan.enclosing.get(id(c)) or ("",))[-1] in scan.spawns_in)}
 
-    # A rendezvous the script takes from a setting (`init_method=hparams.dist_url`), or hands to the
-    # project's function that starts the group: what the project's modules and configs fix it to.
+    # A rendezvous setting the script starts the group with or hands on (`init_method=hparams.dist_url`): fixed by the project?
     passed = rendezvous._passed_settings(calls, scan.defined, modules)
     fixed_settings = rendezvous._fixed_rendezvous_settings(modules, configs()) if passed else {}
 
@@ -355,8 +355,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             file_weights = on(pretrained) and _names_a_file(pretrained.value)  # `ram(pretrained=args.checkpoint)`
             if (on(download) or ((on(pretrained) or by_position or weights) and not own) or fetches) and not never_run(call) \
                     and not goes_first and not file_weights:
-                what = ("download=True" if on(download) else "fetching pretrained weights" if on(pretrained) or by_position or weights
-                        else f"{short}()")
+                what = "download=True" if on(download) else "fetching pretrained weights" if on(pretrained) or by_position or weights \
+                    else f"the download command of {func}()" if func in _SHELL_CALLS else f"{short}()"
                 add(
                     "download-on-every-rank", call,
                     f"{what} runs in every rank at once: they race to write the same files",

@@ -10,7 +10,7 @@ import ast
 from collections.abc import Callable, Iterator
 
 from gpurig.diagnose.lint_guards import _holds_global_rank
-from gpurig.diagnose.lint_nodes import _calls_function, _dotted, _kw, _name_of, _names_a_gpu
+from gpurig.diagnose.lint_nodes import _calls_function, _dotted, _kept_on_self, _kw, _name_of, _names_a_gpu
 
 # What a finding of this rule says: (node, title, fix).
 Said = tuple[ast.AST, str, str]
@@ -192,12 +192,7 @@ def rank_parameters(modules: list) -> dict[str, tuple[int, str, str]]:
             for position, param in enumerate(args):
                 if "rank" not in param.lower() and param.lower() not in ("gpu", "device", "device_id"):
                     continue  # (a parameter named for what it is: rank, local_rank, gpu)
-                pairs = [(t, n.value) for n in ast.walk(fn) if isinstance(n, ast.Assign) for t in n.targets]
-                pairs += [p for t, v in pairs if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple)
-                          for p in zip(t.elts, v.elts, strict=False)]  # `self.world_size, self.rank = world_size, rank`
-                kept = {_dotted(t) for t, v in pairs if isinstance(v, ast.Name) and v.id == param
-                        and isinstance(t, ast.Attribute) and _dotted(t.value) == "self"}
-                names = {param} | kept
+                names = {param} | {f"self.{attr}" for attr in _kept_on_self(fn, {param})}
                 lines = sorted({n.lineno for body in bodies for n in ast.walk(body) if _device_use(n, names) is not None})
                 if lines:
                     out[name] = (position, param, ", ".join(_at(module, line) for line in lines[:4]))

@@ -145,6 +145,15 @@ def _positional_open(call: ast.Call) -> None:
                 call.keywords.remove(kw)
 
 
+def _kept_on_self(fn: ast.AST, params: set[str]) -> set[str]:
+    """The attributes a function keeps one of `params` in: `self.filename = filename`, also in a tuple
+    assignment (`self.world_size, self.rank = world_size, rank`) -> {"filename", "rank"}."""
+    pairs = [(t, n.value) for n in ast.walk(fn) if isinstance(n, ast.Assign) for t in n.targets]
+    pairs += [p for t, v in pairs if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) for p in zip(t.elts, v.elts, strict=False)]
+    return {t.attr for t, v in pairs if isinstance(v, ast.Name) and v.id in params
+            and isinstance(t, ast.Attribute) and _dotted(t.value) == "self"}
+
+
 def _names_a_gpu(value: ast.AST) -> bool:
     """`torch.device("cuda", i)`, f"cuda:{i}", "cuda:%d" % i: a device expression (looked at shallowly)."""
     if isinstance(value, ast.Call):  # (or a helper given one: YOLO's `select_device(f"cuda:{rank}")`)

@@ -19,6 +19,7 @@ from gpurig.diagnose.lint_nodes import (
     _data_file,
     _dotted,
     _is_const,
+    _kept_on_self,
     _kw,
     _local_path,
     _name_of,
@@ -352,8 +353,7 @@ def _saving_functions(modules: list) -> dict[str, str]:
             name = init_of.get(id(fn), fn.name)
             params = [a.arg for a in fn.args.args]
             # `self.filename = filename` then `open(self.filename, "a")`: still the path it is given
-            kept = {t.attr for n in ast.walk(fn) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)
-                    and n.value.id in params for t in n.targets if isinstance(t, ast.Attribute) and _dotted(t.value) == "self"}
+            kept = _kept_on_self(fn, set(params))
             if any(isinstance(stmt, ast.If) and _mentions_rank(stmt.test) for stmt in fn.body):
                 continue  # `if not is_main_process(): return` and the like: it decides itself
             guarded_lines = _guarded_lines(fn, with_else=True)
