@@ -199,13 +199,18 @@ def _worker_starters(modules: list) -> set[str]:
                     for n in ast.walk(fn) if isinstance(n, ast.Call))}
 
 
-def _grown(modules: list, out: dict[str, str], skip=lambda fn: False) -> dict[str, str]:
+def _through(callee: str, what: str) -> str:
+    return f"through {callee}(): {what}"
+
+
+def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_through) -> dict[str, str]:
     """`out` (function name -> what it does; a class's `__init__` under its class name) grown through
     the project's own code: a function that calls one of them (by name or as `self.`/`cls.` method)
     does it too (find_model -> download_model -> download_url), and so does building a class whose
     `__init__` calls one, or whose base does when it has no `__init__` or calls `super().__init__`
     (`WATrainer(Trainer)` -> `Trainer.__init__` -> `create_model()`). Calls under a rank check are not
-    followed; `skip` leaves functions out (a helper that lets rank 0 go first)."""
+    followed; `skip` leaves functions out (a helper that lets rank 0 go first). A function found
+    so is said as `through(callee, what the callee does)`: by default "through callee(): ..."."""
     functions = [(fn, module) for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
     classes = [cls for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)]
     init_of = _inits(modules)
@@ -234,14 +239,14 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False) -> dict[st
                 continue
             callee = next((c for c in called[id(fn)] if c in out and c != name), None)
             if callee is not None:
-                out[name] = f"through {callee}(): {out[callee]}"
+                out[name] = through(callee, out[callee])
                 grown = True
         for cls in classes:
             base = next((b for b in (_name_of(_dotted(x)) for x in cls.bases) if b in out and b != cls.name), None)
             init = next((fn for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"), None)
             if cls.name not in out and base is not None and (init is None or any(
                     isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "__init__" for n in ast.walk(init))):
-                out[cls.name] = f"through {base}(): {out[base]}"
+                out[cls.name] = through(base, out[base])
                 grown = True
     out.pop("__init__", None)
     return out
@@ -336,8 +341,10 @@ def _sampler_functions(modules: list) -> dict:
                             how, sites = out.get(name, (how, ""))  # (its first; every place named)
                             out[name] = (how, f"{sites}, {_at(module, n.lineno)}" if sites else _at(module, n.lineno))
     # and the functions that call one that always shuffles (`build_dataloader()` -> `build_sampler()`)
-    grown = _grown(modules, {name: sites for name, (how, sites) in out.items() if how is None})
-    return {**{name: (None, chain.rpartition("(): ")[2]) for name, chain in grown.items()}, **out}
+    # (said where the sampler itself is built)
+    grown = _grown(modules, {name: sites for name, (how, sites) in out.items() if how is None},
+                   through=lambda callee, sites: sites)
+    return {**{name: (None, sites) for name, sites in grown.items()}, **out}
 
 
 def _saving_functions(modules: list) -> dict[str, str]:
