@@ -32,6 +32,7 @@ from gpurig.diagnose.lint_nodes import (
     _calls_function,
     _data_file,
     _dotted,
+    _init_method,
     _is_const,
     _kw,
     _leaf_name,
@@ -293,12 +294,11 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 "tensors saved on cuda:0 load onto GPU 0 in every rank",
                 "Give that torch.load map_location='cpu' (then .to(device)), or map_location=f'cuda:{local_rank}'.")
         if short == "init_process_group":
-            init = _kw(call, "init_method")
-            if init is not None and isinstance(init.value, ast.Constant) and isinstance(init.value.value, str) \
-                    and init.value.value.startswith("tcp://") and id(call) not in scan.env_fallback:
+            init = _init_method(call)
+            if isinstance(init, ast.Constant) and str(init.value).startswith("tcp://") and id(call) not in scan.env_fallback:
                 add(
-                    "hard-coded-rendezvous", init.value,  # (the line of the address itself, in a call over several lines)
-                    f"init_method={init.value.value!r} is hard-coded: a second job on this machine fails with 'Address already in use'",
+                    "hard-coded-rendezvous", init,  # (the line of the address itself, in a call over several lines)
+                    f"init_method={init.value!r} is hard-coded: a second job on this machine fails with 'Address already in use'",
                     "Drop init_method (the default env:// reads MASTER_ADDR/MASTER_PORT set by torchrun) and start with "
                     "`gpurig launch`, which picks a free port.",
                 )

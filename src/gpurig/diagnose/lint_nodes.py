@@ -60,6 +60,15 @@ def _kw(call: ast.Call, name: str) -> ast.keyword | None:
     return next((k for k in call.keywords if k.arg == name), None)
 
 
+def _init_method(call: ast.Call) -> ast.AST | None:
+    """What `init_process_group(backend, init_method, ...)` is given as its address: the keyword, or
+    the second positional argument (`init_process_group('nccl', 'tcp://127.0.0.1:12347', ...)`)."""
+    init = _kw(call, "init_method")
+    if init is not None:
+        return init.value
+    return call.args[1] if len(call.args) > 1 and not isinstance(call.args[1], ast.Starred) else None
+
+
 def _is_const(node: ast.AST | None, value: Any) -> bool:
     return isinstance(node, ast.Constant) and node.value is value
 

@@ -7,7 +7,15 @@ import ast
 import re
 
 from gpurig.diagnose.lint_modules import _at
-from gpurig.diagnose.lint_nodes import _constant_defaults, _dotted, _kw, _name_of, _port_param, _setting_name
+from gpurig.diagnose.lint_nodes import (
+    _constant_defaults,
+    _dotted,
+    _init_method,
+    _kw,
+    _name_of,
+    _port_param,
+    _setting_name,
+)
 from gpurig.diagnose.lint_project import _grown
 
 
@@ -47,8 +55,7 @@ def _fixed_init_functions(modules: list) -> dict[str, str]:
                         and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
                         for t in n.targets if isinstance(t, ast.Name)}
             for n in ast.walk(fn):
-                init = _kw(n, "init_method") if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "init_process_group" else None
-                value = init.value if init is not None else None
+                value = _init_method(n) if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "init_process_group" else None
                 address = value.value if isinstance(value, ast.Constant) else literals.get(getattr(value, "id", None))
                 if isinstance(address, str) and _TCP_FIXED.match(address):
                     out[fn.name] = f"{address!r} at {_at(module, n.lineno)}"
@@ -102,8 +109,10 @@ def _fixed_rendezvous_settings(modules: list, configs=()) -> dict[str, str]:
 def _passed_settings(calls: list, defined: set[str], modules: list) -> dict[int, str]:
     """id(call) -> the setting it passes as the rendezvous: `init_process_group(init_method=args.dist_url)`,
     or a project function given it (`launch_job(cfg, init_method=args.init_method, func=train)`)."""
-    passed = {id(c): (_name_of(f), _setting_name(k.value)) for c, f, _ in calls for k in c.keywords
-              if k.arg in ("init_method", "dist_url") and _name_of(f) not in defined and _setting_name(k.value)}
+    passed = {id(c): (_name_of(f), _setting_name(value)) for c, f, _ in calls if _name_of(f) not in defined
+              for value in ([_init_method(c)] if _name_of(f) == "init_process_group" else
+                            [k.value for k in c.keywords if k.arg in ("init_method", "dist_url")])
+              if value is not None and _setting_name(value)}
     own = {n.name for m in modules for n in ast.walk(m) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} \
         if any(short != "init_process_group" for short, _ in passed.values()) else set()
     return {k: setting for k, (short, setting) in passed.items() if short == "init_process_group" or short in own}
