@@ -118,3 +118,19 @@ def test_a_trainers_save_model_override_saves_on_every_rank(tmp_path):
     script.write_text(SAVING_TRAINER.replace("        os.makedirs(output_dir, exist_ok=True)\n",
                                              "        if not self.args.should_save:\n            return\n"))
     assert [f.line for f in lint_file(str(script)) if f.id == "save-on-every-rank"] == []
+
+
+def test_a_callbacks_save_names_the_object_it_saves():
+    """A TrainerCallback's hooks run in every process; the finding names what is saved as the
+    script writes it (`kwargs['model'].save_pretrained()`), not a name with the key dropped."""
+    source = SCRIPT.replace("def main():", textwrap.dedent("""\
+        from transformers import TrainerCallback
+
+        class SaveAdapter(TrainerCallback):
+            def on_train_end(self, args, state, control, **kwargs):
+                kwargs["model"].save_pretrained(args.output_dir)
+
+        def main():"""))
+    saves = [f for f in lint_source(source, "<script>") if f.id == "save-on-every-rank"]
+    assert [f.line for f in saves] == [9]
+    assert "kwargs['model'].save_pretrained() runs on every rank" in saves[0].title

@@ -411,7 +411,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             # A Hugging Face dataset's save_to_disk(path) the same way: every rank writes the same folder.
             if short in ("save_pretrained", "save_to_disk") and isinstance(call.func, ast.Attribute) and _kw(call, "is_main_process") is None \
                     and (not call.args or not _mentions_rank_value(call.args[0])):
-                add("save-on-every-rank", call, f"{func}() runs on every rank: they write the same files at once",
+                add("save-on-every-rank", call, f"{ast.unparse(call.func)[:80]}() runs on every rank: they write the same files at once",
                     "Save from one rank: `if rank == 0: model.save_pretrained(...)` (with Accelerate: "
                     "save_pretrained(..., is_main_process=accelerator.is_main_process, save_function=accelerator.save)).")
             names_a_file = not saving_helpers.get(short, "").startswith("open(") or any(
