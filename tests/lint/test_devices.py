@@ -151,7 +151,8 @@ def test_a_project_helper_that_wraps_ddp_on_the_global_rank_reached_through_a_cl
         dist.destroy_process_group()
         """))
     [finding] = [f for f in lint_file(script) if f.id == "global-rank-as-device"]
-    assert finding.line == 8 and finding.related == ["ops.py:6"]
+    # (it names each step of the chain: Task.__init__ -> set_model() -> convert_to_ddp())
+    assert finding.line == 8 and finding.related == ["task.py:5", "task.py:8", "ops.py:6"]
 
 
 def test_get_rank_of_a_group_numbered_by_the_local_rank_is_a_gpu_of_this_machine():

@@ -687,3 +687,38 @@ def test_a_shuffling_sampler_built_two_calls_down_or_by_a_class(tmp_path):
         dist.destroy_process_group()
         """)
     assert [line for rule, line in found if rule == "sampler-without-set-epoch"] == [6, 8]
+
+
+def test_a_download_reached_through_helpers_names_each_step(tmp_path):
+    # build-nanogpt's HellaSwag shape: iterate_examples() -> download() -> download_file() -> requests.get;
+    # the finding names where each helper calls the next, so the user (and a reviewer who marked the
+    # middle call) sees the whole chain.
+    _write(tmp_path, "hellaswag.py", """
+        import os
+        import requests
+
+        def download_file(url, fname):
+            resp = requests.get(url, stream=True)
+            open(fname, "wb").write(resp.content)
+
+        def download(split):
+            fname = f"hellaswag_{split}.jsonl"
+            if not os.path.exists(fname):
+                download_file("https://example.org/" + fname, fname)
+            return fname
+
+        def iterate_examples(split):
+            with open(download(split)) as f:
+                yield from f
+        """)
+    script = """
+    import torch.distributed as dist
+    from hellaswag import iterate_examples
+    dist.init_process_group("nccl")
+    for example in iterate_examples("val"):
+        pass
+    dist.destroy_process_group()
+    """
+    [finding] = [f for f in lint_file(_script(tmp_path, script)) if f.id == "download-on-every-rank"]
+    assert "through download() at hellaswag.py:16: through download_file() at hellaswag.py:12: get at hellaswag.py:6" in finding.title
+    assert finding.related == ["hellaswag.py:16", "hellaswag.py:12", "hellaswag.py:6"]

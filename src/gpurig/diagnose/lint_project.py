@@ -171,17 +171,20 @@ def _rank_zero_first(fn: ast.AST) -> bool:
                for stmt in getattr(fn, "body", []))
 
 
+# The chain `_grown` writes before what a helper does: "through a() at x.py:3: through b() at y.py:9: "
+_CHAIN = re.compile(r"(?:through [\w.]+\(\)(?: at \S+?:\d+)?: )*")
+
+
 def _origin(where: str) -> str:
-    """What a project helper does in the end: "through a(): through b(): X at line N" -> "X at line N"."""
-    return where.rpartition("(): ")[2]
+    """What a project helper does in the end: "through a() at x.py:3: X at y.py:9" -> "X at y.py:9"."""
+    return where[_CHAIN.match(where).end():]
 
 
 def _listed(where: str) -> str:
-    """A helper's fetches as a finding names them: "through f(): a at x.py:3, b at x.py:9 and 4 more"."""
-    through, _, fetches = where.rpartition("(): ")
-    sites = fetches.split("; ")
-    listed = ", ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
-    return f"{through}(): {listed}" if through else listed
+    """A helper's fetches as a finding names them: "through f() at x.py:2: a at x.py:3, b at x.py:9 and 4 more"."""
+    through = where[:_CHAIN.match(where).end()]
+    sites = where[len(through):].split("; ")
+    return through + ", ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
 
 
 def _started_workers(call: ast.Call) -> list[ast.AST]:
@@ -199,8 +202,8 @@ def _worker_starters(modules: list) -> set[str]:
                     for n in ast.walk(fn) if isinstance(n, ast.Call))}
 
 
-def _through(callee: str, what: str) -> str:
-    return f"through {callee}(): {what}"
+def _through(callee: str, what: str, where: str) -> str:
+    return f"through {callee}() at {where}: {what}"
 
 
 def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_through) -> dict[str, str]:
@@ -210,9 +213,10 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
     `__init__` calls one, or whose base does when it has no `__init__` or calls `super().__init__`
     (`WATrainer(Trainer)` -> `Trainer.__init__` -> `create_model()`). Calls under a rank check are not
     followed; `skip` leaves functions out (a helper that lets rank 0 go first). A function found
-    so is said as `through(callee, what the callee does)`: by default "through callee(): ..."."""
+    so is said as `through(callee, what the callee does, where it calls it)`: by default
+    "through callee() at file.py:N: ...", so that a finding names every place of the chain."""
     functions = [(fn, module) for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    classes = [cls for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)]
+    classes = [(cls, module) for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)]
     init_of = _inits(modules)
     # The names a module imports (`import distributed`, `from models import model_builder`): a call
     # through one of them (`distributed.multi_init()`) is a call of the project's function.
@@ -220,33 +224,33 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
     own = {_module_name(m).rpartition(".")[2] for m in modules}
     imported = {id(m): {a.asname or a.name for n in ast.walk(m) if isinstance(n, (ast.Import, ast.ImportFrom))
                         for a in n.names if "." not in a.name and a.name in own} for m in modules}
-    # Each function's calls of the project's names, read once: (name called) in order, unguarded only.
-    called: dict[int, list[str]] = {}
+    # Each function's calls of the project's names, read once: (name called, where) in order, unguarded only.
+    called: dict[int, list[tuple[str, int]]] = {}
     for fn, module in functions:
         guarded = _guarded_lines(fn)
-        called[id(fn)] = [_name_of(_dotted(n.func)) for n in ast.walk(fn)
+        called[id(fn)] = [(_name_of(_dotted(n.func)), n.lineno) for n in ast.walk(fn)
                           if isinstance(n, ast.Call) and n.lineno not in guarded and isinstance(n.func, (ast.Name, ast.Attribute))
                           and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls", *imported[id(module)]))]
         # and the workers it starts (`mp.spawn(run, ...)`, `Process(target=run)`): they run them
-        called[id(fn)] += [_dotted(w) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
+        called[id(fn)] += [(_dotted(w), n.lineno) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
                            for w in _started_workers(n) if isinstance(w, ast.Name)]
     grown = True
     while grown:
         grown = False
-        for fn, _ in functions:
+        for fn, module in functions:
             name = init_of.get(id(fn), fn.name)
             if name in out or name == "__init__" or skip(fn):
                 continue
-            callee = next((c for c in called[id(fn)] if c in out and c != name), None)
+            callee, line = next(((c, line) for c, line in called[id(fn)] if c in out and c != name), (None, 0))
             if callee is not None:
-                out[name] = through(callee, out[callee])
+                out[name] = through(callee, out[callee], _at(module, line))
                 grown = True
-        for cls in classes:
+        for cls, module in classes:
             base = next((b for b in (_name_of(_dotted(x)) for x in cls.bases) if b in out and b != cls.name), None)
             init = next((fn for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"), None)
             if cls.name not in out and base is not None and (init is None or any(
                     isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "__init__" for n in ast.walk(init))):
-                out[cls.name] = through(base, out[base])
+                out[cls.name] = through(base, out[base], _at(module, cls.lineno))
                 grown = True
     out.pop("__init__", None)
     return out
@@ -343,7 +347,7 @@ def _sampler_functions(modules: list) -> dict:
     # and the functions that call one that always shuffles (`build_dataloader()` -> `build_sampler()`)
     # (said where the sampler itself is built)
     grown = _grown(modules, {name: sites for name, (how, sites) in out.items() if how is None},
-                   through=lambda callee, sites: sites)
+                   through=lambda callee, sites, where: sites)
     return {**{name: (None, sites) for name, sites in grown.items()}, **out}
 
 
