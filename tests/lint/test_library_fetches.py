@@ -90,3 +90,28 @@ def test_pretrained_given_a_checkpoint_file_is_judged_by_the_builder(tmp_path):
                       "other = timm.create_model('vit_base', pretrained=True)\ndist.destroy_process_group()\n")
     found = [(f.line, f.related) for f in lint_file(script) if f.id == "download-on-every-rank"]
     assert found == [(5, ["models.py:4"]), (7, [])]
+
+
+def test_every_dataset_class_of_pyg_downloads_when_built_whatever_its_name():
+    # PyTorch Geometric's datasets download their files from __init__ when missing: known by the
+    # package they come from, under any spelling of it; its base classes and transforms are not.
+    assert downloads("""
+    import torch_geometric
+    import torch_geometric.datasets as D
+    from torch_geometric import datasets as pyg_data
+    from torch_geometric.datasets import MD17 as Molecules
+    from torch_geometric.data import InMemoryDataset
+    from torch_geometric.transforms import NormalizeFeatures
+    a = torch_geometric.datasets.MD17(root="data/md17", name="uracil")
+    b = D.QM7b(root="data/qm7b")
+    c = pyg_data.GNNBenchmarkDataset(root="data/gnn", name="MNIST")
+    d = Molecules(root="data/md17", name="aspirin")
+    e = NormalizeFeatures()
+    """) == [9, 10, 11, 12]
+
+
+def test_a_pyg_dataset_built_in_a_helper_of_the_project(tmp_path):
+    script = project(tmp_path, "data", "build", "from torch_geometric.datasets import WordNet18RR\n\ndef build(root):\n"
+                     "    return WordNet18RR(root)\n", "dataset = build('data/wn18rr')")
+    [finding] = [f for f in lint_file(script) if f.id == "download-on-every-rank"]
+    assert finding.line == 4 and finding.related == ["data.py:4"]

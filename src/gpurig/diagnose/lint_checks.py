@@ -16,13 +16,14 @@ from gpurig.diagnose import lint_rendezvous as rendezvous
 from gpurig.diagnose.lint_devices import RankDevices, fold_uses, report
 from gpurig.diagnose.lint_guards import _mentions_rank, _never_destroys, _never_run, _runs_on_every_rank
 from gpurig.diagnose.lint_modules import (
+    _builds_dataset,
+    _dataset_classes,
     _fetches_by_library,
     _imported_names_by_origin,
     _library_fetchers,
     _local_modules,
 )
 from gpurig.diagnose.lint_nodes import (
-    _AUTO_DATASETS,
     _DOWNLOADERS,
     _EVAL_DATA,
     _MODEL_FACTORY,
@@ -143,8 +144,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     calls += _worker_calls(calls, scan.defined)
     names = set(scan.short_names)
     module_calls = {_name_of(_dotted(n.func)) for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)}
-    downloading_helpers, saving_helpers, loading_helpers, data_parallel_helpers, rank_device_helpers = \
-        _project_helpers(modules, scan.name_aliases)
+    downloading_helpers, saving_helpers, loading_helpers, data_parallel_helpers, rank_device_helpers = _project_helpers(modules, scan.name_aliases)
     # (rule, what the helper does in the end): reported once, at the first call that gets there
     # (`WATrainer()` and `Trainer()` both reaching the same DataParallel are one mistake).
     reported_helpers: set[tuple[str, str]] = set()
@@ -162,7 +162,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
 
     # Datasets that download on construction (OGB, PyG) built by the parent before it spawns the
     # workers: the files are there when the workers build them again.
-    parent_built = {_name_of(f) for c, f, _ in calls if _name_of(f) in _AUTO_DATASETS and (
+    dataset_classes = _dataset_classes(scan.imports)
+    parent_built = {_name_of(f) for c, f, _ in calls if _builds_dataset(f, dataset_classes) and (
         (id(c) in scan.main_calls and scan.main_spawns) or (scan.enclosing.get(id(c)) or ("",))[-1] in scan.spawns_in)}
 
     # A rendezvous setting the script starts the group with or hands on (`init_method=hparams.dist_url`): fixed by the project?
@@ -342,7 +343,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             fetches = (short in _DOWNLOADERS and not own and func not in project_names
                        and (not _reads_local_files(call) or _set_to_hub_id(call, settings_with_launch(True)))
                        and not (short == "from_pretrained" and _set_to_local_path(call, settings_with_launch()))) \
-                or _named_fetch(call) or (short in _AUTO_DATASETS and short not in scan.defined and short not in parent_built) \
+                or _named_fetch(call) or (_builds_dataset(func, dataset_classes) and short not in scan.defined and short not in parent_built) \
                 or (short not in scan.defined and _fetches_by_library(call, lib_fetchers))
             # (`pretrained=pretrained` where the script only ever sets `pretrained = False`: off)
             on = lambda kw: kw is not None and not _is_const(kw.value, False) and not _is_const(kw.value, None) \
@@ -440,8 +441,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             if func == "open" and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) \
                     and str(call.args[1].value)[:1] in ("a", "w") and id(call) not in scan.touch_only:
                 written = named_path(call, call.args[0])
-                if not _mentions_rank_value(written) and any(isinstance(n, ast.Constant) and isinstance(n.value, str)
-                                                             for n in ast.walk(written)):
+                if not _mentions_rank_value(written) and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written)):
                     what = repr(written.value) if isinstance(written, ast.Constant) else ast.unparse(written)[:60]
                     add("save-on-every-rank", call, f"every rank writes {what} at once: lines interleave or the file is cut",
                         "Write from one rank (`if rank == 0:`), or put the rank in the file name.")

@@ -67,6 +67,43 @@ def _library_fetchers(imports) -> set[str]:
     return out
 
 
+# Packages whose every dataset class downloads its files on construction when they are missing
+# (PyTorch Geometric's InMemoryDataset and Dataset run download() from __init__): no `download=True`
+# says so. A dataset of the package named nowhere in _AUTO_DATASETS is known by where it comes from.
+DATASET_PACKAGES = ("torch_geometric.datasets",)
+
+
+def _dataset_classes(imports) -> tuple[frozenset[str], tuple[str, ...]]:
+    """(names bound to such dataset classes, prefixes that reach them): `MD17` after `from
+    torch_geometric.datasets import MD17`, "torch_geometric.datasets." after `import torch_geometric`,
+    "D." after `import torch_geometric.datasets as D`, "datasets." after `from torch_geometric import datasets`."""
+    names: set[str] = set()
+    prefixes: list[str] = []
+    for node in imports:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                for package in DATASET_PACKAGES:
+                    if a.asname and a.name == package:
+                        prefixes.append(a.asname + ".")
+                    elif not a.asname and package.startswith(a.name.split(".")[0] + "."):
+                        prefixes.append(package + ".")
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                if any(node.module == p or node.module.startswith(p + ".") for p in DATASET_PACKAGES) and a.name != "*":
+                    names.add(a.asname or a.name)
+                elif f"{node.module}.{a.name}" in DATASET_PACKAGES:
+                    prefixes.append((a.asname or a.name) + ".")
+    return frozenset(names), tuple(prefixes)
+
+
+def _builds_dataset(func: str, classes: tuple[frozenset[str], tuple[str, ...]]) -> bool:
+    """The call (by its dotted name) builds a dataset that downloads when its files are missing."""
+    from gpurig.diagnose.lint_nodes import _AUTO_DATASETS
+
+    names, prefixes = classes
+    return func.rpartition(".")[2] in _AUTO_DATASETS or func in names or (bool(prefixes) and func.startswith(prefixes))
+
+
 def _fetches_by_library(call: ast.Call, fetchers: set[str]) -> bool:
     """The call is one of the library fetches `fetchers` names (see _library_fetchers), not given a
     file of this machine (`whisper.load_model("./ckpt/base.pt")`, `pipeline(model="../out")`)."""

@@ -9,7 +9,13 @@ import os
 import re
 
 from gpurig.diagnose.lint_guards import _is_main_test, _mentions_rank, _single_process_branch
-from gpurig.diagnose.lint_modules import _at, _fetches_by_library, _library_fetchers
+from gpurig.diagnose.lint_modules import (
+    _at,
+    _builds_dataset,
+    _dataset_classes,
+    _fetches_by_library,
+    _library_fetchers,
+)
 from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
     _SILENCERS,
@@ -270,7 +276,8 @@ def _downloading_functions(modules: list) -> dict[str, str]:
            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     out: dict[str, str] = {}
     for module in modules:
-        fetchers = _library_fetchers(n for n in ast.walk(module) if isinstance(n, (ast.Import, ast.ImportFrom)))
+        imports = [n for n in ast.walk(module) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        fetchers, datasets = _library_fetchers(imports), _dataset_classes(imports)
         for fn in ast.walk(module):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or _rank_zero_first(fn):
                 continue
@@ -279,7 +286,8 @@ def _downloading_functions(modules: list) -> dict[str, str]:
             local = {name for name, value in _constant_defaults(fn).items() if _local_path(value)}
             # every fetch of the function, each a thing its callers do on every rank
             sites = [f"{_name_of(_dotted(n.func)) or ast.unparse(n.func)[:40]} at {_at(module, n.lineno)}"
-                     for n in ast.walk(fn) if isinstance(n, ast.Call) and (_is_download_call(n) or _fetches_by_library(n, fetchers))
+                     for n in ast.walk(fn) if isinstance(n, ast.Call) and (_is_download_call(n) or _fetches_by_library(n, fetchers)
+                                                                          or _builds_dataset(_dotted(n.func), datasets))
                      and n.lineno not in guarded_lines
                      and _name_of(_dotted(n.func)) not in own and not (
                          _name_of(_dotted(n.func)) == "from_pretrained" and n.args and getattr(n.args[0], "id", None) in local)]
