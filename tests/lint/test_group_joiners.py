@@ -145,3 +145,31 @@ def test_an_accelerate_project_whose_download_waits_for_a_main_process_flag(tmp_
     (tmp_path / "ddpm.py").write_text(text)
     found = [(f.id, f.line) for f in lint_file(str(tmp_path / "train.py"), select=set(RULES))]
     assert ("download-on-every-rank", 2) in found
+
+
+def test_a_script_that_joins_the_group_through_a_setup_helper_runs_on_every_rank(tmp_path):
+    # HydraGNN's / guided-diffusion's shape: `setup_ddp()` of the project calls init_process_group from
+    # the launcher's environment; the script that calls it is one of the ranks, and what it then
+    # builds (a dataset that downloads) runs in every rank at once.
+    _write(tmp_path, "dist_utils.py", """
+        import os
+        import torch.distributed as dist
+        def setup_ddp():
+            dist.init_process_group("nccl")
+            return dist.get_world_size(), dist.get_rank()
+        """)
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import dist_utils
+        from torchvision.datasets import CIFAR10
+        world_size, rank = dist_utils.setup_ddp()
+        data = CIFAR10("data", download=True)
+        """))
+    assert [(f.id, f.line) for f in lint_file(str(script)) if f.id == "download-on-every-rank"] == [("download-on-every-rank", 5)]
+    # A helper that only reads the environment starts no group: the script stays a single process.
+    _write(tmp_path, "dist_utils.py", """
+        import os
+        def setup_ddp():
+            return int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+        """)
+    assert [f.id for f in lint_file(str(script)) if f.id == "download-on-every-rank"] == []

@@ -54,6 +54,7 @@ from gpurig.diagnose.lint_nodes import (
 from gpurig.diagnose.lint_project import (
     _SHELL_CALLS,
     _group_joiners,
+    _group_starters,
     _import_time_fetches,
     _imports_trainer,
     _is_download_call,
@@ -150,7 +151,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     reported_helpers: set[tuple[str, str]] = set()
     text = source
     uses_cuda = scan.cuda_call or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
-    distributed = _runs_on_every_rank(scan, calls, names, text, _imports_trainer(modules))
+    distributed = _runs_on_every_rank(scan, calls, names, text, _imports_trainer(modules)) or bool(names & _group_starters(modules))
     silenced = scan.silenced or any(_silences_output(m) for m in modules)
     set_epoch_anywhere = scan.set_epoch_call or "set_epoch" in module_calls
     if _never_destroys(scan, calls):
@@ -322,8 +323,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             default = _kw(call, "default")  # ("tcp://127.0.0.1:23456", "29500", or the number 29500)
             # (an option nothing reads, `args.master_port` nowhere and no `vars(args)`: unused, whatever its default)
             dest = next((a.value.lstrip("-").replace("-", "_") for a in call.args if str(a.value).startswith("--")), "")
-            if dest and dest not in scan.referenced and "vars" not in names and "__dict__" not in scan.referenced and not any(
-                    isinstance(n, ast.Attribute) and n.attr == dest for m in modules for n in ast.walk(m)):
+            if dest and dest not in scan.referenced and "vars" not in names and "__dict__" not in scan.referenced and not any(isinstance(n, ast.Attribute) and n.attr == dest for m in modules for n in ast.walk(m)):
                 default = None
             if default is not None and isinstance(default.value, ast.Constant) and not isinstance(default.value.value, bool) \
                     and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", str(default.value.value)):

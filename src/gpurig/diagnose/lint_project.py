@@ -296,14 +296,22 @@ def _downloading_functions(modules: list) -> dict[str, str]:
     return _grown(modules, out, skip=_rank_zero_first)
 
 
+def _joins(call: ast.Call, fn: ast.AST) -> bool:
+    return _name_of(_dotted(call.func)) in ("init_process_group", "Accelerator") or _dotted(call.func) == "deepspeed.initialize"
+
+
+def _group_starters(modules: list) -> set[str]:
+    """The project's functions and classes whose own body starts or joins a process group
+    (`setup_ddp()` calling init_process_group from the launcher's environment): the process that
+    calls one is a rank, as the script is when it calls init_process_group itself."""
+    return set(_functions_calling(modules, "a process group", _joins))
+
+
 def _group_joiners(modules: list) -> set[str]:
     """The project's functions and classes that start or join a process group, themselves or
     through the project's functions and the workers they start: init_process_group, an Accelerator,
     DeepSpeed's initialize."""
-    def joins(call: ast.Call, fn: ast.AST) -> bool:
-        return _name_of(_dotted(call.func)) in ("init_process_group", "Accelerator") or _dotted(call.func) == "deepspeed.initialize"
-
-    return set(_grown(modules, _functions_calling(modules, "a process group", joins)))
+    return set(_grown(modules, _functions_calling(modules, "a process group", _joins)))
 
 
 def _imports_trainer(modules: list) -> bool:
