@@ -286,3 +286,52 @@ def test_the_global_rank_handed_to_a_project_class_that_makes_it_its_gpu(tmp_pat
     assert found_ == [(7, ["steps/trainer.py:6", "steps/trainer.py:7", "steps/trainer.py:11"])]
     script.write_text(body.replace("RANK", 'int(os.environ["LOCAL_RANK"])'))
     assert [f for f in lint_file(str(script)) if f.id == "global-rank-as-device"] == []
+
+
+LOCATION = """\
+import os
+import torch
+import torch.distributed as dist
+
+def main():
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    device_id = rank % torch.cuda.device_count()
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).to(device_id), device_ids=[device_id])
+    {load}
+    dist.destroy_process_group()
+
+main()
+"""
+
+
+def test_a_checkpoint_mapped_onto_the_gpu_of_the_global_rank():
+    # The DDP tutorial's map_location, kept where the rank is the global one (torchrun): on a second
+    # node 'cuda:8' does not exist. In a variable, inline, or as one device string.
+    in_variable = "location = {'cuda:%d' % 0: 'cuda:%d' % rank}\n    model.load_state_dict(torch.load('ck.pt', map_location=location))"
+    assert found(LOCATION.format(load=in_variable)) == [("global-rank-as-device", 10)]
+    inline = "model.load_state_dict(torch.load('ck.pt', map_location={'cuda:0': f'cuda:{rank}'}))"
+    assert found(LOCATION.format(load=inline)) == [("global-rank-as-device", 10)]
+    as_string = "model.load_state_dict(torch.load('ck.pt', map_location=f'cuda:{rank}'))"
+    assert found(LOCATION.format(load=as_string)) == [("global-rank-as-device", 10)]
+    # This process's own GPU is right.
+    local = "model.load_state_dict(torch.load('ck.pt', map_location={'cuda:0': f'cuda:{device_id}'}))"
+    assert found(LOCATION.format(load=local)) == []
+
+
+def test_the_tutorials_map_location_in_a_spawned_worker_is_the_local_gpu():
+    source = """\
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+def demo_checkpoint(rank, world_size):
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).to(rank), device_ids=[rank])
+    map_location = {'cuda:%d' % 0: 'cuda:%d' % rank}
+    model.load_state_dict(torch.load("ck.pt", map_location=map_location))
+    dist.destroy_process_group()
+
+mp.spawn(demo_checkpoint, args=(2,), nprocs=2)
+"""
+    assert found(source) == []

@@ -10,11 +10,20 @@ import ast
 from collections.abc import Callable, Iterator
 
 from gpurig.diagnose.lint_guards import _holds_global_rank
-from gpurig.diagnose.lint_nodes import _calls_function, _dotted, _kept_on_self, _kw, _name_of, _names_a_gpu
+from gpurig.diagnose.lint_nodes import (
+    _calls_function,
+    _dotted,
+    _gpu_key,
+    _kept_on_self,
+    _kw,
+    _name_of,
+    _names_a_gpu,
+)
 
 # What a finding of this rule says: (node, title, fix).
 Said = tuple[ast.AST, str, str]
 MAP_FIX = "device_map={'': accelerator.local_process_index} (or int(os.environ['LOCAL_RANK']))."
+LOCATION_FIX = "Map onto this process's own GPU: map_location=f\"cuda:{int(os.environ['LOCAL_RANK'])}\" (or 'cpu', then .to(device))."
 LOCAL_FIX = "Move to the local GPU: device = torch.device('cuda', int(os.environ['LOCAL_RANK'])); x.to(device)."
 
 
@@ -139,6 +148,10 @@ class RankDevices:
             if device_id is not None and self.device_of_rank(device_id.value, call):  # FSDP(model, device_id=rank)
                 yield (device_id.value, f"FSDP(device_id={ast.unparse(device_id.value)[:40]}): the global rank used as "
                        "the GPU index", LOCAL_FIX)
+            location = _kw(call, "map_location")  # torch.load(path, map_location={"cuda:0": f"cuda:{rank}"}) or f"cuda:{rank}"
+            if location is not None and (self.device_of_rank(location.value, call) if not isinstance(location.value, ast.Dict) else any(
+                    _gpu_key(k) and v is not None and self.device_of_rank(v, call) for k, v in zip(location.value.keys, location.value.values, strict=True))):
+                yield (location.value, f"map_location={ast.unparse(location.value)[:60]}: the global rank made the GPU index", LOCATION_FIX)
             device_map = _kw(call, "device_map")
             if device_map is not None and isinstance(device_map.value, ast.Dict) and any(
                     v is not None and self.is_global_rank(v, call) for v in device_map.value.values):
@@ -148,9 +161,13 @@ class RankDevices:
         for name, value in self.scan.device_vars.items():
             if self.device_of_rank(value, self.scan.device_inside.get(name, ())):
                 yield (value, f"{name} = {ast.unparse(value)[:40]}: the global rank made the GPU index", LOCAL_FIX)
-        # `device_map = {"": PartialState().process_index}`, handed to from_pretrained later.
+        # `device_map = {"": PartialState().process_index}`, handed to from_pretrained later; and
+        # `map_location = {"cuda:0": f"cuda:{rank}"}`, handed to torch.load later.
         for value, inside in self.scan.device_maps:
-            if any(v is not None and self.is_global_rank(v, inside) for v in value.values):
+            if any(_gpu_key(k) for k in value.keys):
+                if any(v is not None and self.device_of_rank(v, inside) for v in value.values):
+                    yield (value, f"map_location {ast.unparse(value)[:60]}: the global rank made the GPU index", LOCATION_FIX)
+            elif any(v is not None and self.is_global_rank(v, inside) for v in value.values):
                 yield (value, "device_map puts the model on the GPU numbered by the global rank: "
                        "on a second node there is no such GPU", MAP_FIX)
 

@@ -175,6 +175,11 @@ def _names_a_gpu(value: ast.AST) -> bool:
     return isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.startswith("cuda")
 
 
+def _gpu_key(key: ast.AST | None) -> bool:
+    """A key of a map_location dict that names a GPU: 'cuda:0', 'cuda:%d' % 0, f"cuda:{i}"."""
+    return key is not None and (isinstance(key, ast.Constant) and str(key.value).startswith("cuda:") or _names_a_gpu(key))
+
+
 # A file of prepared data rather than a checkpoint: `torch.load(os.path.join(data_dir, "train.pt"))`.
 _DATA_STEM = re.compile(r"(?:\w*[_-])?(?:train|val|valid|validation|eval|test|dev|dataset|data|tokens|features|labels|cache|cached)(?:[_-]\w*)?",
                         re.IGNORECASE)

@@ -34,6 +34,7 @@ from gpurig.diagnose.lint_nodes import (
     _checks_a_file,
     _constant_defaults,
     _dotted,
+    _gpu_key,
     _kw,
     _leaf_name,
     _name_of,
@@ -576,8 +577,8 @@ class _Scanner(_Walker):
                     ("cpu", "npu", "xpu", "mps")) for n in ast.walk(value)):  # (not the other branch's CPU or NPU)
                 self.device_vars[first] = value
                 self.device_inside[first] = tuple(self._functions)
-        if isinstance(value, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "" for k in value.keys):
-            self.device_maps.append((value, tuple(self._functions)))  # {"": device}: a Hugging Face device_map
+        if isinstance(value, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "" or _gpu_key(k) for k in value.keys):
+            self.device_maps.append((value, tuple(self._functions)))  # {"": device}: a device_map; {"cuda:0": ...}: a map_location
         for t in node.targets:
             self._setting(t, value)
             if isinstance(t, ast.Name) and isinstance(node.value, ast.Call) \
