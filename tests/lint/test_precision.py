@@ -392,3 +392,21 @@ def test_a_destroy_wrapper_nobody_calls_does_not_end_the_group(tmp_path):
     assert "no-destroy-process-group" in _project(tmp_path, helper, body)
     (tmp_path / "project").rename(tmp_path / "first")
     assert "no-destroy-process-group" not in _project(tmp_path, helper, body + "misc.destroy_process_group()\n")
+
+
+def test_a_value_set_only_on_rank_zero_guards_its_uses():
+    # timm's train.py: output_dir stays None except on the primary process, and the summary is
+    # written only `if output_dir is not None`.
+    body = """
+    dist.init_process_group("nccl")
+    output_dir = None
+    if dist.get_rank() == 0:
+        output_dir = os.path.join("output", "train")
+    for epoch in range(3):
+        if output_dir is not None:
+            with open(os.path.join(output_dir, "summary.csv"), "a") as f:
+                f.write("epoch")
+    """
+    assert "save-on-every-rank" not in ids(body)
+    # Given a value on every rank later, it guards nothing.
+    assert "save-on-every-rank" in ids(body.replace("    for epoch", "    output_dir = 'out'\n    for epoch"))

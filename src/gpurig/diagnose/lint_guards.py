@@ -79,6 +79,22 @@ def _framework_hooks(cls: ast.ClassDef, own_methods: set[tuple[str, str]]) -> tu
     return called, {id(f) for f in methods if trainer and f.name in ("save_model", "_save_checkpoint")}
 
 
+def note_one_rank_value(scan, node: ast.Assign, name: str) -> None:
+    """`output_dir = None`, then under a rank check `output_dir = get_outdir(...)`: the name holds a
+    value on one rank only, so `if output_dir is not None:` picks that rank, as a rank check would
+    (timm's train.py). A value given it later on every rank undoes that."""
+    if not name or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+        return
+    if _is_const(node.value, None):
+        if not scan._guard:
+            scan.unset.add(name)
+    elif scan._guard and name in scan.unset:
+        scan.flags.add(name)
+    elif name in scan.unset:
+        scan.unset.discard(name)
+        scan.flags.discard(name)
+
+
 def flags_on(names: set[str], calls, modules, configs) -> set[str]:
     """Those of `names` (flags, lowercase) that are on by default: an option's `default=True`, or
     set True (and never False) in the project's modules or in every shipped config naming it."""

@@ -23,6 +23,7 @@ from gpurig.diagnose.lint_guards import (
     _is_main_test,
     _mentions_rank,
     _single_process_branch,
+    note_one_rank_value,
 )
 from gpurig.diagnose.lint_modules import LIBRARY_FETCH_NAMES, _project_import
 from gpurig.diagnose.lint_nodes import (
@@ -56,7 +57,6 @@ _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
 # A file lock serializes the ranks the same way: the first downloads, the others find the files.
 _RANK_FIRST = re.compile(r"(?:main_process|rank|zero|master)_first$|(?:^|\.)\w*(?:FileLock|file_lock)$")
 
-
 _FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute, ast.IfExp)
 _BRANCHING = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
@@ -86,7 +86,8 @@ class _Scanner(_Walker):
         self._device_conditions: set[str] = set()  # if-tests under which set_device ran
         self.first: set[int] = set()  # ids of calls made by rank 0 first while the others wait
         self.aliases: set[str] = set()  # other names of DistributedDataParallel & co. (`as NativeDDP`)
-        self.flags: set[str] = set()  # names holding a rank check's result
+        self.flags: set[str] = set()  # names holding a rank check's result (or a value only one rank sets)
+        self.unset: set[str] = set()  # names set to None on every rank (a value under a rank check makes them flags)
         self.flag_guarded: dict[int, str] = {}  # `if not args.multiprocessing_distributed or rank == 0:` -> the flag
         self._hooks: set[int] = set()  # methods a framework calls in every process
         self._flag_guards: list[str] = []
@@ -549,9 +550,9 @@ class _Scanner(_Walker):
             self.assigns.append((node, self._guard > 0))
         # (`ddp = int(os.environ.get("RANK", -1)) != -1` is true on every rank of a run: not a pick.)
         # (Only a test or a name can hold one: `y = x * 3 + 1` is no flag, and is not walked for one.)
-        if len(node.targets) == 1 and isinstance(node.value, _FLAG_VALUES) \
-                and first and _mentions_rank(node.value) and not _all_but_one(node.value):
+        if len(node.targets) == 1 and isinstance(node.value, _FLAG_VALUES) and first and _mentions_rank(node.value) and not _all_but_one(node.value):
             self.flags.add(first)
+        note_one_rank_value(self, node, first)
         if any(n in ("builtins.print", "__builtin__.print", "__builtins__.print") for n in names):
             self.silenced = True
         for t in node.targets:
@@ -581,8 +582,7 @@ class _Scanner(_Walker):
             self.device_maps.append((value, tuple(self._functions)))  # {"": device}: a device_map; {"cuda:0": ...}: a map_location
         for t in node.targets:
             self._setting(t, value)
-            if isinstance(t, ast.Name) and isinstance(node.value, ast.Call) \
-                    and _name_of(_dotted(node.value.func)) in ("BytesIO", "StringIO"):
+            if isinstance(t, ast.Name) and isinstance(node.value, ast.Call) and _name_of(_dotted(node.value.func)) in ("BytesIO", "StringIO"):
                 self.buffers.add(t.id)
         if len(node.targets) == 1:
             name = first
