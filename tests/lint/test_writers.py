@@ -69,3 +69,19 @@ def test_a_shell_download_on_every_rank():
         os.system("wget https://example.org/weights.pth")
     """
     assert _found(body) == [("download-on-every-rank", 2), ("download-on-every-rank", 3)]
+
+
+def test_numpy_arrays_saved_to_one_file_on_every_rank():
+    # A loss curve or generated samples saved with NumPy at the end of an epoch, with no rank check;
+    # another library's `save` (a model's, a tokenizer's) is not NumPy's.
+    found = _found("""
+    import numpy as np
+    np.save(os.path.join("ckpts", "train_loss_per_epoch"), [0.5, 0.4])
+    np.savez("samples.npz", x=[1])
+    numpy.savetxt("curve.txt", [1, 2])
+    np.save(f"feats_rank{rank}.npy", [1])
+    if rank == 0:
+        np.savez_compressed("best.npz", x=[1])
+    tokenizer.save("tok.json")
+    """)
+    assert found == [("save-on-every-rank", 3), ("save-on-every-rank", 4), ("save-on-every-rank", 5)]

@@ -459,17 +459,23 @@ def _names_a_file(value: ast.AST) -> bool:
 # Calls that write a file the caller names: short name -> where the path is (position, keyword).
 _FILE_WRITERS = {"savefig": (0, "fname"), "save_image": (1, "fp"), "imwrite": (0, "filename"), "imsave": (0, "fname"),
                  "copyfile": (1, "dst"), "copy2": (1, "dst")}
+# NumPy's: only as `np.save(...)` / `numpy.save(...)` (a `save` of anything else is another call).
+_NUMPY_WRITERS = {"save": (0, "file"), "savez": (0, "file"), "savez_compressed": (0, "file"), "savetxt": (0, "fname")}
 
 
 def _written_file(call: ast.Call, func: str) -> ast.AST | None:
     """The file a call writes, where it names one: `path.write_text()` (the path), `plt.savefig(path)`,
-    `torchvision.utils.save_image(x, path)`, `cv2.imwrite(path, img)`, `shutil.copyfile(src, dst)`."""
+    `torchvision.utils.save_image(x, path)`, `cv2.imwrite(path, img)`, `shutil.copyfile(src, dst)`,
+    `np.save(path, array)`."""
     short = func.rpartition(".")[2]
     if short in ("write_text", "write_bytes"):
         return call.func.value if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) else None
-    if short not in _FILE_WRITERS or (short.startswith("copy") and func not in (short, "shutil." + short)):
+    if func in (f"np.{short}", f"numpy.{short}") and short in _NUMPY_WRITERS:
+        at, key = _NUMPY_WRITERS[short]
+    elif short not in _FILE_WRITERS or (short.startswith("copy") and func not in (short, "shutil." + short)):
         return None
-    at, key = _FILE_WRITERS[short]
+    else:
+        at, key = _FILE_WRITERS[short]
     kw = _kw(call, key)
     return kw.value if kw is not None else call.args[at] if len(call.args) > at else None
 
@@ -496,5 +502,5 @@ _RULE_CALLS = frozenset({
     "load", "list", "init_process_group", "destroy_process_group", "add_argument", "print", "save", "SummaryWriter",
     "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "setLevel", "basicConfig", "disable",
     "save_pretrained", "save_to_disk", "Trainer", "Fabric", "write_text", "write_bytes", "load_data", "FSDP",
-    "FullyShardedDataParallel", *_FILE_WRITERS, "system", "run", "call", "check_call", "check_output", "Popen",
+    "FullyShardedDataParallel", *_FILE_WRITERS, *_NUMPY_WRITERS, "system", "run", "call", "check_call", "check_output", "Popen",
 }) | _AUTO_DATASETS | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS
