@@ -79,6 +79,25 @@ def _framework_hooks(cls: ast.ClassDef, own_methods: set[tuple[str, str]]) -> tu
     return called, {id(f) for f in methods if trainer and f.name in ("save_model", "_save_checkpoint")}
 
 
+def only_called(scan, where) -> set[str]:
+    """The functions of this file all of whose calls are `where(call, guarded)`, or made from
+    such a function (grown until nothing changes)."""
+    only: set[str] = set()
+    while True:
+        sites: dict[str, list[bool]] = {}
+        for call, guarded in scan.calls:
+            # f(...) and self.f(...) both count as calls of a function f defined in this file.
+            name = call.func.id if isinstance(call.func, ast.Name) else (
+                call.func.attr if isinstance(call.func, ast.Attribute) else None)
+            if name in scan.defined:
+                inside = any(f in only for f in scan.enclosing.get(id(call), ()))
+                sites.setdefault(name, []).append(where(call, guarded) or inside)
+        grown = {name for name, flags in sites.items() if flags and all(flags)} - scan.worker_functions
+        if grown <= only:
+            return only
+        only |= grown
+
+
 def note_one_rank_value(scan, node: ast.Assign, name: str) -> None:
     """`output_dir = None`, then under a rank check `output_dir = get_outdir(...)`: the name holds a
     value on one rank only, so `if output_dir is not None:` picks that rank, as a rank check would

@@ -24,6 +24,7 @@ from gpurig.diagnose.lint_guards import (
     _mentions_rank,
     _single_process_branch,
     note_one_rank_value,
+    only_called,
 )
 from gpurig.diagnose.lint_modules import LIBRARY_FETCH_NAMES, _project_import
 from gpurig.diagnose.lint_nodes import (
@@ -487,30 +488,12 @@ class _Scanner(_Walker):
         the calls they make run on rank 0 first too."""
         for name in self.first_managers:
             self.first |= self.first_pending.get(name, set())
-        return self._only_called(lambda call, guarded: id(call) in self.first)
+        return only_called(self, lambda call, guarded: id(call) in self.first)
 
     def one_rank_functions(self) -> set[str]:
         """Functions of this file that are only ever called under a rank check (never the function
         the workers run: every rank runs that one)."""
-        return self._only_called(lambda call, guarded: guarded)
-
-    def _only_called(self, where) -> set[str]:
-        """The functions of this file all of whose calls are `where(call, guarded)`, or made from
-        such a function (grown until nothing changes)."""
-        only: set[str] = set()
-        while True:
-            sites: dict[str, list[bool]] = {}
-            for call, guarded in self.calls:
-                # f(...) and self.f(...) both count as calls of a function f defined in this file.
-                name = call.func.id if isinstance(call.func, ast.Name) else (
-                    call.func.attr if isinstance(call.func, ast.Attribute) else None)
-                if name in self.defined:
-                    inside = any(f in only for f in self.enclosing.get(id(call), ()))
-                    sites.setdefault(name, []).append(where(call, guarded) or inside)
-            grown = {name for name, flags in sites.items() if flags and all(flags)} - self.worker_functions
-            if grown <= only:
-                return only
-            only |= grown
+        return only_called(self, lambda call, guarded: guarded)
 
     def visit_Import(self, node: ast.Import | ast.ImportFrom) -> None:
         self.imports.append(node)
