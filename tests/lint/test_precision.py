@@ -410,3 +410,25 @@ def test_a_value_set_only_on_rank_zero_guards_its_uses():
     assert "save-on-every-rank" not in ids(body)
     # Given a value on every rank later, it guards nothing.
     assert "save-on-every-rank" in ids(body.replace("    for epoch", "    output_dir = 'out'\n    for epoch"))
+
+
+def test_ddp_of_a_model_split_over_two_gpus_takes_no_device_ids():
+    # Model parallelism inside each DDP process (the DDP tutorial's ToyMpModel, layer-wise splits):
+    # DDP must be given no device_ids for a multi-device module.
+    body = """
+    import torch.nn as nn
+    class TwoGPUNet(nn.Module):
+        def __init__(self, dev):
+            super().__init__()
+            self.dev = dev
+            self.front = nn.Linear(10, 10).to(dev[0])
+            self.back = nn.Linear(10, 5).to(dev[1])
+    dist.init_process_group("nccl")
+    local = int(os.environ["LOCAL_RANK"])
+    model = TwoGPUNet([2 * local, 2 * local + 1])
+    model = DDP(model)
+    """
+    assert "ddp-without-device" not in ids(body)
+    # A model on one device, built the same way, still needs its GPU named.
+    one = body.replace("self.back = nn.Linear(10, 5).to(dev[1])", "self.back = nn.Linear(10, 5).to(dev[0])")
+    assert "ddp-without-device" in ids(one)

@@ -257,7 +257,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "unused, freeze them or make every output feed the loss (static_graph=True helps when the unused set is fixed).",
                 )
             if uses_cuda and _kw(call, "device_ids") is None and len(call.args) < 2 and not set_device_before(call) \
-                    and not placed_on_own_gpu(call):  # (`DDP(model, device_ids)`: its second argument)
+                    and not placed_on_own_gpu(call) and not (call.args and _dotted(call.args[0]) in scan.multi_device_models):  # (`DDP(model, device_ids)`: its second argument; a model split over GPUs takes none)
                 add(
                     "ddp-without-device", call,
                     "DDP built with no device_ids and no torch.cuda.set_device(local_rank) before it on this path: every rank may use GPU 0",

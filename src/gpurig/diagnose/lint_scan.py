@@ -23,6 +23,7 @@ from gpurig.diagnose.lint_guards import (
     _is_main_test,
     _mentions_rank,
     _single_process_branch,
+    _spans_devices,
     note_one_rank_value,
     only_called,
 )
@@ -88,6 +89,8 @@ class _Scanner(_Walker):
         self.first: set[int] = set()  # ids of calls made by rank 0 first while the others wait
         self.aliases: set[str] = set()  # other names of DistributedDataParallel & co. (`as NativeDDP`)
         self.flags: set[str] = set()  # names holding a rank check's result (or a value only one rank sets)
+        self.multi_device_classes: set[str] = set()  # classes of the file whose __init__ puts parts on two devices
+        self.multi_device_models: set[str] = set()  # names given one of them (`mp_model = ToyMpModel(dev0, dev1)`)
         self.unset: set[str] = set()  # names set to None on every rank (a value under a rank check makes them flags)
         self.flag_guarded: dict[int, str] = {}  # `if not args.multiprocessing_distributed or rank == 0:` -> the flag
         self._hooks: set[int] = set()  # methods a framework calls in every process
@@ -268,6 +271,8 @@ class _Scanner(_Walker):
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.own_methods |= {(node.name, f.name) for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
         called, hooks = _framework_hooks(node, self.own_methods)
+        if _spans_devices(node):
+            self.multi_device_classes.add(node.name)
         self.referenced |= called
         self._hooks |= hooks
         self.generic_visit(node)
@@ -536,6 +541,8 @@ class _Scanner(_Walker):
         if len(node.targets) == 1 and isinstance(node.value, _FLAG_VALUES) and first and _mentions_rank(node.value) and not _all_but_one(node.value):
             self.flags.add(first)
         note_one_rank_value(self, node, first)
+        if first and isinstance(node.value, ast.Call) and _name_of(_dotted(node.value.func)) in self.multi_device_classes:
+            self.multi_device_models.add(first)
         if any(n in ("builtins.print", "__builtin__.print", "__builtins__.print") for n in names):
             self.silenced = True
         for t in node.targets:
