@@ -432,3 +432,19 @@ def test_ddp_of_a_model_split_over_two_gpus_takes_no_device_ids():
     # A model on one device, built the same way, still needs its GPU named.
     one = body.replace("self.back = nn.Linear(10, 5).to(dev[1])", "self.back = nn.Linear(10, 5).to(dev[0])")
     assert "ddp-without-device" in ids(one)
+
+
+def test_a_one_process_group_a_library_needs_is_no_run_to_tear_down():
+    # k-diffusion's ensure_distributed(): a group of one process on a HashStore, so that library code
+    # calling torch.distributed works in a plain run.
+    body = """
+    import argparse
+    def ensure_distributed():
+        if not dist.is_initialized():
+            dist.init_process_group(world_size=1, rank=0, store=dist.HashStore())
+    ensure_distributed()
+    """
+    source = HEAD + textwrap.dedent(body)
+    assert "no-destroy-process-group" not in [f.id for f in lint_source(source, select=set(RULES))]
+    two = source.replace("world_size=1", "world_size=2")
+    assert "no-destroy-process-group" in [f.id for f in lint_source(two, select=set(RULES))]

@@ -304,8 +304,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "Drop init_method (the default env:// reads MASTER_ADDR/MASTER_PORT set by torchrun) and start with "
                     "`gpurig launch`, which picks a free port.",
                 )
-            if "destroy_process_group" not in names and not destroys_in_modules and not any(
-                    f.id == "no-destroy-process-group" for f in findings):  # one mistake per file, at its first start
+            if "destroy_process_group" not in names and not destroys_in_modules and not any(f.id == "no-destroy-process-group" for f in findings) \
+                    and getattr(getattr(_kw(call, "world_size"), "value", None), "value", None) != 1:  # (one per file, at its first start; world_size=1: a one-process group a library needs)
                 add("no-destroy-process-group", call, "init_process_group with no destroy_process_group: the group is torn down at interpreter exit",
                     "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
         setting = passed.get(id(call))
