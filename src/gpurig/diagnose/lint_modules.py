@@ -9,7 +9,7 @@ import ast
 import os
 from functools import cache
 
-from gpurig.diagnose.lint_nodes import _positional_open
+from gpurig.diagnose.lint_nodes import _AUTO_DATASETS, _positional_open
 
 
 def _at(module: ast.AST, line: int) -> str:
@@ -98,8 +98,6 @@ def _dataset_classes(imports) -> tuple[frozenset[str], tuple[str, ...]]:
 
 def _builds_dataset(func: str, classes: tuple[frozenset[str], tuple[str, ...]]) -> bool:
     """The call (by its dotted name) builds a dataset that downloads when its files are missing."""
-    from gpurig.diagnose.lint_nodes import _AUTO_DATASETS
-
     names, prefixes = classes
     return func.rpartition(".")[2] in _AUTO_DATASETS or func in names or (bool(prefixes) and func.startswith(prefixes))
 
