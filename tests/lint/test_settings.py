@@ -196,3 +196,14 @@ def test_a_fixed_option_of_the_projects_parser_handed_to_its_launch_helper(tmp_p
     # handed to a function of the script itself, or of a library: not the project's launch helper
     script.write_text(script.read_text().replace("from utils.misc import launch_job\n", "from somelib import launch_job\n"))
     assert not [f for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"]
+
+
+def test_the_finding_names_the_line_of_each_shipped_config_that_fixes_the_address(tmp_path):
+    # CompTransTTS's shape: two configs, each with its dist_url; the user is shown both lines.
+    script = yaml_project(tmp_path, "tcp://localhost:54321")
+    other = tmp_path / "config" / "ljspeech"
+    other.mkdir()
+    (other / "train.yaml").write_text("seed: 1234\ndist_url: tcp://localhost:54321\n")
+    [finding] = [f for f in lint_file(script) if f.id == "hard-coded-rendezvous"]
+    assert finding.related == ["config/acdc/unet.yaml:2", "config/ljspeech/train.yaml:2"]
+    assert "'tcp://localhost:54321' at config/acdc/unet.yaml:2" in finding.title

@@ -73,8 +73,8 @@ from gpurig.diagnose.lint_project import (
 from gpurig.diagnose.lint_rules import RULES, LintFinding
 from gpurig.diagnose.lint_scan import _Scanner
 
-# A place in the project a finding names: "utils/dataset.py:22" (never part of a longer name or number).
-_PLACE = re.compile(r"(?<![\w./-])([\w.-][\w./-]*\.py:\d+)(?!\d)")
+# A place in the project a finding names: "utils/dataset.py:22", "config/train.yaml:4" (never part of a longer name or number).
+_PLACE = re.compile(r"(?<![\w./-])([\w.-][\w./-]*\.(?:py|json|ya?ml):\d+)(?!\d)")
 # A tcp:// address the script puts together itself: 'tcp://' + ip + ':' + port, f"tcp://{ip}:{port}".
 _BUILDS_TCP = re.compile(r"""['"]tcp://[\w.\-]*:?(?:['"{%]|$)""", re.M)
 

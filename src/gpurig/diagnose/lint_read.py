@@ -144,8 +144,8 @@ def _deep(work):
     return result["value"]
 
 
-def project_configs(folder) -> list[tuple[str, object]]:
-    """(file name, parsed data) of the JSON and YAML configs shipped beside a script: in its folder,
+def project_configs(folder) -> list[tuple[str, object, str]]:
+    """(path from the script's folder, parsed data, text) of the JSON and YAML configs shipped beside a script: in its folder,
     or in a folder of it named config* (config/, configs/, configs_template/) and the folders just
     below that (config/acdc/); 50 files a folder, under 1 MB each. YAML is read where PyYAML is
     installed (safe_load); what cannot be read is left out."""
@@ -176,7 +176,8 @@ def project_configs(folder) -> list[tuple[str, object]]:
             try:
                 if f.stat().st_size < 1_000_000:
                     text = f.read_text(encoding="utf-8")
-                    out.append((f.name, json.loads(text) if f.suffix == ".json" else yaml.safe_load(text)))
+                    data = json.loads(text) if f.suffix == ".json" else yaml.safe_load(text)
+                    out.append((f.relative_to(folder).as_posix(), data, text))
             except unreadable:
                 continue
     return out

@@ -127,23 +127,33 @@ def _fixed_option_names(calls: list) -> set[str]:
             for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
 
 
+def _config_line(text: str, key: str, value) -> int | None:
+    """The line of a config's text that sets `key` to `value` (the first line naming both)."""
+    for i, line in enumerate(text.splitlines(), 1):
+        if key in line and str(value) in line:
+            return i
+    return None
+
+
 def _fixed_in_configs(configs, names, fixed) -> dict[str, str]:
-    """Keys of the configs shipped with the script (`configs`: (file name, parsed data) pairs, see
+    """Keys of the configs shipped with the script (`configs`: (path, parsed data, text) triples, see
     lint_read.project_configs) that `names(key, value)` picks, at any depth, and that every config
-    naming them fixes (`fixed(value)`): key -> "value in file"."""
+    naming them fixes (`fixed(value)`): key -> "value at file:line" for each config (three at most)."""
     found: dict[str, list[str]] = {}
-    for name, data in configs:
+    for name, data, text in configs:
         stack = [data]
         while stack:
             item = stack.pop()
             if isinstance(item, dict):
                 for k, v in item.items():
                     if isinstance(k, str) and not isinstance(v, (dict, list)) and names(k, v):
-                        found.setdefault(k, []).append(f"{v!r} in {name}" if fixed(v) else "")
+                        line = _config_line(text, k, v) if fixed(v) else None
+                        where = f"at {name}:{line}" if line else f"in {name}"
+                        found.setdefault(k, []).append(f"{v!r} {where}" if fixed(v) else "")
                     stack.append(v)
             elif isinstance(item, list):
                 stack.extend(item)
-    return {k: v[0] for k, v in found.items() if all(v)}
+    return {k: "; ".join(v[:3]) + (f" and {len(v) - 3} more" if len(v) > 3 else "") for k, v in found.items() if all(v)}
 
 
 def _json_rendezvous(configs) -> dict[str, str]:
