@@ -135,6 +135,14 @@ class RankDevices:
 
         return _rank_device(node, is_rank)
 
+    def maps_onto_rank(self, value: ast.AST, call: ast.AST | tuple[str, ...]) -> bool:
+        """A map_location that puts a checkpoint on the GPU of the global rank: a device of it
+        (f"cuda:{rank}") or a dict mapping a GPU onto one ({"cuda:0": 'cuda:%d' % rank})."""
+        if isinstance(value, ast.Dict):
+            return any(_gpu_key(k) and v is not None and self.device_of_rank(v, call)
+                       for k, v in zip(value.keys, value.values, strict=True))
+        return self.device_of_rank(value, call)
+
     def findings(self) -> Iterator[Said]:
         """Every place the script makes the global rank a device (set_device and DDP's device_ids
         are judged with the other calls of lint_checks)."""
@@ -149,8 +157,7 @@ class RankDevices:
                 yield (device_id.value, f"FSDP(device_id={ast.unparse(device_id.value)[:40]}): the global rank used as "
                        "the GPU index", LOCAL_FIX)
             location = _kw(call, "map_location")  # torch.load(path, map_location={"cuda:0": f"cuda:{rank}"}) or f"cuda:{rank}"
-            if location is not None and (self.device_of_rank(location.value, call) if not isinstance(location.value, ast.Dict) else any(
-                    _gpu_key(k) and v is not None and self.device_of_rank(v, call) for k, v in zip(location.value.keys, location.value.values, strict=True))):
+            if location is not None and self.maps_onto_rank(location.value, call):
                 yield (location.value, f"map_location={ast.unparse(location.value)[:60]}: the global rank made the GPU index", LOCATION_FIX)
             device_map = _kw(call, "device_map")
             if device_map is not None and isinstance(device_map.value, ast.Dict) and any(
@@ -165,7 +172,7 @@ class RankDevices:
         # `map_location = {"cuda:0": f"cuda:{rank}"}`, handed to torch.load later.
         for value, inside in self.scan.device_maps:
             if any(_gpu_key(k) for k in value.keys):
-                if any(v is not None and self.device_of_rank(v, inside) for v in value.values):
+                if self.maps_onto_rank(value, inside):
                     yield (value, f"map_location {ast.unparse(value)[:60]}: the global rank made the GPU index", LOCATION_FIX)
             elif any(v is not None and self.is_global_rank(v, inside) for v in value.values):
                 yield (value, "device_map puts the model on the GPU numbered by the global rank: "
