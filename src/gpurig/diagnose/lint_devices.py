@@ -10,6 +10,7 @@ import ast
 from collections.abc import Callable, Iterator
 
 from gpurig.diagnose.lint_guards import _holds_global_rank
+from gpurig.diagnose.lint_modules import _at
 from gpurig.diagnose.lint_nodes import (
     _calls_function,
     _dotted,
@@ -202,8 +203,6 @@ def rank_parameters(modules: list) -> dict[str, tuple[int, str, str]]:
     """Functions of the project's own modules (a class under its name, through `__init__` and the
     attribute it keeps the value in) that make a parameter the GPU index: name -> (its position among
     a call's arguments, its name, where it becomes a device)."""
-    from gpurig.diagnose.lint_modules import _at
-
     out: dict[str, tuple[int, str, str]] = {}
     for module in modules:
         scopes = [(fn, [fn], fn.name) for fn in module.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]

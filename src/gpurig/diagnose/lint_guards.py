@@ -79,16 +79,6 @@ def _framework_hooks(cls: ast.ClassDef, own_methods: set[tuple[str, str]]) -> tu
     return called, {id(f) for f in methods if trainer and f.name in ("save_model", "_save_checkpoint")}
 
 
-def _spans_devices(cls: ast.ClassDef) -> bool:
-    """A model split over several GPUs by its own class (model parallelism, the DDP tutorial's
-    `ToyMpModel(dev0, dev1)`): its `__init__` moves parts to two or more different devices
-    (`.to(dev[0])` and `.to(dev[1])`). DDP must be given no device_ids for such a module."""
-    inits = [f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "__init__"]
-    devices = {ast.unparse(n.args[0]) for f in inits for n in ast.walk(f) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-               and n.func.attr in ("to", "cuda") and len(n.args) == 1 and not (isinstance(n.args[0], ast.Constant) and str(n.args[0].value).startswith("cpu"))}
-    return len(devices) >= 2
-
-
 def only_called(scan, where) -> set[str]:
     """The functions of this file all of whose calls are `where(call, guarded)`, or made from
     such a function (grown until nothing changes)."""
@@ -108,16 +98,16 @@ def only_called(scan, where) -> set[str]:
         only |= grown
 
 
-def note_one_rank_value(scan, node: ast.Assign, name: str) -> None:
-    """`output_dir = None`, then under a rank check `output_dir = get_outdir(...)`: the name holds a
-    value on one rank only, so `if output_dir is not None:` picks that rank, as a rank check would
-    (timm's train.py). A value given it later on every rank undoes that."""
+def note_one_rank_value(scan, node: ast.Assign, name: str, guarded: bool) -> None:
+    """`output_dir = None`, then under a rank check (`guarded`) `output_dir = get_outdir(...)`: the
+    name holds a value on one rank only, so `if output_dir is not None:` picks that rank, as a rank
+    check would (timm's train.py). A value given it later on every rank undoes that."""
     if not name or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
         return
     if _is_const(node.value, None):
-        if not scan._guard:
+        if not guarded:
             scan.unset.add(name)
-    elif scan._guard and name in scan.unset:
+    elif guarded and name in scan.unset:
         scan.flags.add(name)
     elif name in scan.unset:
         scan.unset.discard(name)

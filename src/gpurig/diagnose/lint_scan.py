@@ -23,7 +23,6 @@ from gpurig.diagnose.lint_guards import (
     _is_main_test,
     _mentions_rank,
     _single_process_branch,
-    _spans_devices,
     note_one_rank_value,
     only_called,
 )
@@ -47,6 +46,7 @@ from gpurig.diagnose.lint_nodes import (
     _positional_open,
     _pretrained_weights,
     _sampler_shuffle,
+    _spans_devices,
     _Walker,
     _walks_container,
 )
@@ -540,7 +540,7 @@ class _Scanner(_Walker):
         # (Only a test or a name can hold one: `y = x * 3 + 1` is no flag, and is not walked for one.)
         if len(node.targets) == 1 and isinstance(node.value, _FLAG_VALUES) and first and _mentions_rank(node.value) and not _all_but_one(node.value):
             self.flags.add(first)
-        note_one_rank_value(self, node, first)
+        note_one_rank_value(self, node, first, self._guard > 0)
         if first and isinstance(node.value, ast.Call) and _name_of(_dotted(node.value.func)) in self.multi_device_classes:
             self.multi_device_models.add(first)
         if any(n in ("builtins.print", "__builtin__.print", "__builtins__.print") for n in names):
