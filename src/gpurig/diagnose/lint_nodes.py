@@ -180,14 +180,15 @@ def _gpu_key(key: ast.AST | None) -> bool:
     return key is not None and (isinstance(key, ast.Constant) and str(key.value).startswith("cuda:") or _names_a_gpu(key))
 
 
-def _spans_devices(cls: ast.ClassDef) -> bool:
-    """A model split over several GPUs by its own class (model parallelism, the DDP tutorial's
-    `ToyMpModel(dev0, dev1)`): its `__init__` moves parts to two or more different devices
-    (`.to(dev[0])` and `.to(dev[1])`). DDP must be given no device_ids for such a module."""
-    inits = [f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "__init__"]
-    devices = {ast.unparse(n.args[0]) for f in inits for n in ast.walk(f) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-               and n.func.attr in ("to", "cuda") and len(n.args) == 1 and not (isinstance(n.args[0], ast.Constant) and str(n.args[0].value).startswith("cpu"))}
-    return len(devices) >= 2
+def _device_arg(call: ast.Call) -> str | None:
+    """The device a module part is moved to by `.to(dev)` / `.cuda(dev)` (not the CPU), as written.
+    A class whose `__init__` moves parts to two or more (`.to(dev[0])`, `.to(dev[1])`) is split over
+    GPUs by itself (model parallelism, the DDP tutorial's `ToyMpModel(dev0, dev1)`): DDP must be
+    given no device_ids for it."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr in ("to", "cuda") and len(call.args) == 1 \
+            and not (isinstance(call.args[0], ast.Constant) and str(call.args[0].value).startswith("cpu")):
+        return ast.unparse(call.args[0])
+    return None
 
 
 # A file of prepared data rather than a checkpoint: `torch.load(os.path.join(data_dir, "train.pt"))`.

@@ -35,6 +35,7 @@ from gpurig.diagnose.lint_nodes import (
     _calls_barrier,
     _checks_a_file,
     _constant_defaults,
+    _device_arg,
     _dotted,
     _gpu_key,
     _kw,
@@ -46,7 +47,6 @@ from gpurig.diagnose.lint_nodes import (
     _positional_open,
     _pretrained_weights,
     _sampler_shuffle,
-    _spans_devices,
     _Walker,
     _walks_container,
 )
@@ -91,6 +91,8 @@ class _Scanner(_Walker):
         self.flags: set[str] = set()  # names holding a rank check's result (or a value only one rank sets)
         self.multi_device_classes: set[str] = set()  # classes of the file whose __init__ puts parts on two devices
         self.multi_device_models: set[str] = set()  # names given one of them (`mp_model = ToyMpModel(dev0, dev1)`)
+        self._devices: set[str] | None = None  # in a class's __init__: the devices its parts are moved to
+        self._init_devices: dict[int, set[str]] = {}  # id(__init__ of a class being read) -> those devices
         self.unset: set[str] = set()  # names set to None on every rank (a value under a rank check makes them flags)
         self.flag_guarded: dict[int, str] = {}  # `if not args.multiprocessing_distributed or rank == 0:` -> the flag
         self._hooks: set[int] = set()  # methods a framework calls in every process
@@ -217,7 +219,7 @@ class _Scanner(_Walker):
             state[3].clear()
         # `if rank != 0: barrier()` ... work ... `if rank == 0: barrier()`: rank 0 goes first through the
         # work between the two; the second barrier ends that section.
-        if isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and not stmt.orelse and _calls_barrier(*stmt.body):
+        if self.barriers > barriers and isinstance(stmt, ast.If) and not stmt.orelse and _mentions_rank(stmt.test):  # (a barrier in its body)
             if state[1] and not _all_but_one(stmt.test):
                 self._first -= state[1]
                 state[1] = 0
@@ -248,6 +250,7 @@ class _Scanner(_Walker):
         # A function body starts unguarded: whether it runs on one rank depends on its callers.
         outer, self._guard = self._guard, 0
         outer_path, self._path = self._path, []
+        outer_devices, self._devices = self._devices, self._init_devices.pop(id(node), self._devices)
         self._functions.append(node.name + "@every-rank" if id(node) in self._hooks else node.name)
         self._params.append([a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs])
         self.params.setdefault(node.name, self._params[-1])
@@ -265,17 +268,22 @@ class _Scanner(_Walker):
         self._defaults.pop()
         self._guard = outer
         self._path = outer_path
+        self._devices = outer_devices
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.own_methods |= {(node.name, f.name) for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
         called, hooks = _framework_hooks(node, self.own_methods)
-        if _spans_devices(node):
-            self.multi_device_classes.add(node.name)
         self.referenced |= called
         self._hooks |= hooks
+        inits = {id(f): set() for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "__init__"}
+        self._init_devices.update(inits)
+        outer, self._devices = self._devices, None  # (its other methods move no part for good)
         self.generic_visit(node)
+        self._devices = outer
+        if len(set().union(*inits.values())) >= 2:
+            self.multi_device_classes.add(node.name)
 
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Load):
@@ -406,6 +414,8 @@ class _Scanner(_Walker):
 
     def visit_Call(self, node: ast.Call) -> None:
         _positional_open(node)
+        if self._devices is not None and (device := _device_arg(node)) is not None:
+            self._devices.add(device)
         func = _dotted(node.func)
         short = _name_of(func)
         self.short_names.add(short)
@@ -475,8 +485,8 @@ class _Scanner(_Walker):
                 # a method of an object the project's own classes may have built (`runner.sample()`)
                 or (bool(self.local_roots) and isinstance(node.func, ast.Attribute))
                 or short in self.local_names or func.split(".")[0] in self.local_roots
-                or any(k.arg in ("download", "pretrained") for k in node.keywords) or _pretrained_weights(node) is not None
-                or any("pretrained" in (_leaf_name(a) or "").lower() for a in node.args))
+                or bool(node.keywords) and (any(k.arg in ("download", "pretrained") for k in node.keywords) or _pretrained_weights(node) is not None)
+                or bool(node.args) and any("pretrained" in (_leaf_name(a) or "").lower() for a in node.args))
 
     def _note_local(self, node: ast.Import | ast.ImportFrom) -> None:
         """Compact mode: remember the names the script takes from its own project's modules (their
