@@ -23,26 +23,31 @@ def _top_level_chunks(source: str, label: str):
     the next possible cut. Python's own SyntaxError (with its true line) is raised for a script
     that does not compile at all. Line numbers are the script's: each group is compiled after as
     many newlines as lines come before it."""
-    cuts = [0] + [m.start() for m in _MAY_START_LINE.finditer(source) if m.start()] + [len(source)]
-    k, line = 0, 0  # the group's first cut, and the number of lines before it
-    while k < len(cuts) - 1:
-        j = k + 1
-        while j < len(cuts) - 1 and cuts[j] - cuts[k] < _CHUNK_BYTES:
-            j += 1
+    end_of_source = len(source)
+    start, line = 0, 0  # where the group starts, and the number of lines before it
+    while start < end_of_source:
+        end = _next_cut(source, start + _CHUNK_BYTES)
         while True:
-            text = source[cuts[k]:cuts[j]]
+            text = source[start:end]
             try:
                 tree = compile("\n" * line + text, label, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
                 break
             except SyntaxError:
-                if j >= len(cuts) - 1:
+                if end >= end_of_source:
                     # Not a bad cut: the script itself does not compile. Python's own words and line.
                     compile(source, label, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
                     raise
-                j += 1
+                end = _next_cut(source, end + 1)
         yield tree
         line += text.count("\n")
-        k = j
+        start = end
+
+
+def _next_cut(source: str, pos: int) -> int:
+    """The first place at or after `pos` where a line may start a top-level statement (or the end).
+    Only the places near a group's end are looked for: a big script has a million lines."""
+    found = _MAY_START_LINE.search(source, pos) if pos < len(source) else None
+    return found.start() if found else len(source)
 
 
 _DEF_NAME = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
