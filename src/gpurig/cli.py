@@ -188,14 +188,14 @@ def reflow(text: str | None) -> str | None:
 
 
 def _stops_quietly(callback):
-    """Ctrl-C, or SIGTERM (turned into `launch.runner.Stop` while the command runs), that reaches
+    """Ctrl-C, or SIGTERM (turned into `launch.signals.Stop` while the command runs), that reaches
     the top of a command ends it with one line and 130 (143 for SIGTERM), not a traceback or
     click's "Aborted!". Workers are already stopped by then: the runner stops them before it passes
     the interrupt on."""
 
     @functools.wraps(callback)
     def wrapper(*args, **kwargs):
-        from gpurig.launch.runner import sigterm_stops
+        from gpurig.launch.signals import sigterm_stops
 
         try:
             with sigterm_stops():  # `kill` or a scheduler: the same clean stop as Ctrl-C, workers included

@@ -147,7 +147,7 @@ def register(app: typer.Typer) -> None:
             ticker.start()
             try:
                 doc = run_burn(device=device, gpus=chosen, seconds=seconds, out_dir=run_dir, echo=echo, dcgm=dcgm)
-            except KeyboardInterrupt:  # Ctrl-C, and SIGTERM (launch.runner.Stop)
+            except KeyboardInterrupt:  # Ctrl-C, and SIGTERM (launch.signals.Stop)
                 # Stopped: what was measured so far is judged and shown, then the stop goes on up (130/143).
                 kept = run_dir / "burn.json"
                 if kept.is_file():

@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from gpurig.errors import check_output_file
         from gpurig.launch.plan import default_run_dir, resolve_device
-        from gpurig.launch.runner import signal_words, sigterm_stops
+        from gpurig.launch.signals import signal_words, sigterm_stops
 
         choice = resolve_device(device, nproc)
         out_dir = out or Path(default_run_dir("check-"))

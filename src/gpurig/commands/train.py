@@ -339,7 +339,7 @@ def register(app: typer.Typer) -> None:
                                       echo=lambda line: console.print(line, markup=False, highlight=False))
             attach_verdicts(summary)
         else:
-            from gpurig.launch.runner import signal_words, sigterm_stops
+            from gpurig.launch.signals import signal_words, sigterm_stops
 
             renderer = Renderer(console)
             try:

@@ -11,7 +11,6 @@ the stop and gets one line about it from the command, not forty lines of torchru
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -19,11 +18,12 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpurig.launch.plan import LaunchPlan
+from gpurig.launch.signals import Stop, _handling, sigterm_stops
 
 GRACE_SECONDS = 10.0
 
@@ -37,46 +37,6 @@ class RunResult:
     output_tail: list[str] = field(default_factory=list)
     log_path: str | None = None
     signal: str | None = None  # what interrupted the run: "SIGINT" (Ctrl-C) or "SIGTERM" (a scheduler)
-
-
-class Stop(KeyboardInterrupt):
-    """A stop asked for by a signal other than Ctrl-C; caught wherever KeyboardInterrupt is."""
-
-    def __init__(self, signame: str) -> None:
-        super().__init__(signame)
-        self.signame = signame
-
-
-def signal_words(signame: str | None) -> str:
-    """How a person names the signal that stopped a run: "Ctrl-C (SIGINT)", "SIGTERM"."""
-    return "Ctrl-C (SIGINT)" if signame in (None, "SIGINT") else signame
-
-
-@contextlib.contextmanager
-def _handling(signum: int, handler) -> Iterator[None]:
-    """`handler` for `signum` inside the block, the previous one after it. Outside the main thread
-    signals cannot be caught and nothing changes."""
-    try:
-        previous = signal.signal(signum, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signum, previous)
-
-
-def sigterm_stops(on_term=None):
-    """Inside the block, SIGTERM to this process (a scheduler's preemption, `kill`) stops the run the
-    way Ctrl-C does, as `Stop("SIGTERM")`; `on_term()` is called first."""
-
-    def handler(signum, frame):  # noqa: ARG001
-        if on_term is not None:
-            on_term()
-        raise Stop("SIGTERM")
-
-    return _handling(signal.SIGTERM, handler)
 
 
 _AGENT_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S*torch/distributed/\S+\.py:\d+\] ")

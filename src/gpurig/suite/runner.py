@@ -177,7 +177,7 @@ def run_check(ctx: CheckContext, on_step: Callable[[str, StepResult | None], Non
     A Ctrl-C or SIGTERM during a step (its workers already stopped) marks that step "interrupted",
     skips the rest and returns at once; the document's `interrupted` names the step and `signal`
     the signal."""
-    from gpurig.launch.runner import signal_words
+    from gpurig.launch.signals import signal_words
 
     steps: list[StepResult] = []
     stop_reason = ""

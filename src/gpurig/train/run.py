@@ -21,7 +21,8 @@ from typing import Any
 
 from gpurig.errors import BadInput, ProblemFound
 from gpurig.launch.plan import plan_torchrun
-from gpurig.launch.runner import STOP_SIGNAL_FILE, raise_if_interrupted, run_plan, signal_words
+from gpurig.launch.runner import STOP_SIGNAL_FILE, raise_if_interrupted, run_plan
+from gpurig.launch.signals import signal_words
 from gpurig.train.config import TrainConfig, from_dict, to_toml
 from gpurig.train.plan import plan_file, plan_training
 from gpurig.train.protocol import CHOICE, PROGRESS
@@ -135,7 +136,7 @@ def run_training(
 
     Raises BadInput (exit 2) for a bad config, data path or checkpoint, ProblemFound (exit 1) when
     the workers fail; an interrupted run returns its summary with `stopped` true, or, stopped before
-    rank 0 wrote one, raises KeyboardInterrupt (`runner.Stop` for SIGTERM). A run resumed after its
+    rank 0 wrote one, raises KeyboardInterrupt (`signals.Stop` for SIGTERM). A run resumed after its
     last step trains nothing and returns the finished summary with `already_complete` true.
     """
     check_timeout(timeout)

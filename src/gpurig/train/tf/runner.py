@@ -22,7 +22,8 @@ from gpurig.diagnose.verdicts import judge_run
 from gpurig.errors import BadInput, ProblemFound
 from gpurig.launch import tfjob
 from gpurig.launch.plan import LaunchPlan, parse_nproc
-from gpurig.launch.runner import run_plan, sigterm_stops
+from gpurig.launch.runner import run_plan
+from gpurig.launch.signals import sigterm_stops
 from gpurig.train.config import from_dict
 from gpurig.train.plan import TrainPlan, plan_file
 from gpurig.train.tf import choices as dec

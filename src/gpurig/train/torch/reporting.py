@@ -10,7 +10,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gpurig.launch.runner import signal_words, stop_signal_of
+from gpurig.launch.runner import stop_signal_of
+from gpurig.launch.signals import signal_words
 from gpurig.train.clocks import across_ranks as clocks_across_ranks
 from gpurig.train.protocol import PROGRESS
 from gpurig.train.torch import checkpoint as ckpt
