@@ -126,3 +126,15 @@ def test_the_help_adjustments_tolerate_a_typer_without_them(monkeypatch):
     cli._readable_options_panel()  # must not raise
     monkeypatch.delattr(typer.rich_utils, "_print_options_panel")
     cli._readable_options_panel()
+
+
+def test_a_command_is_wrapped_without_the_torchrun_runner(tmp_path):
+    """Every command stops cleanly on SIGTERM; what does it (launch.signals) is not the runner that
+    starts torchrun, and `gpurig lint` does not import that runner or its launch plan."""
+    script = tmp_path / "tiny.py"
+    script.write_text("x = 1\n")
+    probe = ("import sys; from gpurig.cli import main\n"
+             "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in sys.modules if m.startswith('gpurig.launch')))")
+    out = subprocess.run([sys.executable, "-c", probe, "lint", str(script)], capture_output=True, text=True, timeout=120)
+    assert eval(out.stdout.strip().splitlines()[-1]) == ["gpurig.launch", "gpurig.launch.signals"], out.stdout
