@@ -70,7 +70,7 @@ from gpurig.diagnose.lint_project import (
     _worker_calls,
     _worker_starters,
 )
-from gpurig.diagnose.lint_rules import RULES, LintFinding
+from gpurig.diagnose.lint_rules import RULES, LintFinding, fold_alternatives
 from gpurig.diagnose.lint_scan import _Scanner
 
 # A place in the project a finding names: "utils/dataset.py:22", "config/train.yaml:4" (never part of a longer name or number).
@@ -136,8 +136,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         scan.calls = [(c, g or (id(c) in scan.main_calls and scan.main_spawns)
                        or bool(scan.enclosing.get(id(c))) and scan.enclosing[id(c)][-1] in scan.spawns_in)
                       for c, g in scan.calls]
-    first_fns = scan.first_functions()
-    one_rank = scan.one_rank_functions()
+    first_fns = guards.first_functions(scan)
+    one_rank = guards.one_rank_functions(scan)
     calls = [
         (c, _dotted(c.func), g or any(f in one_rank for f in scan.enclosing.get(id(c), ())))
         for c, g in scan.calls
@@ -597,4 +597,4 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     unique: dict[tuple[str, int], LintFinding] = {}
     for f in findings:  # one finding per rule and line, however many ways it was reached
         unique.setdefault((f.id, f.line), f)
-    return fold_uses(list(unique.values()), here)
+    return fold_alternatives(fold_uses(list(unique.values()), here), scan.chains, here)

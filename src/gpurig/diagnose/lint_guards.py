@@ -98,6 +98,21 @@ def only_called(scan, where) -> set[str]:
         only |= grown
 
 
+def first_functions(scan) -> set[str]:
+    """Resolve the `with` sections of the file's own rank-first context managers into `first`,
+    then the functions of this file only ever called inside rank-first sections (or from them):
+    the calls they make run on rank 0 first too."""
+    for name in scan.first_managers:
+        scan.first |= scan.first_pending.get(name, set())
+    return only_called(scan, lambda call, guarded: id(call) in scan.first)
+
+
+def one_rank_functions(scan) -> set[str]:
+    """Functions of this file that are only ever called under a rank check (never the function
+    the workers run: every rank runs that one)."""
+    return only_called(scan, lambda call, guarded: guarded)
+
+
 def note_one_rank_value(scan, node: ast.Assign, name: str, guarded: bool) -> None:
     """`output_dir = None`, then under a rank check (`guarded`) `output_dir = get_outdir(...)`: the
     name holds a value on one rank only, so `if output_dir is not None:` picks that rank, as a rank

@@ -180,6 +180,21 @@ def _gpu_key(key: ast.AST | None) -> bool:
     return key is not None and (isinstance(key, ast.Constant) and str(key.value).startswith("cuda:") or _names_a_gpu(key))
 
 
+def _if_chain(node: ast.If) -> tuple[tuple[tuple[int, int], ...], set[int]]:
+    """The first and last lines of each branch of an if / elif / else chain (one branch runs), and
+    the ids of its `elif` nodes (read as part of this chain, not as chains of their own)."""
+    ranges, elifs = [], set()
+    while True:
+        ranges.append((node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno))
+        if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+            node = node.orelse[0]
+            elifs.add(id(node))
+            continue
+        if node.orelse:
+            ranges.append((node.orelse[0].lineno, node.orelse[-1].end_lineno or node.orelse[-1].lineno))
+        return tuple(ranges), elifs
+
+
 def _device_arg(call: ast.Call) -> str | None:
     """The device a module part is moved to by `.to(dev)` / `.cuda(dev)` (not the CPU), as written.
     A class whose `__init__` moves parts to two or more (`.to(dev[0])`, `.to(dev[1])`) is split over

@@ -4,6 +4,7 @@ of them reports at a line of a script.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -47,3 +48,45 @@ class LintFinding:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# Rules whose findings in different branches of one if / elif / else are one mistake: only one
+# branch runs (`if args.config_name: AutoConfig.from_pretrained(args.config_name) elif ...:
+# AutoConfig.from_pretrained(args.model_name_or_path)` fetches one config, in every rank).
+ONE_BRANCH_RULES = frozenset({"download-on-every-rank", "save-on-every-rank", "torch-load-without-map-location", "data-parallel"})
+
+
+def fold_alternatives(findings: list[LintFinding], chains, script: str) -> list[LintFinding]:
+    """Findings of a ONE_BRANCH_RULES rule in different branches of one chain (`chains`: per
+    if / elif / else, the line ranges of its branches) are reported once, at the first branch that
+    has one; the others are named there (`related`). A finding is in the innermost branch holding
+    its line. `findings` in line order; `script`: the file's name, as `related` names it."""
+    lines = sorted({f.line for f in findings if f.id in ONE_BRANCH_RULES})
+    if not lines or not chains:
+        return findings
+    inner: dict[int, tuple[int, int, int]] = {}  # line -> (size, chain, branch) of the innermost branch holding it
+    for k, ranges in enumerate(chains):  # (a big file has thousands of chains and few such findings)
+        for i, (first, last) in enumerate(ranges):
+            j = bisect_left(lines, first)
+            while j < len(lines) and lines[j] <= last:
+                if lines[j] not in inner or last - first < inner[lines[j]][0]:
+                    inner[lines[j]] = (last - first, k, i)
+                j += 1
+    folded: set[int] = set()
+    kept: dict[tuple[str, int], tuple[int, LintFinding, list[int]]] = {}  # (rule, chain) -> (branch, first finding, lines folded)
+    for f in findings:
+        if f.id not in ONE_BRANCH_RULES or f.line not in inner:
+            continue
+        _, chain, branch = inner[f.line]
+        first = kept.setdefault((f.id, chain), (branch, f, []))
+        if first[0] != branch:
+            first[1].related += [r for r in [f"{script}:{f.line}", *f.related] if r not in first[1].related]  # (and what it stood for)
+            first[2].append(f.line)
+            folded.add(id(f))
+    for _, f, others in kept.values():
+        places = ", ".join(f"{script}:{n}" for n in others)
+        if len(others) == 1:
+            f.title += f" (and at {places}, in the other branch of the same if: one of the two runs)"
+        elif others:
+            f.title += f" (and at {places}, in the other branches of the same if: one of them runs)"
+    return [f for f in findings if id(f) not in folded]

@@ -24,7 +24,6 @@ from gpurig.diagnose.lint_guards import (
     _mentions_rank,
     _single_process_branch,
     note_one_rank_value,
-    only_called,
 )
 from gpurig.diagnose.lint_modules import LIBRARY_FETCH_NAMES, _project_import
 from gpurig.diagnose.lint_nodes import (
@@ -38,6 +37,7 @@ from gpurig.diagnose.lint_nodes import (
     _device_arg,
     _dotted,
     _gpu_key,
+    _if_chain,
     _kw,
     _leaf_name,
     _name_of,
@@ -168,6 +168,8 @@ class _Scanner(_Walker):
         self.barriers = 0  # calls of dist.barrier() (under any name) walked so far
         self._main = 0
         self._classes: list[str] = []
+        self.chains: list[tuple[tuple[int, int], ...]] = []  # per if / elif / else: its branches' lines
+        self._elifs: set[int] = set()  # ids of the elif nodes of a chain already read
 
     def _block(self, stmts: list[ast.stmt]) -> list:
         state = self.block_start()
@@ -305,6 +307,12 @@ class _Scanner(_Walker):
         self._guard -= all_but_one
 
     def visit_If(self, node: ast.If) -> None:
+        if id(node) in self._elifs:
+            self._elifs.discard(id(node))
+        elif node.orelse:  # one branch of an if / elif / else runs (see lint_rules.fold_alternatives)
+            chain, elifs = _if_chain(node)
+            self.chains.append(chain)
+            self._elifs |= elifs
         self.visit(node.test)
         guarded = self._rank_test(node.test)
         # `if rank != 0:` / `if not is_main_process():` runs on every rank but one: its body is not
@@ -496,19 +504,6 @@ class _Scanner(_Walker):
             self.local_names |= names
             self.local_roots |= roots
             self.keep_plain = self.keep_plain or star  # `from utils import *`: any plain call may be one of its functions
-
-    def first_functions(self) -> set[str]:
-        """Resolve the `with` sections of the file's own rank-first context managers into `first`,
-        then the functions of this file only ever called inside rank-first sections (or from them):
-        the calls they make run on rank 0 first too."""
-        for name in self.first_managers:
-            self.first |= self.first_pending.get(name, set())
-        return only_called(self, lambda call, guarded: id(call) in self.first)
-
-    def one_rank_functions(self) -> set[str]:
-        """Functions of this file that are only ever called under a rank check (never the function
-        the workers run: every rank runs that one)."""
-        return only_called(self, lambda call, guarded: guarded)
 
     def visit_Import(self, node: ast.Import | ast.ImportFrom) -> None:
         self.imports.append(node)
