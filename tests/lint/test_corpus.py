@@ -35,9 +35,12 @@ CACHED = [name for name, entry in MANIFEST.items() if lc.present(entry)]
 # held-out one from 84% to 82% (on the 617 scripts of before, the held-out part measures 83.9%).
 # Later in that round 9 more held-out scripts joined, two of them judged clean on which gpurig was
 # first met with 15 findings: the held-out precision floor went to 77% (on the 617 scripts of the
-# round's start it measures 83.3%).
-DEV_PRECISION, DEV_RECALL = 0.87, 0.85
-TEST_PRECISION, TEST_RECALL = 0.77, 0.81
+# round's start it measures 83.3%). In the tenth round a fetch, save, load or DataParallel in each
+# branch of one if / elif / else became one finding (one branch runs): development precision 87.7%
+# -> 89.3%, held-out 78.7% -> 80.7%, recall unchanged on development and one held-out mistake
+# fewer (82.2% -> 81.9%); the precision floors went to 89% and 80%.
+DEV_PRECISION, DEV_RECALL = 0.89, 0.85
+TEST_PRECISION, TEST_RECALL = 0.80, 0.81
 
 
 def test_the_manifest_names_real_scripts_and_judged_mistakes():
