@@ -138,3 +138,28 @@ def test_a_command_is_wrapped_without_the_torchrun_runner(tmp_path):
              "print(sorted(m for m in sys.modules if m.startswith('gpurig.launch')))")
     out = subprocess.run([sys.executable, "-c", probe, "lint", str(script)], capture_output=True, text=True, timeout=120)
     assert eval(out.stdout.strip().splitlines()[-1]) == ["gpurig.launch", "gpurig.launch.signals"], out.stdout
+
+
+def test_no_help_text_is_eaten_as_markup():
+    """The help is rich markup: `[rule-id]` in `# gpurig: ignore[rule-id]` would be read as a style
+    tag and vanish. Every bracket a command's help means literally is escaped, so it is shown."""
+    import importlib
+    import pkgutil
+
+    from rich.text import Text
+
+    import gpurig.commands
+
+    styles = re.compile(r"\[/?(?:bold|dim|italic|underline|green|yellow|red|cyan|blue|magenta|bold red|bold green)\]")
+    for info in pkgutil.iter_modules(gpurig.commands.__path__):
+        text = getattr(importlib.import_module(f"gpurig.commands.{info.name}"), "HELP", None)
+        if not text:
+            continue
+        shown = Text.from_markup(text).plain
+        meant = styles.sub("", text).replace("\\[", "[")
+        assert shown == meant, f"gpurig.commands.{info.name}.HELP loses text to markup"
+
+
+def test_lint_help_shows_how_to_quiet_one_rule(run_cli):
+    out = run_cli("lint", "--help").stdout
+    assert "ignore[rule-id]" in out and "ignore-file[rule-id]" in out

@@ -20,8 +20,8 @@ printing or a tqdm bar on every rank, find_unused_parameters=True, a DataLoader 
 pinned memory. Guards are followed: rank checks under any usual name, helpers only called on
 rank 0, early returns, print silenced in the project's own modules.
 
-Quiet one line with `# gpurig: ignore[rule-id]` (or `# gpurig: ignore` for every rule), a whole
-file with `# gpurig: ignore-file[rule-id]`.
+Quiet one line with `# gpurig: ignore\\[rule-id]` (or `# gpurig: ignore` for every rule), a whole
+file with `# gpurig: ignore-file\\[rule-id]`.
 
 Exit code: 0 nothing found, 1 findings, 2 the file is missing, unreadable, not UTF-8 (or its declared
 encoding) or not valid Python (with --json, a JSON document that says so).
