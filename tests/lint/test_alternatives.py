@@ -110,3 +110,4 @@ def test_saves_in_alternative_branches_are_one_finding():
         """) + TAIL
     found = [f for f in lint_source(source, "train.py") if f.id == "save-on-every-rank"]
     assert [(f.line, lines(f.related)) for f in found] == [(8, [10])]
+

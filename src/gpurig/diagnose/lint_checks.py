@@ -25,6 +25,7 @@ from gpurig.diagnose.lint_modules import (
 )
 from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
+    _ENDLESS,
     _EVAL_DATA,
     _MODEL_FACTORY,
     _SAVE_HELPER,
@@ -543,12 +544,10 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 f"Pass a free port, or let {short}() take MASTER_PORT from the launcher.")
             break
 
-    # DistributedSampler whose epoch is never set: the same shuffle every epoch. A sampler that
-    # does not shuffle needs none; a set_epoch under any name (loader.sampler.set_epoch, a helper
-    # that receives the sampler) counts.
-    # A script that iterates its loader once (no epoch loop: no loop in a loop, no 'epoch' anywhere)
-    # has no next epoch to reshuffle for.
-    epochs = scan.nested_loop or "epoch" in text.lower()
+    # DistributedSampler whose epoch is never set: the same shuffle every epoch. A sampler that does not shuffle needs
+    # none; a set_epoch under any name (loader.sampler.set_epoch, a helper given the sampler) counts. A script that
+    # iterates its loader once (no loop in a loop, no 'epoch' anywhere, no endless iterator) has no next epoch.
+    epochs = scan.nested_loop or "epoch" in text.lower() or any(_ENDLESS.fullmatch(n) for n in scan.short_names)
     # A sampler built by a helper (`data_sampler(dataset, shuffle=True, distributed=True)`, in this
     # file or the project's own modules) is found at the helper's call that asks it to shuffle.
     module_samplers = _sampler_functions(modules) if not set_epoch_anywhere else {}

@@ -321,6 +321,10 @@ _MODEL_FACTORY = re.compile(r"(?:create|build|get|make|init)_?\w*model", re.IGNO
 
 
 # A dataset for evaluation, by its name: val_dataset, dataset_val, testset, eval_data, data.valid.
+# An endless iterator over a DataLoader (`cycle(loader)`, `inf_iterator(loader)`, `infinite_loader`):
+# each pass over the data is an epoch, though no loop in the script says so.
+_ENDLESS = re.compile(r"(?:\w+_)?(?:cycle|endless|forever|inf|infinite|repeat)(?:_(?:iter|iterator|loader|loop|data|dataloader|batches|generator))?",
+                      re.IGNORECASE)
 _EVAL_DATA = re.compile(r"(?:^|[._])(?:val|valid|validation|test|eval|evaluation)(?:set|_?data(?:set)?)?(?:$|[._])"
                         r"|^(?:val|valid|test|eval)(?:set|_?data(?:set)?)$|(?:val|test)set$", re.IGNORECASE)
 
