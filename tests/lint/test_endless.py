@@ -27,5 +27,6 @@ def test_an_endless_iterator_over_the_loader_is_an_epoch_loop():
     for helper in ("cycle", "inf_iterator", "infinite_loader"):
         source = ENDLESS.format(helper=helper, use=f"batches = {helper}(loader)")
         assert [f.line for f in lint_source(source, "train.py") if f.id == "sampler-without-set-epoch"] == [8], helper
-    once = ENDLESS.format(helper="chain", use="batches = iter(loader)")  # one pass: no next epoch to reshuffle for
+    # One pass: no next epoch to reshuffle for (a tensor's repeat() is no endless iterator).
+    once = ENDLESS.format(helper="chain", use="batches = iter(loader)\nscale = torch.ones(2).repeat(3)")
     assert not [f for f in lint_source(once, "train.py") if f.id == "sampler-without-set-epoch"]

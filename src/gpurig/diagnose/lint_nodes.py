@@ -320,11 +320,14 @@ def _pretrained_weights(call: ast.Call) -> ast.keyword | None:
 _MODEL_FACTORY = re.compile(r"(?:create|build|get|make|init)_?\w*model", re.IGNORECASE)
 
 
-# A dataset for evaluation, by its name: val_dataset, dataset_val, testset, eval_data, data.valid.
 # An endless iterator over a DataLoader (`cycle(loader)`, `inf_iterator(loader)`, `infinite_loader`):
-# each pass over the data is an epoch, though no loop in the script says so.
-_ENDLESS = re.compile(r"(?:\w+_)?(?:cycle|endless|forever|inf|infinite|repeat)(?:_(?:iter|iterator|loader|loop|data|dataloader|batches|generator))?",
-                      re.IGNORECASE)
+# each pass over the data is an epoch, though no loop in the script says so. (Not `repeat`: that is
+# also a tensor's method.)
+_ENDLESS = re.compile(r"(?:\w+_)?(?:cycle|endless|forever|infinite)(?:_(?:iter|iterator|loader|loop|data|dataloader|batches|generator))?"
+                      r"|(?:\w+_)?inf_(?:iter|iterator|loader|loop|data|dataloader|batches|generator)", re.IGNORECASE)
+
+
+# A dataset for evaluation, by its name: val_dataset, dataset_val, testset, eval_data, data.valid.
 _EVAL_DATA = re.compile(r"(?:^|[._])(?:val|valid|validation|test|eval|evaluation)(?:set|_?data(?:set)?)?(?:$|[._])"
                         r"|^(?:val|valid|test|eval)(?:set|_?data(?:set)?)$|(?:val|test)set$", re.IGNORECASE)
 
