@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpurig.launch.plan import LaunchPlan
-from gpurig.launch.signals import Stop, _handling, sigterm_stops
+from gpurig.launch.signals import Stop, ignoring_interrupts, sigterm_stops
 
 GRACE_SECONDS = 10.0
 
@@ -321,7 +321,7 @@ def run_plan(
         signame = getattr(exc, "signame", "SIGINT")
         stopping.set()
         note_stop_signal(plan.run_dir, signame)
-        with _ignoring_interrupts():  # a second Ctrl-C must not leave the workers half-stopped
+        with ignoring_interrupts():  # a second Ctrl-C must not leave the workers half-stopped
             _kill_group(proc, grace, tree)
     finally:
         finished.set()
@@ -355,12 +355,6 @@ def raise_if_interrupted(result: RunResult) -> None:
     are stopped, the Ctrl-C (or SIGTERM) goes on up to the command, which stops as a whole."""
     if result.interrupted:
         raise Stop("SIGTERM") if result.signal == "SIGTERM" else KeyboardInterrupt()
-
-
-def _ignoring_interrupts():
-    """While the workers are being stopped, further Ctrl-Cs (people press it twice) are ignored:
-    the stop that is under way finishes and leaves nothing running."""
-    return _handling(signal.SIGINT, signal.SIG_IGN)
 
 
 LAST_RUN_POINTER = os.path.join("runs", "last-launch")

@@ -48,3 +48,9 @@ def sigterm_stops(on_term=None):
         raise Stop("SIGTERM")
 
     return _handling(signal.SIGTERM, handler)
+
+
+def ignoring_interrupts():
+    """While the workers are being stopped, further Ctrl-Cs (people press it twice) are ignored:
+    the stop that is under way finishes and leaves nothing running."""
+    return _handling(signal.SIGINT, signal.SIG_IGN)
