@@ -41,6 +41,7 @@ from gpurig.diagnose.lint_nodes import (
     _name_of,
     _names_a_file,
     _one_listed_gpu,
+    _one_process_group,
     _option_defaults,
     _passes,
     _path_root,
@@ -306,7 +307,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "`gpurig launch`, which picks a free port.",
                 )
             if "destroy_process_group" not in names and not destroys_in_modules and not any(f.id == "no-destroy-process-group" for f in findings) \
-                    and getattr(getattr(_kw(call, "world_size"), "value", None), "value", None) != 1:  # (one per file, at its first start; world_size=1: a one-process group a library needs)
+                    and not _one_process_group(call):  # (one per file, at its first start)
                 add("no-destroy-process-group", call, "init_process_group with no destroy_process_group: the group is torn down at interpreter exit",
                     "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
         setting = passed.get(id(call))

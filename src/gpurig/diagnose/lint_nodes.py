@@ -180,6 +180,13 @@ def _gpu_key(key: ast.AST | None) -> bool:
     return key is not None and (isinstance(key, ast.Constant) and str(key.value).startswith("cuda:") or _names_a_gpu(key))
 
 
+def _one_process_group(call: ast.Call) -> bool:
+    """`init_process_group(..., world_size=1)`: a group of one process that a library needs (a
+    single-GPU run), not a distributed run to tear down at the end."""
+    size = _kw(call, "world_size")
+    return size is not None and isinstance(size.value, ast.Constant) and size.value.value == 1 and size.value.value is not True
+
+
 def _if_chain(node: ast.If) -> tuple[tuple[tuple[int, int], ...], set[int]]:
     """The first and last lines of each branch of an if / elif / else chain (one branch runs), and
     the ids of its `elif` nodes (read as part of this chain, not as chains of their own)."""
