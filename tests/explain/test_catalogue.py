@@ -105,6 +105,14 @@ REFERENCE_ROWS = [
     ("nvidia-container-cli: mount error: file creation failed: /var/lib/docker/overlay2/bd45/merged/usr/bin/nvidia-smi: "
      "file exists: unknown", "image-bundles-driver-libs"),
     ("nvidia-docker | 2016/06/07 18:49:33 Error: unsupported CUDA version: driver 7.0 < image 7.5", "driver-too-old"),
+    # Messages torch's own sources raise (c10d, elastic, autograd), each seen in public multi-GPU issues.
+    ("RuntimeError: [1] is setting up NCCL communicator and retreiving ncclUniqueId from [0] via c10d key-value store by "
+     "key '0', but store->get('0') got error: Timeout waiting for key: default_pg/0/0 after 1800000 ms", "nccl-unique-id-timeout"),
+    ("torch.distributed.DistNetworkError: on node-7.cluster, port: 29400 already in use", "rendezvous-port-in-use"),
+    ("RuntimeError: grad can be implicitly created only for scalar outputs", "dataparallel-loss-not-scalar"),
+    ("[E ProcessGroupNCCL.cpp:475] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA "
+     "kernels, subsequent GPU operations might run on corrupted/incomplete data.", "nccl-watchdog-teardown"),
+    ("    raise RendezvousClosedError()\ntorch.distributed.elastic.rendezvous.api.RendezvousClosedError", "rendezvous-closed"),
 ]
 
 
@@ -113,6 +121,20 @@ def test_reference_row_is_explained_best_first(message, entry_id):
     matches = explain_text(message).matches
     assert matches, f"nothing matched {message!r}"
     assert matches[0].id == entry_id, [m.id for m in matches]
+
+
+def test_the_watchdog_teardown_gives_way_to_the_error_it_reports():
+    """"Some NCCL operations have failed or timed out" and an aborted communicator are consequences:
+    the NCCL error reported with them is the answer, and a bare port-retry warning is no failure."""
+    log = ("[E ProcessGroupNCCL.cpp:475] Some NCCL operations have failed or timed out. Due to the asynchronous nature of "
+           "CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.\n"
+           "RuntimeError: NCCL communicator was aborted on rank 1. Original reason for failure was: NCCL error: "
+           "unhandled cuda error, NCCL version 2.10.3\nncclUnhandledCudaError: Call to CUDA function failed.\n"
+           "Last error:\nCuda failure 'out of memory'\n")
+    ids = [m.id for m in match_catalogue(log)]
+    assert "nccl-watchdog-teardown" in ids and ids[0] != "nccl-watchdog-teardown", ids
+    warning = "WARNING:torch.distributed.elastic.utils.distributed:port: 29500 already in use, attempt: [1/3]"
+    assert "rendezvous-port-in-use" not in [m.id for m in match_catalogue(warning)]
 
 
 def test_a_specific_reading_hides_the_generic_one():
