@@ -113,6 +113,10 @@ REFERENCE_ROWS = [
     ("[E ProcessGroupNCCL.cpp:475] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA "
      "kernels, subsequent GPU operations might run on corrupted/incomplete data.", "nccl-watchdog-teardown"),
     ("    raise RendezvousClosedError()\ntorch.distributed.elastic.rendezvous.api.RendezvousClosedError", "rendezvous-closed"),
+    ("RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory", "checkpoint-file-truncated"),
+    ("[1,0]<stderr>:[2021-04-10 21:28:20.658706: W horovod/common/stall_inspector.cc:105] One or more tensors were "
+     "submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more "
+     "than 60 seconds.", "horovod-stall-warning"),
 ]
 
 
