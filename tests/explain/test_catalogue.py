@@ -117,6 +117,11 @@ REFERENCE_ROWS = [
     ("[1,0]<stderr>:[2021-04-10 21:28:20.658706: W horovod/common/stall_inspector.cc:105] One or more tensors were "
      "submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more "
      "than 60 seconds.", "horovod-stall-warning"),
+    ("RuntimeError: DDP expects same model across all ranks, but Rank 0 has 686 params, while rank 1 has inconsistent 0 "
+     "params.", "ddp-model-differs-across-ranks"),
+    ("RuntimeError: Rank 1 successfully reached monitoredBarrier, but received errors while waiting for send/recv from "
+     "rank 0. Please check rank 0 logs for faulty rank.", "monitored-barrier-missing-rank"),
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGKILL", "host-out-of-memory-killed"),
 ]
 
 
