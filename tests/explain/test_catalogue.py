@@ -236,6 +236,23 @@ def test_an_entry_no_real_thread_has_confirmed_is_never_sure():
     assert abs(entry_confidence(proven) - (right + 4 * proven.confidence) / (answered + 4)) < 0.001
 
 
+def test_a_timeout_reading_is_sure_only_as_often_as_it_named_the_cause(monkeypatch):
+    """A collective timeout is a consequence: when the real threads it matched mostly name a deeper
+    cause, "sure" would be confidently wrong; a good record never lifts it above what it states."""
+    from dataclasses import replace
+
+    from gpurig.diagnose import catalogue, threads
+
+    watchdog = next(e for e in catalogue.load_catalogue() if e.id == "nccl-watchdog-timeout")
+    assert watchdog.role == "timeout" and watchdog.confidence >= threads.SURE
+    monkeypatch.setattr(threads, "load_entry_record", lambda: {watchdog.id: (10, 5)})
+    assert catalogue.entry_confidence(watchdog) < threads.SURE
+    monkeypatch.setattr(threads, "load_entry_record", lambda: {watchdog.id: (10, 10)})
+    assert catalogue.entry_confidence(watchdog) == watchdog.confidence
+    primary = replace(watchdog, role="primary")  # an entry naming a rank's own fault may rise with its record
+    assert catalogue.entry_confidence(primary) > watchdog.confidence
+
+
 def test_a_launcher_stopped_from_outside_is_read_as_a_casualty_not_a_hangup():
     # The elastic agent got SIGTERM (a scheduler, an orchestrator, a kill): nothing failed in the
     # job's ranks, and it is not the SIGHUP of a closed terminal.

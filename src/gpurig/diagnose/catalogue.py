@@ -195,9 +195,11 @@ USE_ENTRY_CALIBRATION = True  # off while the calibration itself is measured
 
 def entry_confidence(entry: CatalogueEntry) -> float:
     """The entry's confidence, calibrated: its stated value blended with how often it was right when
-    it gave the first answer on the development threads (`threads/catalogue.toml`). Only entries
-    naming a rank's own fault are calibrated; secondary, timeout and benign readings keep theirs."""
-    if not USE_ENTRY_CALIBRATION or entry.role != "primary":
+    it gave the first answer on the development threads (`threads/catalogue.toml`). Entries naming
+    a rank's own fault are calibrated; a timeout reading too, but only down (it reads a consequence:
+    the threads it matched often name a deeper cause, and it must not come to outrank a specific
+    reading of the same stall); secondary and benign readings keep theirs."""
+    if not USE_ENTRY_CALIBRATION or entry.role not in ("primary", "timeout"):
         return entry.confidence  # a consequence or a notice names no thread's cause: nothing to calibrate against
     from gpurig.diagnose.threads import load_entry_record
 
@@ -205,7 +207,8 @@ def entry_confidence(entry: CatalogueEntry) -> float:
     if not answered:
         # Never checked against a real development thread: no evidence for "sure".
         return min(entry.confidence, UNPROVEN)
-    return round((right + PRIOR_ANSWERS * entry.confidence) / (answered + PRIOR_ANSWERS), 3)
+    blended = round((right + PRIOR_ANSWERS * entry.confidence) / (answered + PRIOR_ANSWERS), 3)
+    return min(blended, entry.confidence) if entry.role == "timeout" else blended
 
 
 def match_entry(entry: CatalogueEntry, text: str, lowered: str | None = None) -> Match | None:
