@@ -225,7 +225,7 @@ def test_a_rank_that_only_raised_gets_the_closest_resolved_thread(monkeypatch):
                          established_by="maintainer", found_by="issues: port")
     for c in (case, other):
         c.tokens = c.compute_tokens()
-    monkeypatch.setattr(threads, "default_index", lambda: threads.ThreadIndex([case, other, other]))
+    monkeypatch.setattr(threads, "default_index", lambda: threads.ThreadIndex([case, other, other], examples=False))
     monkeypatch.setattr(threads, "load_calibration", lambda: threads.Calibration(a=0.0, b=2.2, low=0.0, high=1.0, cap=0.9))
     record = _record(
         failures=[TableFailure(rank=1, local_rank=1, exitcode=1, root_cause=True)],

@@ -156,6 +156,24 @@ def test_index_answers_with_the_closest_resolved_case_and_its_url():
     assert th.ThreadIndex(cases).search("epoch 1 loss 0.5\nepoch 2 loss 0.4\n") == []
 
 
+def test_a_known_message_in_a_wording_the_patterns_miss_is_read_by_its_resemblance_to_the_examples():
+    """The catalogue's real examples are cases of the index: a retyped message ("encontered") that no
+    pattern matches is still closest to its entry's examples, and the answer is that entry, said as
+    a resemblance (kind "similar"), with the entry's cause and fix."""
+    from gpurig.diagnose.catalogue import match_catalogue
+
+    typo = "RuntimeError: CUDA error: an illegal memory access was encontered"
+    assert [m for m in match_catalogue(typo) if m.id == "cuda-illegal-memory-access"] == []
+    first = explain_text(typo, index=th.ThreadIndex([])).matches[0]
+    assert (first.kind, first.id, first.cls) == ("similar", "cuda-illegal-memory-access", "cuda-illegal-memory-access")
+    assert first.title.startswith("Like a known error:") and "CUDA_LAUNCH_BLOCKING" in first.fix
+    assert first.evidence == typo and th.FLOOR <= first.confidence < th.SURE
+    # Harmless notices are not among them: a notice is never an answer by resemblance.
+    benign = {e.id for e in load_catalogue() if e.role == "benign"}
+    assert th.example_cases() and not any(c.entry in benign for c in th.example_cases())
+    assert th.ThreadIndex([], examples=False).cases == []
+
+
 def test_many_threads_of_one_common_line_do_not_outvote_the_closest_case():
     """Four threads pasting only the common NCCL line score more together than the one thread with
     the user's very line; a class's further voters count for less, so the closest case's class wins."""
@@ -169,7 +187,7 @@ def test_many_threads_of_one_common_line_do_not_outvote_the_closest_case():
     cases += [case(i, "copies", "RuntimeError: NCCL error: unhandled system error") for i in range(1, 5)]
     cases += [case(i, f"other{i}", f"ValueError: something else {w}")
               for i, w in zip(range(5, 12), "alpha beta gamma delta epsilon zeta eta".split(), strict=True)]
-    hits = th.ThreadIndex(cases).search("RuntimeError: NCCL error: unhandled system error, shm_open failed: No such file")
+    hits = th.ThreadIndex(cases, examples=False).search("RuntimeError: NCCL error: unhandled system error, shm_open failed: No such file")
     assert [h.case.cls for h in hits] == ["near", "copies"] and hits[0].case.id == "t0"
 
 

@@ -261,6 +261,13 @@ def _benign_classes() -> set[str]:
 
 def _thread_match(hit) -> Match:
     case = hit.case
+    if case.entry:  # closest to a catalogue entry's real example: the entry, read by resemblance
+        from gpurig.diagnose.catalogue import load_catalogue
+
+        entry = next(e for e in load_catalogue() if e.id == case.entry)
+        return Match(id=entry.id, title=f"Like a known error: {entry.title}", cause=entry.cause, fix=entry.fix,
+                     confidence=round(hit.confidence, 2), evidence=hit.evidence, role="primary",
+                     source=entry.source, kind="similar", cls=case.cls)
     return Match(
         id=f"thread:{case.id}",
         title=f"Like a resolved thread: {case.title.strip()[:160]}",
@@ -319,7 +326,7 @@ def explain_text(text: str, index: Any = "default", exclude: str | None = None) 
         said = {m.cls or m.id for m in harmless}  # a notice the catalogue named is said once, with its thread
         for hit in hits:  # resolved threads about a notice the catalogue named go beside it
             holder = next((h for h in harmless if canonical(h.cls or h.id) == hit.case.cls), None)
-            if holder is not None and hit.confidence >= ALTERNATIVE and hit.case.url not in holder.see_also:
+            if holder is not None and hit.confidence >= ALTERNATIVE and hit.case.url and hit.case.url not in holder.see_also:
                 holder.see_also.append(hit.case.url)
         for m in merged:
             if m.cls in benign_classes and m not in ranked:
@@ -376,7 +383,7 @@ def _with_threads(ranked: list[Match], hits: list, floor: float | None = None) -
         t = _thread_match(hit)
         holder = next((m for m in out if canonical(m.cls or m.id) == t.cls or HIDES.get(m.id) == t.cls), None)
         if holder is not None:
-            if hit.confidence >= ALTERNATIVE:  # a thread of the answer's own cause changes no answer
+            if hit.confidence >= ALTERNATIVE and t.kind == "thread":  # a thread of the answer's own cause changes no answer
                 holder.see_also.append(t.source)
             continue
         new.append(t)

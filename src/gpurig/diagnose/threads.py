@@ -63,6 +63,7 @@ class Case:
     found_by: str
     split: str = "dev"
     tokens: list[str] = field(default_factory=list, repr=False)
+    entry: str = ""  # the catalogue entry whose real example this is (not a thread), see `example_cases`
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], where: str) -> Case:
@@ -137,18 +138,27 @@ def read_case_lines() -> list[tuple[str, str]]:
     return pairs
 
 
+@lru_cache(maxsize=1)
+def _case_lines() -> tuple[tuple[str, str], ...]:
+    """The shipped thread lines, read once per process (the threads and the examples both need them)."""
+    return tuple(read_case_lines())
+
+
 TOKENS_FILE = "tokens.json"
 
 
 def tokens_key(pairs: Sequence[tuple[str, str]]) -> str:
-    """What the shipped tokens were computed from: every thread line, and the code that makes tokens
-    of a log (this module and `loglines.py`)."""
+    """What the shipped tokens were computed from: every thread line, every catalogue example, and
+    the code that makes tokens of a log (this module and `loglines.py`)."""
     digest = hashlib.sha256(Path(__file__).read_bytes() + Path(__file__).with_name("loglines.py").read_bytes())
     for where, line in pairs:
         digest.update(where.encode() + b"\0" + line.encode() + b"\n")
+    for case in _examples():
+        digest.update(case.id.encode() + b"\0" + case.log.encode() + b"\n")
     return digest.hexdigest()
 
 
+@lru_cache(maxsize=2)
 def _shipped_tokens(key: str) -> dict[str, list[str]] | None:
     """The tokens of every thread as `calibrate` wrote them, when they still fit `key`."""
     try:
@@ -179,10 +189,40 @@ PROBLEMS: list[str] = []  # shipped lines skipped by load_cases (the tests requi
 
 
 @lru_cache(maxsize=1)
+def _examples() -> tuple[Case, ...]:
+    """The catalogue's real examples as cases of the index, without tokens (see `example_cases`).
+    Read from the raw catalogue: compiling its patterns is not needed here, and would double the
+    time the index takes to load."""
+    from gpurig.knowledge.loaders import error_catalogue_data
+
+    return tuple(Case(id=f"catalogue:{e['id']}:{i}", url="", title=e["title"], framework="", cls=e["id"], log=text,
+                      cause=e["cause"], fix=e["fix"], established_by="", found_by="", entry=e["id"])
+                 for e in error_catalogue_data().get("entry", []) if e.get("role") != "benign"
+                 for i, text in enumerate(e.get("examples", [])))
+
+
+@lru_cache(maxsize=1)
+def example_cases() -> tuple[Case, ...]:
+    """Every real example of the catalogue (harmless notices aside) as a case of its entry's cause.
+
+    The index holds them beside the threads: a log whose message the catalogue knows in a wording
+    its patterns miss (another version's, cut or retyped) is still close to the entry's examples,
+    and the vote then names the entry. They are knowledge written on the development part and from
+    the sources, so they are in every index: the development part's leave-one-out and the index
+    that answers the test part."""
+    shipped = _shipped_tokens(tokens_key(_case_lines())) or {}
+    classes = load_classes()
+    for case in _examples():
+        case.cls = canonical(case.cls, classes)
+        case.tokens = shipped.get(case.id) or case.compute_tokens()
+    return _examples()
+
+
+@lru_cache(maxsize=1)
 def load_cases() -> tuple[Case, ...]:
     """Every shipped thread, with its tokens (from tokens.json when it is current: normalising
     six hundred logs costs more than a user should wait for)."""
-    pairs = read_case_lines()
+    pairs = _case_lines()
     cases = parse_cases(pairs, PROBLEMS)
     shipped = _shipped_tokens(tokens_key(pairs)) or {}
     classes = load_classes()
@@ -287,12 +327,13 @@ class Hit:
 
 
 class ThreadIndex:
-    """BM25 over the cases' distinctive tokens."""
+    """BM25 over the cases' distinctive tokens: the threads given, and the catalogue's examples
+    unless `examples` is False."""
 
-    def __init__(self, cases: Sequence[Case]) -> None:
+    def __init__(self, cases: Sequence[Case], examples: bool = True) -> None:
         from rank_bm25 import BM25Okapi
 
-        self.cases = [c for c in cases if c.tokens]
+        self.cases = [c for c in list(cases) + list(example_cases() if examples else ()) if c.tokens]
         self.bm25 = BM25Okapi([c.tokens for c in self.cases]) if self.cases else None
 
     def search(self, text: str, exclude: str | None = None, calibration: Calibration | None | tuple = None,
@@ -508,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = load_cases()
     if args.cmd == "calibrate":
         pairs = read_case_lines()
-        tokens = {c.id: c.compute_tokens() for c in cases}
+        tokens = {c.id: c.compute_tokens() for c in list(cases) + list(_examples())}
         Path(str(_threads_dir().joinpath(TOKENS_FILE))).write_text(
             json.dumps({"key": tokens_key(pairs), "tokens": tokens}, separators=(",", ":")) + "\n", encoding="utf-8")
         path = Path(str(_threads_dir().joinpath("calibration.toml")))
