@@ -122,6 +122,12 @@ REFERENCE_ROWS = [
     ("RuntimeError: Rank 1 successfully reached monitoredBarrier, but received errors while waiting for send/recv from "
      "rank 0. Please check rank 0 logs for faulty rank.", "monitored-barrier-missing-rank"),
     ("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGKILL", "host-out-of-memory-killed"),
+    ("[rank1]: RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:276] ss1.ss_family == "
+     "ss2.ss_family. 10 vs 2", "gloo-mixed-address-families"),
+    ("host:92777:92889 [0] graph/xml.cc:332 NCCL WARN Could not find real path of /sys/class/pci_bus/0000:01/../../0000:01:00.0",
+     "nccl-pci-sysfs-not-visible"),
+    ("$ docker run --rm --gpus 0 nvidia/cuda:12.4.1-base-ubuntu22.04 nvidia-smi", "docker-gpus-count-not-index"),
+    ("AssertionError: Loading a checkpoint for MP=2 but world size is 1", "checkpoint-parallel-layout-mismatch"),
 ]
 
 
