@@ -128,6 +128,7 @@ REFERENCE_ROWS = [
      "nccl-pci-sysfs-not-visible"),
     ("$ docker run --rm --gpus 0 nvidia/cuda:12.4.1-base-ubuntu22.04 nvidia-smi", "docker-gpus-count-not-index"),
     ("AssertionError: Loading a checkpoint for MP=2 but world size is 1", "checkpoint-parallel-layout-mismatch"),
+    ("RuntimeError: HIP error: invalid device function", "no-kernel-image"),
 ]
 
 
