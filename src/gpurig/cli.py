@@ -8,6 +8,7 @@ Each module defines `register(app)` (the `bench_*` ones `register(bench_app)`, s
 from __future__ import annotations
 
 import functools
+import re
 import sys
 
 import typer
@@ -165,7 +166,10 @@ def _root(
 
 def reflow(text: str | None) -> str | None:
     """Join the hard-wrapped lines of each prose paragraph of a help text, so the terminal wraps it
-    once at its own width; indented lines (examples) stay as they are."""
+    once at its own width. Indented lines (examples, tables, list items) stay lines of their own,
+    but a line indented deeper than a numbered or bulleted item before it continues that item and
+    is joined to it (a table's or an example's aligned second column is not); a line ending in ':'
+    is a heading of its own only where no sentence is running into it."""
     if not text:
         return text
     out: list[str] = []
@@ -174,7 +178,13 @@ def reflow(text: str | None) -> str | None:
         prose: list[str] = []
         kept: list[str] = []
         for line in lines:
-            if line.startswith((" ", "\t")) or line.rstrip().endswith(":"):
+            indent = len(line) - len(line.lstrip())
+            if indent and kept and not prose and 0 < _indent(kept[-1]) < indent and _LIST_ITEM.match(kept[-1]):
+                kept[-1] = kept[-1].rstrip() + " " + line.strip()  # the rest of a numbered or bulleted item
+            elif line.rstrip().endswith(":") and prose and not indent:
+                kept.append(" ".join([*prose, line.strip()]))  # a sentence ending in a colon
+                prose = []
+            elif indent or line.rstrip().endswith(":"):
                 if prose:
                     kept.append(" ".join(prose))
                     prose = []
@@ -185,6 +195,13 @@ def reflow(text: str | None) -> str | None:
             kept.append(" ".join(prose))
         out.append("\n".join(kept))
     return "\n\n".join(out)
+
+
+_LIST_ITEM = re.compile(r"\s+(?:\d+\.|[-*•])\s")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
 
 
 def _stops_quietly(callback):

@@ -73,6 +73,17 @@ def test_help_prose_is_reflowed_for_any_terminal_width():
     assert reflow(text) == "First line of a sentence that goes on.\n\nExamples:\n  gpurig x   does x\n  gpurig y   does y"
 
 
+def test_reflow_joins_a_sentence_ending_in_a_colon_and_a_list_item_but_keeps_tables():
+    from gpurig.cli import reflow
+
+    text = ("Reads a log, or the last run\nof launch. Two tiers:\n\n"
+            "  1. a catalogue of the errors (CUDA,\n     NCCL), each with a fix;\n  2. the index\n\n"
+            "  ddp          K steps on N ranks;\n               uneven inputs finish\n\nExamples:\n  gpurig x")
+    assert reflow(text) == ("Reads a log, or the last run of launch. Two tiers:\n\n"
+                            "  1. a catalogue of the errors (CUDA, NCCL), each with a fix;\n  2. the index\n\n"
+                            "  ddp          K steps on N ranks;\n               uneven inputs finish\n\nExamples:\n  gpurig x")
+
+
 def test_help_at_80_columns_keeps_sentences_whole(run_cli):
     r = run_cli("check", "--help", env={"COLUMNS": "80"})
     assert r.returncode == 0

@@ -19,11 +19,12 @@ Reads a log file, stdin ('-'), a `gpurig launch` run directory, or with no argum
 
   1. a catalogue of the errors users meet on multi-GPU machines (CUDA, NCCL, torchrun,
      DataLoader, TensorFlow, containers, drivers), each with a precise cause and fix;
-  2. when the catalogue is not sure, the closest of several hundred resolved public threads
-     (issues and forum posts), with the cause that thread established, its fix and its URL.
+  2. when the catalogue is not sure, the closest of about 1,800 resolved public threads
+     (issues and forum posts), with the cause that thread established, its fix and its URL, or
+     the catalogue entry whose real examples the log resembles (a typo, another version's words).
 
-Each answer has a confidence: for threads, the share of answers that sure which were right on
-threads held out from tuning. When nothing is close it says so, with next steps that fit the log
+Each answer has a confidence: for an index answer, how often answers of that score named the
+right cause when each development thread was answered by all the others. When nothing is close it says so, with next steps that fit the log
 (a TensorFlow, Docker or WSL log gets no NCCL advice). Pasted output of
 `python -m torch.utils.collect_env` or `nvidia-smi` is turned into facts and judged by the
 doctor's rules (e.g. a cu128 torch on a 470 driver).
