@@ -367,3 +367,18 @@ def test_a_thread_of_the_cause_the_catalogue_named_under_another_id_supports_it_
     assert result.matches[0].id == "multi-gpu-hang-reported"
     assert [th.canonical(m.cls or m.id) for m in result.matches].count("hang-after-nccl-init") == 1
     assert any(u.startswith("https://") for u in result.matches[0].see_also)
+
+
+def test_the_maintainers_commands_run_as_a_module():
+    """`python -m gpurig.diagnose.threads stats|show` (the commands docs/explain.md tells a maintainer
+    to run) work, and `show` never prints a thread of the test part."""
+    import subprocess
+    import sys
+
+    stats = subprocess.run([sys.executable, "-m", "gpurig.diagnose.threads", "stats"], capture_output=True, text=True,
+                           timeout=120)
+    assert stats.returncode == 0 and re.match(r"\d+ threads: dev \d+, test \d+", stats.stdout), stats.stderr
+    shown = subprocess.run([sys.executable, "-m", "gpurig.diagnose.threads", "show", "--class", "nccl-shared-memory"],
+                           capture_output=True, text=True, timeout=120)
+    rows = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert shown.returncode == 0 and rows and all(th.split_of(r["url"]) == "dev" for r in rows)

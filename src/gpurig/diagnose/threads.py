@@ -89,7 +89,7 @@ def split_of(url: str) -> str:
 # --- the shipped threads ------------------------------------------------------------------------
 
 
-def _threads_dir():
+def threads_dir():
     return resources.files("gpurig.knowledge").joinpath("threads")
 
 
@@ -131,7 +131,7 @@ def parse_cases(lines: Iterable[tuple[str, str]], problems: list[str] | None = N
 
 def read_case_lines() -> list[tuple[str, str]]:
     pairs = []
-    for item in sorted(_threads_dir().iterdir(), key=lambda p: p.name):
+    for item in sorted(threads_dir().iterdir(), key=lambda p: p.name):
         if item.name.endswith(".jsonl"):
             for n, line in enumerate(item.read_text(encoding="utf-8").splitlines(), 1):
                 pairs.append((f"{item.name}:{n}", line))
@@ -153,7 +153,7 @@ def tokens_key(pairs: Sequence[tuple[str, str]]) -> str:
     digest = hashlib.sha256(Path(__file__).read_bytes() + Path(__file__).with_name("loglines.py").read_bytes())
     for where, line in pairs:
         digest.update(where.encode() + b"\0" + line.encode() + b"\n")
-    for case in _examples():
+    for case in raw_example_cases():
         digest.update(case.id.encode() + b"\0" + case.log.encode() + b"\n")
     return digest.hexdigest()
 
@@ -162,7 +162,7 @@ def tokens_key(pairs: Sequence[tuple[str, str]]) -> str:
 def _shipped_tokens(key: str) -> dict[str, list[str]] | None:
     """The tokens of every thread as `calibrate` wrote them, when they still fit `key`."""
     try:
-        data = json.loads(_threads_dir().joinpath(TOKENS_FILE).read_text(encoding="utf-8"))
+        data = json.loads(threads_dir().joinpath(TOKENS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data.get("tokens") if isinstance(data, dict) and data.get("key") == key else None
@@ -171,7 +171,7 @@ def _shipped_tokens(key: str) -> dict[str, list[str]] | None:
 @lru_cache(maxsize=1)
 def load_classes() -> dict[str, dict[str, str]]:
     """class id -> {"definition", "same_as"} from classes.toml (catalogue ids need no entry)."""
-    data = tomllib.loads(_threads_dir().joinpath("classes.toml").read_text(encoding="utf-8"))
+    data = tomllib.loads(threads_dir().joinpath("classes.toml").read_text(encoding="utf-8"))
     return dict(data.get("class", {}))
 
 
@@ -189,7 +189,7 @@ PROBLEMS: list[str] = []  # shipped lines skipped by load_cases (the tests requi
 
 
 @lru_cache(maxsize=1)
-def _examples() -> tuple[Case, ...]:
+def raw_example_cases() -> tuple[Case, ...]:
     """The catalogue's real examples as cases of the index, without tokens (see `example_cases`).
     Read from the raw catalogue: compiling its patterns is not needed here, and would double the
     time the index takes to load."""
@@ -212,10 +212,10 @@ def example_cases() -> tuple[Case, ...]:
     that answers the test part."""
     shipped = _shipped_tokens(tokens_key(_case_lines())) or {}
     classes = load_classes()
-    for case in _examples():
+    for case in raw_example_cases():
         case.cls = canonical(case.cls, classes)
         case.tokens = shipped.get(case.id) or case.compute_tokens()
-    return _examples()
+    return raw_example_cases()
 
 
 @lru_cache(maxsize=1)
@@ -253,7 +253,7 @@ def _sigmoid(z: float) -> float:
 @lru_cache(maxsize=1)
 def load_calibration() -> Calibration | None:
     """The calibration `calibrate` wrote (None when calibration.toml is missing)."""
-    path = _threads_dir().joinpath("calibration.toml")
+    path = threads_dir().joinpath("calibration.toml")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -265,7 +265,7 @@ def load_calibration() -> Calibration | None:
 @lru_cache(maxsize=1)
 def load_entry_record() -> dict[str, tuple[int, int]]:
     """Per catalogue entry: (times it matched a development thread, of them naming its cause)."""
-    path = _threads_dir().joinpath(ENTRY_RECORD_FILE)
+    path = threads_dir().joinpath(ENTRY_RECORD_FILE)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -529,77 +529,7 @@ def measure_splits(cases: Sequence[Case] | None = None, test: bool = True) -> di
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import signal
+if __name__ == "__main__":  # `python -m gpurig.diagnose.threads ...`: the maintainer's commands
+    from gpurig.diagnose.threads_cli import main
 
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `... show | head` ends quietly
-    ap = argparse.ArgumentParser(prog="python -m gpurig.diagnose.threads",
-                                 description="Maintain the index of resolved threads shipped with gpurig.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("calibrate", help="rewrite tokens.json and calibration.toml (after any change to the threads)")
-    sub.add_parser("stats", help="how many threads, per split and per class")
-    m = sub.add_parser("measure", help="explain's rates on the development part (leave-one-out) and the test part")
-    m.add_argument("--test", action="store_true", help="also measure the held-out test part (report it; never tune on it)")
-    m.add_argument("--wrong", action="store_true", help="list the development threads answered wrongly")
-    sub.add_parser("table", help="the catalogue as a Markdown table (for docs/explain.md)")
-    sh = sub.add_parser("show", help="print development threads (the test part is never shown)")
-    sh.add_argument("--class", dest="cls", help="only this class")
-    args = ap.parse_args(argv)
-    cases = load_cases()
-    if args.cmd == "calibrate":
-        pairs = read_case_lines()
-        tokens = {c.id: c.compute_tokens() for c in list(cases) + list(_examples())}
-        Path(str(_threads_dir().joinpath(TOKENS_FILE))).write_text(
-            json.dumps({"key": tokens_key(pairs), "tokens": tokens}, separators=(",", ":")) + "\n", encoding="utf-8")
-        path = Path(str(_threads_dir().joinpath("calibration.toml")))
-        fit = write_calibration(path, cases)
-        if fit is not None:
-            print(f"calibration: a {fit.a}, b {fit.b}, scores {fit.low}..{fit.high}, at most {fit.cap}; "
-                  + ", ".join(f"{p:.0%} from score {s:.3f}" if (s := score_for(p, fit)) is not None else f"never {p:.0%}"
-                              for p in (ALTERNATIVE, FLOOR, 0.5, SURE)))
-        record = write_entry_record(Path(str(_threads_dir().joinpath(ENTRY_RECORD_FILE))), cases)
-        low = sorted((r / a, k, a) for k, (a, r) in record.items() if a >= 3 and r / a < 0.7)
-        print(f"catalogue entries: {len(record)} matched development threads; right under 70% of the time: "
-              + (", ".join(f"{k} {p:.0%} of {a}" for p, k, a in low) or "none"))
-        return 0
-    if args.cmd == "measure":
-        for name, rates in measure_splits(cases, test=args.test).items():
-            print(f"{name}: {json.dumps(rates.to_dict())}")
-            if args.wrong and name == "dev":
-                for w in rates.wrong:
-                    print("   ", json.dumps(w))
-        return 0
-    if args.cmd == "table":
-        from gpurig.diagnose.catalogue import load_catalogue
-
-        counts: dict[str, int] = {}
-        for c in cases:
-            counts[c.cls] = counts.get(c.cls, 0) + 1
-        print("| id | what | role | threads | a real example |")
-        print("|---|---|---|---|---|")
-        for e in sorted(load_catalogue(), key=lambda e: e.id):
-            example = " / ".join(e.examples[0].strip().splitlines()[-2:])
-            example = example if len(example) <= 110 else example[:107] + "..."
-            cell = example.replace("|", "\\|").replace("`", "'")
-            print(f"| `{e.id}` | {e.title.replace('|', '/')} | {e.role} | {counts.get(e.id, 0)} | `{cell}` |")
-        return 0
-    if args.cmd == "show":
-        for c in cases:
-            if c.split == "dev" and (args.cls is None or c.cls == args.cls):
-                print(json.dumps({"id": c.id, "url": c.url, "class": c.cls, "title": c.title, "log": c.log,
-                                  "cause": c.cause, "fix": c.fix}, ensure_ascii=False))
-        return 0
-    by_split: dict[str, int] = {}
-    by_class: dict[str, int] = {}
-    for c in cases:
-        by_split[c.split] = by_split.get(c.split, 0) + 1
-        by_class[c.cls] = by_class.get(c.cls, 0) + 1
-    print(f"{len(cases)} threads: " + ", ".join(f"{k} {v}" for k, v in sorted(by_split.items())))
-    for k, v in sorted(by_class.items(), key=lambda kv: -kv[1]):
-        print(f"  {v:4d}  {k}")
-    return 0
-
-
-if __name__ == "__main__":
     raise SystemExit(main())
