@@ -129,6 +129,13 @@ REFERENCE_ROWS = [
     ("$ docker run --rm --gpus 0 nvidia/cuda:12.4.1-base-ubuntu22.04 nvidia-smi", "docker-gpus-count-not-index"),
     ("AssertionError: Loading a checkpoint for MP=2 but world size is 1", "checkpoint-parallel-layout-mismatch"),
     ("RuntimeError: HIP error: invalid device function", "no-kernel-image"),
+    ("[rank3]: RuntimeError: Unsloth currently does not support multi GPU setups - but we are working on it!",
+     "unsloth-single-gpu-only"),
+    ("ValueError: pmap got inconsistent sizes for array axes to be mapped:\n  * one axis had size 1: axis 0 of argument x",
+     "pmap-input-not-split-per-device"),
+    ("ssh: Could not resolve hostname worker-1: Name or service not known\n  File \"/usr/bin/deepspeed\", line 6",
+     "deepspeed-hostfile-host-unresolvable"),
+    ("ValueError: Could not find the transformer layer class Qwen2DecoderLayer in the model.", "fsdp-wrap-class-not-in-model"),
 ]
 
 
