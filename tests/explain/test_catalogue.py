@@ -136,6 +136,9 @@ REFERENCE_ROWS = [
     ("ssh: Could not resolve hostname worker-1: Name or service not known\n  File \"/usr/bin/deepspeed\", line 6",
      "deepspeed-hostfile-host-unresolvable"),
     ("ValueError: Could not find the transformer layer class Qwen2DecoderLayer in the model.", "fsdp-wrap-class-not-in-model"),
+    ("[rank0]: torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\n[rank0]: RuntimeError: Cannot find a "
+     "working triton installation. More information on installing Triton can be found at https://github.com/openai/triton",
+     "triton-missing-for-compile"),
 ]
 
 
