@@ -178,7 +178,7 @@ def reflow(text: str | None) -> str | None:
         prose: list[str] = []
         kept: list[str] = []
         for line in lines:
-            indent = len(line) - len(line.lstrip())
+            indent = _indent(line)
             if indent and kept and not prose and 0 < _indent(kept[-1]) < indent and _LIST_ITEM.match(kept[-1]):
                 kept[-1] = kept[-1].rstrip() + " " + line.strip()  # the rest of a numbered or bulleted item
             elif line.rstrip().endswith(":") and prose and not indent:
