@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 from env_rigs import CRAFTED
+
+# A test dependency (`[test]`), not a product one: an image with gpurig's runtime alone skips this file.
+pytest.importorskip("jsonschema", reason="the manifests are validated with jsonschema, from gpurig's [test] extra")
 from jsonschema import Draft4Validator, FormatChecker
 from jsonschema.validators import validator_for
 from referencing import Registry, Resource
