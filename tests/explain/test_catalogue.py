@@ -283,3 +283,38 @@ def test_a_launcher_stopped_from_outside_is_read_as_a_casualty_not_a_hangup():
     hangup = explain_text("W0616 00:37:22.830000 4015698 torch/distributed/elastic/agent/server/api.py:719] "
                           "Received Signals.SIGHUP death signal, shutting down workers\n")
     assert hangup.matches[0].id == "launcher-sighup-session-closed"
+
+
+# An issue editor's wrapping, as pasted in https://github.com/AI-Hypercomputer/xpk/issues/492.
+WRAPPED = """E0605 09:26:44.248647    1054 pjrt_stream_executor_client.cc:2839] Execution of replica 0
+failed: INTERNAL: NCCL operation ncclGroupEnd() failed: unhandled system error (run with
+NCCL_DEBUG=INFO for details). Last NCCL warning(error) log entry (may be unrelated)  'Error
+while creating shared memory segment /dev/shm/nccl-TfciGV (size 31850880), error: No space
+left on device (28)'."""
+
+
+def test_a_message_wrapped_over_lines_is_read_whole_at_its_first_line():
+    matches = explain_text(WRAPPED, index=None).matches
+    assert matches[0].id == "nccl-shared-memory"
+    assert matches[0].line == 3
+    assert "Error while creating shared memory segment" in matches[0].evidence
+    assert "nccl-system-error" not in [m.id for m in matches]  # the specific reading hides the generic one
+
+
+def test_only_a_long_line_going_on_in_lower_case_is_joined():
+    from gpurig.diagnose.catalogue import unwrap
+
+    assert unwrap("short line\nwhile creating") is None
+    assert unwrap("x" * 70 + "\nTraceback (most recent call last):") is None
+    assert unwrap("| 0  NVIDIA H200   On  | 00000000:18:00.0 Off |" * 2 + "\n| N/A  30C    P0  |") is None
+    joined, first = unwrap("a\n" + "y" * 70 + " \nleft on device\nBye")
+    assert joined == "a\n" + "y" * 70 + " left on device\nBye" and first == [1, 2, 4]
+
+
+def test_a_jax_out_of_memory_is_not_read_as_tensorflow():
+    """XLA words the OOM alike in TensorFlow and JAX; a JAX log gets JAX's fix, and a TensorFlow log keeps its own."""
+    jax_log = "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 402653184 bytes."
+    tf_log = ("2021-03-01 10:00:00.000000: W tensorflow/core/common_runtime/bfc_allocator.cc:456] ...\n"
+              "tensorflow.python.framework.errors_impl.ResourceExhaustedError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 5 bytes")
+    assert [m.id for m in explain_text(jax_log, index=None).matches] == ["jax-out-of-memory"]
+    assert explain_text(tf_log, index=None).matches[0].id == "tf-resource-exhausted-oom"

@@ -250,12 +250,40 @@ HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": 
          "host-oom-loading-weights": "host-out-of-memory-killed", "timeout-while-rank0-busy": "nccl-watchdog-timeout"}
 
 
+# A long message an issue editor or a mail client wrapped at a space: a long line whose next line goes
+# on in lower case ("... log entry 'Error" / "while creating shared memory segment ...") is one line.
+# (A terminal's own wrapping is undone when its text is copied; a cut, "(see abov", loses the rest.)
+WRAP_WIDTH = 60
+
+
+def unwrap(text: str) -> tuple[str, list[int]] | None:
+    """`text` with wrapped lines joined, and the original line number of each of its lines; None when
+    nothing looks wrapped."""
+    out: list[str] = []
+    first: list[int] = []
+    for n, line in enumerate(text.split("\n"), 1):
+        if out and len(out[-1].rstrip()) >= WRAP_WIDTH and line[:1].islower():
+            out[-1] = out[-1].rstrip() + " " + line
+        else:
+            out.append(line)
+            first.append(n)
+    return ("\n".join(out), first) if len(out) < n else None
+
+
 def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = None, benign: bool = False) -> list[Match]:
-    """The entries `text` matches, best first; harmless notices (role "benign") only when asked."""
+    """The entries `text` matches, best first; harmless notices (role "benign") only when asked.
+    A message the paste wrapped over two lines is read whole (`unwrap`), its line the first of them."""
     catalogue = catalogue if catalogue is not None else load_catalogue()
     lowered = text.lower()
     found = [m for e in catalogue
              if (benign or e.role != "benign") and (m := match_entry(e, text, lowered)) is not None]
+    if (joined := unwrap(text)) is not None:
+        whole, first = joined
+        done, whole_lowered = {m.id for m in found}, whole.lower()
+        for e in catalogue:
+            if e.id not in done and (benign or e.role != "benign") and (m := match_entry(e, whole, whole_lowered)):
+                m.line = first[m.line - 1] if m.line else None
+                found.append(m)
     # A specific explanation hides a generic one read from the same line (the first collective
     # timing out is a more useful reading than "a collective timed out").
     ids = {m.id for m in found}
