@@ -139,6 +139,14 @@ REFERENCE_ROWS = [
     ("[rank0]: torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\n[rank0]: RuntimeError: Cannot find a "
      "working triton installation. More information on installing Triton can be found at https://github.com/openai/triton",
      "triton-missing-for-compile"),
+    # An extension built for a CUDA torch, reporting the CPU build it found (not an ABI mismatch).
+    ("WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:\n"
+     "    PyTorch 2.1.2+cu121 with CUDA 1201 (you have 2.1.2+cpu)", "torch-not-compiled-with-cuda"),
+    ("nvcc fatal   : Value 'c++17' is not defined for option 'std'", "cuda-toolkit-mismatch"),
+    ("ImportError: libtorch_cuda_cu.so: cannot open shared object file: No such file or directory", "extension-abi-mismatch"),
+    ("E external/local_xla/xla/stream_executor/cuda/cuda_driver.cc:282] failed call to cuInit: CUDA_ERROR_NOT_FOUND: "
+     "named symbol not found", "wsl-container-driver-library-missing"),
+    ("NotImplementedError: Only DistributedDataParallel is supported.", "dataparallel-multi-gpu-unsupported"),
 ]
 
 
