@@ -312,11 +312,11 @@ def test_a_message_wrapped_over_lines_is_read_whole_at_its_first_line():
 def test_only_a_long_line_going_on_in_lower_case_is_joined():
     from gpurig.diagnose.catalogue import unwrap
 
-    assert unwrap("short line\nwhile creating") is None
-    assert unwrap("x" * 70 + "\nTraceback (most recent call last):") is None
-    assert unwrap("| 0  NVIDIA H200   On  | 00000000:18:00.0 Off |" * 2 + "\n| N/A  30C    P0  |") is None
-    joined, first = unwrap("a\n" + "y" * 70 + " \nleft on device\nBye")
-    assert joined == "a\n" + "y" * 70 + " left on device\nBye" and first == [1, 2, 4]
+    assert unwrap("short line\nwhile creating") == []
+    assert unwrap("x" * 70 + "\nTraceback (most recent call last):") == []
+    assert unwrap("| 0  NVIDIA H200   On  | 00000000:18:00.0 Off |" * 2 + "\n| N/A  30C    P0  |") == []
+    assert unwrap("a\n" + "y" * 70 + " \nleft on device\nBye\n" + "z" * 60 + "\nend") == [
+        (2, "y" * 70 + " left on device"), (5, "z" * 60 + " end")]
 
 
 def test_a_jax_out_of_memory_is_not_read_as_tensorflow():

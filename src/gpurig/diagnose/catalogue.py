@@ -257,18 +257,20 @@ HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": 
 WRAP_WIDTH = 60
 
 
-def unwrap(text: str) -> tuple[str, list[int]] | None:
-    """`text` with wrapped lines joined, and the original line number of each of its lines; None when
-    nothing looks wrapped."""
-    out: list[str] = []
-    first: list[int] = []
+def unwrap(text: str) -> list[tuple[int, str]]:
+    """The wrapped messages of `text`, each joined into one line, with the number of its first line."""
+    joined: list[tuple[int, str]] = []
+    current, first, parts = "", 0, 0
     for n, line in enumerate(text.split("\n"), 1):
-        if out and len(out[-1].rstrip()) >= WRAP_WIDTH and line[:1].islower():
-            out[-1] = out[-1].rstrip() + " " + line
-        else:
-            out.append(line)
-            first.append(n)
-    return ("\n".join(out), first) if len(out) < n else None
+        if parts and len(current.rstrip()) >= WRAP_WIDTH and line[:1].islower():
+            current, parts = current.rstrip() + " " + line, parts + 1
+            continue
+        if parts > 1:
+            joined.append((first, current))
+        current, first, parts = line, n, 1
+    if parts > 1:
+        joined.append((first, current))
+    return joined
 
 
 def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = None, benign: bool = False) -> list[Match]:
@@ -278,12 +280,12 @@ def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = No
     lowered = text.lower()
     found = [m for e in catalogue
              if (benign or e.role != "benign") and (m := match_entry(e, text, lowered)) is not None]
-    if (joined := unwrap(text)) is not None:
-        whole, first = joined
+    if joined := unwrap(text):  # only the joined lines are read again: every other line was read above
+        whole = "\n".join(line for _, line in joined)
         done, whole_lowered = {m.id for m in found}, whole.lower()
         for e in catalogue:
             if e.id not in done and (benign or e.role != "benign") and (m := match_entry(e, whole, whole_lowered)):
-                m.line = first[m.line - 1] if m.line else None
+                m.line = joined[m.line - 1][0] if m.line else None
                 found.append(m)
     # A specific explanation hides a generic one read from the same line (the first collective
     # timing out is a more useful reading than "a collective timed out").
