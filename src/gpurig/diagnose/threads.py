@@ -20,7 +20,7 @@ import json
 import math
 import tomllib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -210,26 +210,28 @@ def example_cases() -> tuple[Case, ...]:
     and the vote then names the entry. They are knowledge written on the development part and from
     the sources, so they are in every index: the development part's leave-one-out and the index
     that answers the test part."""
-    shipped = _shipped_tokens(tokens_key(_case_lines())) or {}
-    classes = load_classes()
-    for case in raw_example_cases():
-        case.cls = canonical(case.cls, classes)
-        case.tokens = shipped.get(case.id) or case.compute_tokens()
-    return raw_example_cases()
+    return _ready(raw_example_cases(), _shipped_key())
 
 
 @lru_cache(maxsize=1)
 def load_cases() -> tuple[Case, ...]:
     """Every shipped thread, with its tokens (from tokens.json when it is current: normalising
     six hundred logs costs more than a user should wait for)."""
-    pairs = _case_lines()
-    cases = parse_cases(pairs, PROBLEMS)
-    shipped = _shipped_tokens(tokens_key(pairs)) or {}
+    return _ready(parse_cases(_case_lines(), PROBLEMS), _shipped_key())
+
+
+@lru_cache(maxsize=1)
+def _shipped_key() -> str:
+    """`tokens_key` of the shipped threads and examples, computed once per process."""
+    return tokens_key(_case_lines())
+
+
+def _ready(cases: Iterable[Case], key: str) -> tuple[Case, ...]:
+    """Copies of `cases` with their canonical class and their tokens (shipped ones where they fit `key`)."""
+    shipped = _shipped_tokens(key) or {}
     classes = load_classes()
-    for case in cases:
-        case.cls = canonical(case.cls, classes)
-        case.tokens = shipped.get(case.id) or case.compute_tokens()
-    return tuple(cases)
+    return tuple(replace(c, cls=canonical(c.cls, classes), tokens=shipped.get(c.id) or c.compute_tokens())
+                 for c in cases)
 
 
 class Calibration(NamedTuple):
