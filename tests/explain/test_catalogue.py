@@ -147,6 +147,14 @@ REFERENCE_ROWS = [
     ("E external/local_xla/xla/stream_executor/cuda/cuda_driver.cc:282] failed call to cuInit: CUDA_ERROR_NOT_FOUND: "
      "named symbol not found", "wsl-container-driver-library-missing"),
     ("NotImplementedError: Only DistributedDataParallel is supported.", "dataparallel-multi-gpu-unsupported"),
+    ("    1. torch._C._distributed_c10d.TCPStore(host_name: str, port: int, world_size: Optional[int] = None, is_master: bool = False)\n"
+     "Invoked with: '10.0.0.1', 92345, 4, False", "rendezvous-port-invalid"),
+    ("node-1:211:230 [0] NCCL INFO NET/Plugin : Plugin load returned 2 : /opt/ofi/lib/libnccl-net.so: undefined symbol: fi_opx_ini.",
+     "nccl-net-plugin-load-failed"),
+    ("    assert prev_state_dict_config is not None\nAssertionError", "fsdp-state-dict-type-without-fsdp"),
+    ("ERROR: Detected NVIDIA Tesla K80 GPU, which is not supported by this container", "gpu-too-old-for-library"),
+    ("/usr/bin/ld: cannot find -lcudart: No such file or directory", "cuda-home-missing"),
+    ("RuntimeError: unexpected EOF, expected 4423 more bytes. The file might be corrupted.", "checkpoint-file-truncated"),
 ]
 
 
@@ -326,3 +334,29 @@ def test_a_jax_out_of_memory_is_not_read_as_tensorflow():
               "tensorflow.python.framework.errors_impl.ResourceExhaustedError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 5 bytes")
     assert [m.id for m in explain_text(jax_log, index=None).matches] == ["jax-out-of-memory"]
     assert explain_text(tf_log, index=None).matches[0].id == "tf-resource-exhausted-oom"
+
+
+def test_a_plugin_that_fails_to_load_is_not_the_harmless_no_plugin_notice():
+    """NCCL goes on to say "No plugin found" after the plugin's dlerror: the dlerror is the finding."""
+    log = ("[0] NCCL INFO NET/Plugin : dlerror=/opt/amazon/efa/lib/libfabric.so.1: version `FABRIC_1.7' not found "
+           "(required by /opt/conda/lib/libnccl-net.so) No plugin found (libnccl-net.so), using internal implementation")
+    result = explain_text(log, index=None)
+    assert [m.id for m in result.matches] == ["nccl-net-plugin-load-failed"]
+    plain = explain_text("[0] NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation", index=None)
+    assert plain.matches == [] and [b.id for b in plain.benign] == ["nccl-info-no-plugin-benign"]
+
+
+def test_an_unsupported_nvml_query_is_a_harmless_notice():
+    log = "\n".join(f"E0220 07:59:0{i}.944339 1 metrics.cc:238] failed to get power usage for GPU 0, NVML_ERROR_NOT_SUPPORTED"
+                    for i in range(3))
+    result = explain_text(log, index=None)
+    assert result.matches == [] and [b.id for b in result.benign] == ["nvml-query-unsupported-notice"]
+
+
+def test_ranks_timing_out_while_one_builds_a_kernel_are_read_as_the_build():
+    log = ("> compiling and loading fused kernels ...\n"
+           "[rank1]:[E829 16:32:30.656674606 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog caught collective operation timeout: "
+           "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600062 milliseconds before timing out.")
+    ids = [m.id for m in explain_text(log, index=None).matches]
+    assert ids[0] == "stale-extension-build-lock"
+    assert "hang-after-nccl-init" not in ids and "nccl-watchdog-timeout" not in ids

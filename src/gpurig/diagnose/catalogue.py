@@ -248,7 +248,8 @@ def rank_matches(matches: list[Match]) -> list[Match]:
 HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": "nccl-system-error",
          "nccl-bad-env-setting": "nccl-system-error", "docker-network-isolation": "nccl-system-error",
          "host-oom-loading-weights": "host-out-of-memory-killed", "timeout-while-rank0-busy": "nccl-watchdog-timeout",
-         "torch-not-compiled-with-cuda": "extension-abi-mismatch"}
+         "torch-not-compiled-with-cuda": "extension-abi-mismatch",
+         "stale-extension-build-lock": "hang-after-nccl-init"}  # (the first collective waited on rank 0's build)
 
 
 # A long message an issue editor or a mail client wrapped at a space: a long line whose next line goes
