@@ -155,6 +155,23 @@ REFERENCE_ROWS = [
     ("ERROR: Detected NVIDIA Tesla K80 GPU, which is not supported by this container", "gpu-too-old-for-library"),
     ("/usr/bin/ld: cannot find -lcudart: No such file or directory", "cuda-home-missing"),
     ("RuntimeError: unexpected EOF, expected 4423 more bytes. The file might be corrupted.", "checkpoint-file-truncated"),
+    ("ValueError: transformer is of type: <class 'torch.nn.parallel.data_parallel.DataParallel'>, but should be "
+     "<class 'diffusers.models.modeling_utils.ModelMixin'>", "ddp-wrapper-attribute"),
+    ("ValueError: When using DeepSpeed, `accelerate.prepare()` requires you to pass at least one of training or evaluation "
+     "dataloaders with `batch_size` attribute", "deepspeed-config-auto-unresolved"),
+    ("AttributeError: 'MMDataParallel' object has no attribute 'reducer'", "dataparallel-multi-gpu-unsupported"),
+    ("RuntimeError:  [!] 4 active GPUs. Define the target GPU by `CUDA_VISIBLE_DEVICES`. For multi-gpu training use "
+     "`python -m trainer.distribute`.", "dataparallel-multi-gpu-unsupported"),
+    ("Error: crun: cannot stat `/usr/lib64/libnvidia-ml.so.535.104.05`: No such file or directory: OCI runtime attempted "
+     "to invoke a command that was not found", "cdi-spec-missing-or-stale"),
+    ('level=fatal msg="Error: unable to load config: unsupported config version: 3"', "container-toolkit-version-bug"),
+    ("Error: stat nvidia.com/gpu=0: no such file or directory", "container-engine-cdi-too-old"),
+    ("docker: failed to register layer: ApplyLayer exit status 1 stdout:  stderr: write /opt/conda/lib/libcudnn.so.8: "
+     "no space left on device.", "container-image-storage-full"),
+    ("Check failed: allow_missing: Device API cuda is not enabled. Please install the cuda version of dgl.",
+     "gpu-library-cpu-only-build"),
+    ("ValueError: The global train batch size (3 x 4) must be evenly divisible by the number of generations per prompt (8).",
+     "grpo-batch-not-divisible-by-generations"),
 ]
 
 
