@@ -172,6 +172,10 @@ REFERENCE_ROWS = [
      "gpu-library-cpu-only-build"),
     ("ValueError: The global train batch size (3 x 4) must be evenly divisible by the number of generations per prompt (8).",
      "grpo-batch-not-divisible-by-generations"),
+    ("Multi-processing is handled by Slurm.\nLOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3]\n"
+     "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4\n", "slurm-job-without-srun"),
+    ("  File \"fairseq/distributed_utils.py\", line 73, in distributed_init\n"
+     "    raise ValueError('Cannot initialize distributed with distributed_world_size=1')", "stray-distributed-env-vars"),
 ]
 
 
@@ -377,3 +381,13 @@ def test_ranks_timing_out_while_one_builds_a_kernel_are_read_as_the_build():
     ids = [m.id for m in explain_text(log, index=None).matches]
     assert ids[0] == "stale-extension-build-lock"
     assert "hang-after-nccl-init" not in ids and "nccl-watchdog-timeout" not in ids
+
+
+def test_slurm_starting_every_rank_is_not_read_when_the_ranks_did_start():
+    """Rank 0 alone, then nothing, is the sign that srun was missing; every rank announcing itself is not."""
+    all_started = ("Multi-processing is handled by Slurm.\n"
+                   + "".join(f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/2\n" for r in range(2))
+                   + "Epoch 0:  10%|#         | 5/50 [00:01<00:10,  4.10it/s]\n")
+    rank0_alone = "Multi-processing is handled by Slurm.\ninitializing ddp: GLOBAL_RANK: 0, MEMBER: 1/2\n"
+    assert [m.id for m in explain_text(rank0_alone, index=None).matches][:1] == ["slurm-job-without-srun"]
+    assert "slurm-job-without-srun" not in [m.id for m in explain_text(all_started, index=None).matches]
