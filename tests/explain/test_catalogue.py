@@ -176,6 +176,10 @@ REFERENCE_ROWS = [
      "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4\n", "slurm-job-without-srun"),
     ("  File \"fairseq/distributed_utils.py\", line 73, in distributed_init\n"
      "    raise ValueError('Cannot initialize distributed with distributed_world_size=1')", "stray-distributed-env-vars"),
+    ('RuntimeError: NVML_SUCCESS == r INTERNAL ASSERT FAILED at "../c10/cuda/CUDACachingAllocator.cpp":830, please report a bug',
+     "mig-nvml-assert-masks-oom"),
+    ("ValueError: Optimizer has to be an instance of tensorflow.keras.optimizers.legacy.Optimizer starting from Keras 2.11: Adam",
+     "wrapper-api-changed"),
 ]
 
 
