@@ -180,6 +180,8 @@ REFERENCE_ROWS = [
      "mig-nvml-assert-masks-oom"),
     ("ValueError: Optimizer has to be an instance of tensorflow.keras.optimizers.legacy.Optimizer starting from Keras 2.11: Adam",
      "wrapper-api-changed"),
+    ("$ podman run --rm --device nvidia.com/gpu=all ubuntu nvidia-smi\n"
+     "Failed to initialize NVML: GPU access blocked by the operating system", "container-gpu-access-blocked"),
 ]
 
 
@@ -395,3 +397,10 @@ def test_slurm_starting_every_rank_is_not_read_when_the_ranks_did_start():
     rank0_alone = "Multi-processing is handled by Slurm.\ninitializing ddp: GLOBAL_RANK: 0, MEMBER: 1/2\n"
     assert [m.id for m in explain_text(rank0_alone, index=None).matches][:1] == ["slurm-job-without-srun"]
     assert "slurm-job-without-srun" not in [m.id for m in explain_text(all_started, index=None).matches]
+
+
+def test_nvml_blocked_is_read_as_the_containers_device_rules_only_in_a_container():
+    in_container = "docker run --gpus all ubuntu nvidia-smi\nFailed to initialize NVML: GPU access blocked by the operating system"
+    in_wsl = "$ /usr/lib/wsl/lib/nvidia-smi\nFailed to initialize NVML: GPU access blocked by the operating system"
+    assert [m.id for m in explain_text(in_container, index=None).matches][:1] == ["container-gpu-access-blocked"]
+    assert "container-gpu-access-blocked" not in [m.id for m in explain_text(in_wsl, index=None).matches]
