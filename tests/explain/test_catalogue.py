@@ -182,6 +182,7 @@ REFERENCE_ROWS = [
      "wrapper-api-changed"),
     ("$ podman run --rm --device nvidia.com/gpu=all ubuntu nvidia-smi\n"
      "Failed to initialize NVML: GPU access blocked by the operating system", "container-gpu-access-blocked"),
+    ("ModuleNotFoundError: No module named 'colossal_C'", "extension-not-built"),
 ]
 
 
