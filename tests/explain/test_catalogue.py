@@ -181,7 +181,7 @@ REFERENCE_ROWS = [
     ("ValueError: Optimizer has to be an instance of tensorflow.keras.optimizers.legacy.Optimizer starting from Keras 2.11: Adam",
      "wrapper-api-changed"),
     ("$ podman run --rm --device nvidia.com/gpu=all ubuntu nvidia-smi\n"
-     "Failed to initialize NVML: GPU access blocked by the operating system", "container-gpu-access-blocked"),
+     "Failed to initialize NVML: GPU access blocked by the operating system", "toolkit-no-cgroups-devices-missing"),
     ("ModuleNotFoundError: No module named 'colossal_C'", "extension-not-built"),
 ]
 
@@ -403,5 +403,5 @@ def test_slurm_starting_every_rank_is_not_read_when_the_ranks_did_start():
 def test_nvml_blocked_is_read_as_the_containers_device_rules_only_in_a_container():
     in_container = "docker run --gpus all ubuntu nvidia-smi\nFailed to initialize NVML: GPU access blocked by the operating system"
     in_wsl = "$ /usr/lib/wsl/lib/nvidia-smi\nFailed to initialize NVML: GPU access blocked by the operating system"
-    assert [m.id for m in explain_text(in_container, index=None).matches][:1] == ["container-gpu-access-blocked"]
-    assert "container-gpu-access-blocked" not in [m.id for m in explain_text(in_wsl, index=None).matches]
+    assert [m.id for m in explain_text(in_container, index=None).matches][:1] == ["toolkit-no-cgroups-devices-missing"]
+    assert "toolkit-no-cgroups-devices-missing" not in [m.id for m in explain_text(in_wsl, index=None).matches]
