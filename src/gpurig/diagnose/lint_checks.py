@@ -12,17 +12,10 @@ from functools import cache
 from pathlib import Path
 
 from gpurig.diagnose import lint_guards as guards
+from gpurig.diagnose import lint_modules as mods
 from gpurig.diagnose import lint_rendezvous as rendezvous
 from gpurig.diagnose.lint_devices import RankDevices, fold_uses, report
 from gpurig.diagnose.lint_guards import _mentions_rank, _never_destroys, _never_run, _runs_on_every_rank
-from gpurig.diagnose.lint_modules import (
-    _builds_dataset,
-    _dataset_classes,
-    _fetches_by_library,
-    _imported_names_by_origin,
-    _library_fetchers,
-    _local_modules,
-)
 from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
     _ENDLESS,
@@ -47,6 +40,7 @@ from gpurig.diagnose.lint_nodes import (
     _path_root,
     _pretrained_weights,
     _reads_local_files,
+    _refetch_key,
     _set_to_hub_id,
     _set_to_local_path,
     _setting_name,
@@ -85,7 +79,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     """The rules, over what one scan of the whole script collected (never the tree itself: a big
     script is scanned one top-level statement at a time and its tree never held whole)."""
     findings: list[LintFinding] = []
-    modules = _local_modules(None, path, scan.imports)
+    modules = mods._local_modules(None, path, scan.imports)
     folder = scan.script_dir or (Path(path).resolve().parent if path else None)  # the script's own folder
     here = Path(path).name if path else "<stdin>"  # the script, as a finding's `related` names its lines
 
@@ -165,8 +159,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
 
     # Datasets that download on construction (OGB, PyG) built by the parent before it spawns the
     # workers: the files are there when the workers build them again.
-    dataset_classes = _dataset_classes(scan.imports)
-    parent_built = {_name_of(f) for c, f, _ in calls if _builds_dataset(f, dataset_classes) and (
+    dataset_classes = mods._dataset_classes(scan.imports)
+    parent_built = {_name_of(f) for c, f, _ in calls if mods._builds_dataset(f, dataset_classes) and (
         (id(c) in scan.main_calls and scan.main_spawns) or (scan.enclosing.get(id(c)) or ("",))[-1] in scan.spawns_in)}
 
     # A rendezvous setting the script starts the group with or hands on (`init_method=hparams.dist_url`): fixed by the project?
@@ -230,8 +224,9 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
 
     report(devices, add, modules)
     # library names, and the project's own (`from data_utils import load_dataset`: judged by its body)
-    foreign, project_names = _imported_names_by_origin(scan.imports, path)
-    lib_fetchers = _library_fetchers(scan.imports)  # lpips.LPIPS, FrechetInceptionDistance, ...
+    foreign, project_names = mods._imported_names_by_origin(scan.imports, path)
+    lib_fetchers = mods._library_fetchers(scan.imports)  # lpips.LPIPS, FrechetInceptionDistance, ...
+    fetched: dict = {}  # the from_pretrained fetches reported: _refetch_key -> the blocks each ran in
     for call, func, guarded in calls:
         short = _name_of(func)
         helper = None if func.partition(".")[0] in foreign else short  # (`OmegaConf.load` is no helper of the project)
@@ -345,8 +340,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             fetches = (short in _DOWNLOADERS and not own and func not in project_names
                        and (not _reads_local_files(call) or _set_to_hub_id(call, settings_with_launch(True)))
                        and not (short == "from_pretrained" and _set_to_local_path(call, settings_with_launch()))) \
-                or _named_fetch(call) or (_builds_dataset(func, dataset_classes) and short not in scan.defined and short not in parent_built) \
-                or (short not in scan.defined and _fetches_by_library(call, lib_fetchers))
+                or _named_fetch(call) or (mods._builds_dataset(func, dataset_classes) and short not in scan.defined and short not in parent_built) \
+                or (short not in scan.defined and mods._fetches_by_library(call, lib_fetchers))
             # (`pretrained=pretrained` where the script only ever sets `pretrained = False`: off)
             on = lambda kw: kw is not None and not _is_const(kw.value, False) and not _is_const(kw.value, None) \
                 and not (isinstance(kw.value, ast.Name) and scan.settings.get(kw.value.id, {True}) <= {False, None})  # noqa: E731
@@ -356,8 +351,11 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 "pretrained" in (_leaf_name(a) or "").lower() for a in call.args)
             weights = short not in scan.defined and _pretrained_weights(call) is not None  # torchvision's weights=
             file_weights = on(pretrained) and _names_a_file(pretrained.value)  # `ram(pretrained=args.checkpoint)`
+            # (the same class and source fetched before it on its path, in every rank: read from the cache)
+            refetch, path = _refetch_key(call, scan.enclosing.get(id(call), ())), scan.blocks_of.get(id(call), ())
             if (on(download) or ((on(pretrained) or by_position or weights) and not own) or fetches) and not never_run(call) \
-                    and not goes_first and not file_weights:
+                    and not goes_first and not file_weights and not any(path[:len(b)] == b for b in fetched.get(refetch, ()) if refetch):
+                fetched.setdefault(refetch, []).append(path)
                 what = "download=True" if on(download) else "fetching pretrained weights" if on(pretrained) or by_position or weights \
                     else f"the download command of {func}()" if func in _SHELL_CALLS else f"{short}()"
                 add(

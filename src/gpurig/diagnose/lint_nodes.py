@@ -307,6 +307,15 @@ def _reads_local_files(call: ast.Call) -> bool:
     return leaf is not None and _LOCAL_DIR.fullmatch(leaf) is not None
 
 
+def _refetch_key(call: ast.Call, inside: tuple[str, ...]) -> tuple | None:
+    """What a from_pretrained call fetches, in its function: the class and the source it names. A second
+    call with the same key, after the first ran in every rank, reads the files the first one wrote."""
+    if _name_of(_dotted(call.func)) != "from_pretrained" or not call.args:
+        return None
+    return (inside, _dotted(call.func), tuple(ast.unparse(a) for a in call.args),
+            tuple(ast.unparse(k.value) for k in call.keywords if k.arg in ("subfolder", "revision", "filename")))
+
+
 _WEIGHTS_NAME = re.compile(r"DEFAULT|[A-Z0-9]+(?:_[A-Z0-9]+)*_V\d+")
 
 

@@ -155,7 +155,7 @@ class _Scanner(_Walker):
         self.summed_ranks: set[str] = set()  # `args.rank = args.node_rank * ngpus_per_node + gpu`
         self._blocks: list[int] = []  # the open blocks (a statement's path: a move counts for a DDP under it)
         self._block_count = 0
-        self.blocks_of: dict[int, tuple[int, ...]] = {}  # id(DDP call) -> its open blocks
+        self.blocks_of: dict[int, tuple[int, ...]] = {}  # id(DDP or from_pretrained call) -> its open blocks
         self.referenced: set[str] = set()  # every name read, and every attribute named (a function used anywhere)
         # Functions of this file that build a DistributedSampler: name -> how it shuffles (see `_sampler_shuffle`).
         self.sampler_functions: dict[str, tuple[str, int] | None] = {}
@@ -479,6 +479,8 @@ class _Scanner(_Walker):
                 self.sets_device_in.add(self._functions[-1])
         elif short in ("DistributedDataParallel", "DDP"):
             self.device_before[id(node)] = any(self._path)
+            self.blocks_of[id(node)] = tuple(self._blocks)
+        elif short == "from_pretrained":  # (a second fetch of the same files after it on its path reads the cache)
             self.blocks_of[id(node)] = tuple(self._blocks)
         elif short in ("setLevel", "basicConfig") and _mentions_rank(node):
             self.silenced = True
