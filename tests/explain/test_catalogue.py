@@ -183,6 +183,23 @@ REFERENCE_ROWS = [
     ("$ podman run --rm --device nvidia.com/gpu=all ubuntu nvidia-smi\n"
      "Failed to initialize NVML: GPU access blocked by the operating system", "toolkit-no-cgroups-devices-missing"),
     ("ModuleNotFoundError: No module named 'colossal_C'", "extension-not-built"),
+    ("ValueError: We detected accelerator mps on your machine. But we don't know which communication backend to use for "
+     "this accelerator.", "no-default-backend-for-device"),
+    ("RuntimeError: Requested to allreduce, allgather, or broadcast a tensor with the same name as another tensor that is "
+     "currently being processed.", "duplicate-allreduce-tensor-names"),
+    ("RuntimeError:\n        An attempt has been made to start a new process before the\n        current process has finished "
+     "its bootstrapping phase.", "spawn-without-main-guard"),
+    ("ValueError: The optimizer does not seem to reference any FSDP parameters.", "optimizer-created-before-fsdp-wrap"),
+    ("RuntimeError: Incoming model is an instance of torch.nn.parallel.DistributedDataParallel. Parallel wrappers should "
+     "only be applied to the model(s) AFTER", "amp-initialize-after-parallel-wrap"),
+    ("ValueError: Please use `tf.keras.losses.Reduction.SUM` or `tf.keras.losses.Reduction.NONE` for loss reduction when "
+     "losses are used with `tf.distribute.Strategy` outside of the built-in training loops.", "tf-loss-reduction-under-strategy"),
+    ("UserWarning: PyTorch is not compiled with NCCL support", "nccl-not-built-in"),
+    ("ValueError: ctypes objects containing pointers cannot be pickled", "spawn-pickle-error"),
+    ('    raise AssertionError("Invalid device id")\nAssertionError: Invalid device id', "gpu-count-request-exceeds-visible"),
+    ("ValueError: The input size is not aligned with the quantized weight shape. This can be caused by too large tensor "
+     "parallel size.", "parallel-size-not-divisible"),
+    ("RuntimeError: [TensorRT-LLM][ERROR] Assertion failed: mpiSize == tp * pp", "checkpoint-parallel-layout-mismatch"),
 ]
 
 
