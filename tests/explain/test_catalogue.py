@@ -200,6 +200,8 @@ REFERENCE_ROWS = [
     ("ValueError: The input size is not aligned with the quantized weight shape. This can be caused by too large tensor "
      "parallel size.", "parallel-size-not-divisible"),
     ("RuntimeError: [TensorRT-LLM][ERROR] Assertion failed: mpiSize == tp * pp", "checkpoint-parallel-layout-mismatch"),
+    ('  File "torch/nn/parallel/parallel_apply.py", line 45, in parallel_apply\n    raise output\n'
+     "ValueError: lengths array has incorrect size", "dataparallel-rnn-batch-dim"),
 ]
 
 
