@@ -50,6 +50,13 @@ FRAMEWORKS = {"pytorch", "tensorflow", "keras", "accelerate", "deepspeed", "ligh
 # code, Lightning and Keras 3) were answered before they joined: 22 first right (32%). 10 joined the
 # test part (3 right first once the others had joined the index), which went 65.0% -> 64.2% first and
 # 70.2% -> 69.0% within three (its 406 older threads unchanged: 65.0%); the floors follow.
+# Then 38 more (b22: hosted notebooks and clouds, torch.compile and mixed precision, GPU hardware
+# faults, 3D, video and PaddlePaddle repositories; the search budget ran out at 8-14 per area) were
+# answered before they joined: 6 first right (16%). The reader who mapped them put "invalid device
+# ordinal" on Colab under gpu-count-request-exceeds-visible, whose definition is the same cause as
+# invalid-device-ordinal's (a GPU index or count beyond what the process sees): the two are one class
+# now (b22: 10 first right once folded; test part 64.2% -> 65.1% first, 3.1% -> 3.4% confidently
+# wrong, the entry's record rising to 26 of 30 right). With b22's 8 test threads: 64.9% first.
 FLOOR_TEST_FIRST = 0.63
 FLOOR_TEST_TOP3 = 0.68
 CEILING_TEST_CONFIDENTLY_WRONG = 0.05
