@@ -202,6 +202,12 @@ REFERENCE_ROWS = [
     ("RuntimeError: [TensorRT-LLM][ERROR] Assertion failed: mpiSize == tp * pp", "checkpoint-parallel-layout-mismatch"),
     ('  File "torch/nn/parallel/parallel_apply.py", line 45, in parallel_apply\n    raise output\n'
      "ValueError: lengths array has incorrect size", "dataparallel-rnn-batch-dim"),
+    ("[  +0.000844] nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)", "gpu-fell-off-bus"),
+    ("kern: err: nvidia-nvswitch1: SXid (PCI:0000:aa:00.0): 24007, Severity 1 Engine instance 12", "faulty-gpu-hardware"),
+    ('Operator "gen_nccl_id" has not been registered.', "nccl-not-built-in"),
+    ("ValueError: Default process group has not been initialized, please make sure to call init_process_group.\n"
+     "File /envs/lib/python3.10/site-packages/ultralytics/engine/trainer.py:207, in BaseTrainer.train(self)",
+     "stray-distributed-env-vars"),
 ]
 
 
