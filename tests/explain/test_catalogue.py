@@ -208,6 +208,10 @@ REFERENCE_ROWS = [
     ("ValueError: Default process group has not been initialized, please make sure to call init_process_group.\n"
      "File /envs/lib/python3.10/site-packages/ultralytics/engine/trainer.py:207, in BaseTrainer.train(self)",
      "stray-distributed-env-vars"),
+    ("WARNING ([5.5.888~1-d619]:SelectGpuId():cu-device.cc:197) Will try again to get a GPU after 20 seconds.", "device-busy"),
+    ("    mean, var_biased = syncbn.welford_mean_var(input)\n"
+     "RuntimeError: Dimension out of range (expected to be in range of [-2, 1], but got 2)", "syncbn-error"),
+    ("TypeError: get_world_size() takes 0 positional arguments but 1 was given", "wrapper-version-incompat"),
 ]
 
 
