@@ -212,6 +212,10 @@ REFERENCE_ROWS = [
     ("    mean, var_biased = syncbn.welford_mean_var(input)\n"
      "RuntimeError: Dimension out of range (expected to be in range of [-2, 1], but got 2)", "syncbn-error"),
     ("TypeError: get_world_size() takes 0 positional arguments but 1 was given", "wrapper-version-incompat"),
+    ("The following zero checkpoints paths are missing: ['./out/step_5/bf16_zero_pp_rank_8_mp_rank_00_optim_states.pt']",
+     "zero-checkpoint-node-local-storage"),
+    ("ValueError: Unknown CUDA arch (9.0+PTX) or GPU not supported", "nvcc-arch-unsupported"),
+    ("ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'", "nvcc-arch-unsupported"),
 ]
 
 
