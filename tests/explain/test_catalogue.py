@@ -8,8 +8,8 @@ import re
 import pytest
 
 from gpurig.diagnose.catalogue import (
-    HIDES,
     CatalogueError,
+    hidden_by,
     load_catalogue,
     match_catalogue,
     match_entry,
@@ -41,7 +41,7 @@ def test_example_matches_its_entry(entry_id, index, example):
     assert match.evidence  # the line it was read from
     # ... and the whole explainer puts it among its answers (or a more specific entry that hides it).
     ids = [m.id for m in match_catalogue(example, benign=True)]
-    assert entry_id in ids or any(HIDES.get(i) == entry_id for i in ids)
+    assert entry_id in ids or any(entry_id in hidden_by(i) for i in ids)
 
 
 @pytest.mark.parametrize("entry_id, index, near_miss", NEAR_MISSES, ids=[f"{e}-{i}" for e, i, _ in NEAR_MISSES])
@@ -244,6 +244,18 @@ def test_a_specific_reading_hides_the_generic_one():
     first_collective = REFERENCE_ROWS[25][0]
     ids = [m.id for m in match_catalogue(first_collective)]
     assert "hang-after-nccl-init" in ids and "nccl-watchdog-timeout" not in ids
+
+
+def test_a_specific_reading_hides_the_generic_ones_below_it_even_when_the_middle_one_is_absent():
+    # A stale JIT build lock hides "the first collective timed out", which hides "a collective timed
+    # out": at a later collective (SeqNum 7) the middle reading does not match, and the generic
+    # timeout must still not stand beside the build lock as a second cause.
+    log = ("Using /root/.cache/torch_extensions/py310_cu118 as PyTorch extensions root...\n"
+           "[rank1]:[E829 16:32:30.656674606 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog caught collective operation "
+           "timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600062 "
+           "milliseconds before timing out.")
+    assert [m.id for m in match_catalogue(log)] == ["stale-extension-build-lock"]
+    assert hidden_by("stale-extension-build-lock") == {"hang-after-nccl-init", "nccl-watchdog-timeout"}
 
 
 def test_own_fault_comes_before_consequences():

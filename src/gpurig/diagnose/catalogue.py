@@ -252,6 +252,17 @@ HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": 
          "stale-extension-build-lock": "hang-after-nccl-init"}  # (the first collective waited on rank 0's build)
 
 
+def hidden_by(entry_id: str) -> set[str]:
+    """The generic entries `entry_id` makes redundant: those it hides, and those they hide in turn (a
+    stale build lock hides the first collective's timeout, which hides "a collective timed out",
+    whether or not the middle reading matched)."""
+    hidden: set[str] = set()
+    while entry_id in HIDES and HIDES[entry_id] not in hidden:
+        entry_id = HIDES[entry_id]
+        hidden.add(entry_id)
+    return hidden
+
+
 # A long message an issue editor or a mail client wrapped at a space: a long line whose next line goes
 # on in lower case ("... log entry 'Error" / "while creating shared memory segment ...") is one line.
 # (A terminal's own wrapping is undone when its text is copied; a cut, "(see abov", loses the rest.)
@@ -290,8 +301,7 @@ def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = No
                 found.append(m)
     # A specific explanation hides a generic one read from the same line (the first collective
     # timing out is a more useful reading than "a collective timed out").
-    ids = {m.id for m in found}
-    hidden = {HIDES[i] for i in ids if i in HIDES}
+    hidden = set().union(*(hidden_by(m.id) for m in found))
     return rank_matches([m for m in found if m.id not in hidden])
 
 

@@ -16,10 +16,10 @@ from typing import Any
 
 from gpurig.diagnose.catalogue import (
     EXCEPTION_LINE,
-    HIDES,
     NEXT_STEPS,
     Match,
     generic_exception,
+    hidden_by,
     match_catalogue,
     rank_matches,
 )
@@ -381,7 +381,7 @@ def _with_threads(ranked: list[Match], hits: list, floor: float | None = None) -
     new: list[Match] = []
     for hit in hits:
         t = _thread_match(hit)
-        holder = next((m for m in out if canonical(m.cls or m.id) == t.cls or HIDES.get(m.id) == t.cls), None)
+        holder = next((m for m in out if canonical(m.cls or m.id) == t.cls or t.cls in hidden_by(m.id)), None)
         if holder is not None:
             if hit.confidence >= ALTERNATIVE and t.kind == "thread":  # a thread of the answer's own cause changes no answer
                 holder.see_also.append(t.source)
