@@ -352,10 +352,10 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             weights = short not in scan.defined and _pretrained_weights(call) is not None  # torchvision's weights=
             file_weights = on(pretrained) and _names_a_file(pretrained.value)  # `ram(pretrained=args.checkpoint)`
             # (the same class and source fetched before it on its path, in every rank: read from the cache)
-            refetch, path = _refetch_key(call, scan.enclosing.get(id(call), ())), scan.blocks_of.get(id(call), ())
+            refetch, blocks = _refetch_key(call, scan.enclosing.get(id(call), ())), scan.blocks_of.get(id(call), ())
             if (on(download) or ((on(pretrained) or by_position or weights) and not own) or fetches) and not never_run(call) \
-                    and not goes_first and not file_weights and not any(path[:len(b)] == b for b in fetched.get(refetch, ()) if refetch):
-                fetched.setdefault(refetch, []).append(path)
+                    and not goes_first and not file_weights and not any(blocks[:len(b)] == b for b in fetched.get(refetch, ()) if refetch):
+                fetched.setdefault(refetch, []).append(blocks)
                 what = "download=True" if on(download) else "fetching pretrained weights" if on(pretrained) or by_position or weights \
                     else f"the download command of {func}()" if func in _SHELL_CALLS else f"{short}()"
                 add(
