@@ -226,7 +226,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     # library names, and the project's own (`from data_utils import load_dataset`: judged by its body)
     foreign, project_names = mods._imported_names_by_origin(scan.imports, path)
     lib_fetchers = mods._library_fetchers(scan.imports)  # lpips.LPIPS, FrechetInceptionDistance, ...
-    fetched: dict = {}  # the from_pretrained fetches reported: _refetch_key -> the blocks each ran in
+    fetched: dict[tuple, list[tuple[int, ...]]] = {}  # from_pretrained fetches reported: _refetch_key -> the blocks each ran in
     for call, func, guarded in calls:
         short = _name_of(func)
         helper = None if func.partition(".")[0] in foreign else short  # (`OmegaConf.load` is no helper of the project)
@@ -353,9 +353,11 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             file_weights = on(pretrained) and _names_a_file(pretrained.value)  # `ram(pretrained=args.checkpoint)`
             # (the same class and source fetched before it on its path, in every rank: read from the cache)
             refetch, blocks = _refetch_key(call, scan.enclosing.get(id(call), ())), scan.blocks_of.get(id(call), ())
+            cached = refetch is not None and any(blocks[:len(b)] == b for b in fetched.get(refetch, ()))
             if (on(download) or ((on(pretrained) or by_position or weights) and not own) or fetches) and not never_run(call) \
-                    and not goes_first and not file_weights and not any(blocks[:len(b)] == b for b in fetched.get(refetch, ()) if refetch):
-                fetched.setdefault(refetch, []).append(blocks)
+                    and not goes_first and not file_weights and not cached:
+                if refetch is not None:
+                    fetched.setdefault(refetch, []).append(blocks)
                 what = "download=True" if on(download) else "fetching pretrained weights" if on(pretrained) or by_position or weights \
                     else f"the download command of {func}()" if func in _SHELL_CALLS else f"{short}()"
                 add(
