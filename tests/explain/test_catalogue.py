@@ -216,6 +216,18 @@ REFERENCE_ROWS = [
      "zero-checkpoint-node-local-storage"),
     ("ValueError: Unknown CUDA arch (9.0+PTX) or GPU not supported", "nvcc-arch-unsupported"),
     ("ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'", "nvcc-arch-unsupported"),
+    ("ValueError: DataLoader with IterableDataset: expected unspecified sampler option, but got "
+     "sampler=<torch.utils.data.distributed.DistributedSampler object at 0x7f>", "sampler-with-iterable-dataset"),
+    ("ValueError: you need to add an explicit nodesplitter to your input pipeline for multi-node training",
+     "iterable-dataset-node-split-missing"),
+    ("RuntimeError: You can't use batches of different size with `dispatch_batches=True` or when using an "
+     "`IterableDataset`.", "dispatched-batches-uneven-shapes"),
+    ("AssertionError: No inf checks were recorded for this optimizer.", "optimizer-created-before-model-to-device"),
+    ("AssertionError: No inf checks were recorded prior to update.", "manual-amp-scaler-under-wrapper"),
+    ("Unknown MPI implementation given in output of mpirun --version:\nHYDRA build details:",
+     "horovodrun-openmpi-not-detected"),
+    ("[mpiexec@node1] match_arg (utils/args/args.c:163): unrecognized argument allow-run-as-root",
+     "mpirun-mpi-implementation-mismatch"),
 ]
 
 
