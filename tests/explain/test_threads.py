@@ -62,10 +62,15 @@ FRAMEWORKS = {"pytorch", "tensorflow", "keras", "accelerate", "deepspeed", "ligh
 # a library, which no log can tell). 8 joined the test part (1 right first), which went 64.9% ->
 # 63.9% first (its 424 older threads unchanged: 64.9%); the development part, 52 threads larger,
 # 77.3% -> 75.8% first; the floors follow.
-FLOOR_TEST_FIRST = 0.63
-FLOOR_TEST_TOP3 = 0.68
+# Then 31 more (b24: RLHF stacks, diffusion training, speech toolkits, managed clouds and graph
+# libraries; the search budget ran out) were answered before they joined, with the catalogue's new
+# entries from b23's development threads: 10 first right (32%). 7 joined the test part (2 right
+# first), which went 63.9% -> 63.3% first and 68.3% -> 67.7% within three (its 424 older threads:
+# 64.9%, unchanged); the floors follow.
+FLOOR_TEST_FIRST = 0.62
+FLOOR_TEST_TOP3 = 0.66
 CEILING_TEST_CONFIDENTLY_WRONG = 0.05
-FLOOR_DEV_FIRST = 0.75
+FLOOR_DEV_FIRST = 0.74
 MIN_THREADS, MIN_TEST = 600, 120
 
 
