@@ -228,6 +228,8 @@ REFERENCE_ROWS = [
      "horovodrun-openmpi-not-detected"),
     ("[mpiexec@node1] match_arg (utils/args/args.c:163): unrecognized argument allow-run-as-root",
      "mpirun-mpi-implementation-mismatch"),
+    ("AssertionError: only support equal chunk. Got size of DataProto 2 and chunk 4.", "batch-size-not-divisible-by-gpus"),
+    ("  - Value not in list: device: 'cuda:1' not in ['cuda:0']", "invalid-device-ordinal"),
 ]
 
 
