@@ -230,6 +230,13 @@ REFERENCE_ROWS = [
      "mpirun-mpi-implementation-mismatch"),
     ("AssertionError: only support equal chunk. Got size of DataProto 2 and chunk 4.", "batch-size-not-divisible-by-gpus"),
     ("  - Value not in list: device: 'cuda:1' not in ['cuda:0']", "invalid-device-ordinal"),
+    ("node1:22671:22795 [1] transport/p2p.cu:431 WARN failed to open CUDA IPC handle : 30 unknown error",
+     "duplicate-hostnames-across-nodes"),
+    ("[[25215,0],1] FORCE-TERMINATE AT Data unpack would read past end of buffer:-26 - error grpcomm_direct.c(359)",
+     "openmpi-hwloc-library-conflict"),
+    ("UnknownError (see above for traceback): ncclAllReduce failed: invalid data type", "nccl-library-conflict"),
+    ("node1:1234:1290 [0] NCCL WARN failed to open CUDA IPC handle : 217 peer access is not supported between these "
+     "two devices", "p2p-not-supported"),
 ]
 
 
