@@ -235,6 +235,8 @@ REFERENCE_ROWS = [
     ("[[25215,0],1] FORCE-TERMINATE AT Data unpack would read past end of buffer:-26 - error grpcomm_direct.c(359)",
      "openmpi-hwloc-library-conflict"),
     ("UnknownError (see above for traceback): ncclAllReduce failed: invalid data type", "nccl-library-conflict"),
+    ("accelerate.utils.operations.DistributedOperationException:\nCannot apply desired operation due to shape mismatches. "
+     "All shapes across devices must be valid.", "collective-mismatch"),
     ("node1:1234:1290 [0] NCCL WARN failed to open CUDA IPC handle : 217 peer access is not supported between these "
      "two devices", "p2p-not-supported"),
 ]

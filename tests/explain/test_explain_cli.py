@@ -68,3 +68,27 @@ def test_bad_input_exits_2(run_cli, tmp_path):
     out = run_cli("explain", cwd=tmp_path)  # no argument and no earlier run here
     assert out.returncode == 2 and "no earlier `gpurig launch` run" in out.stderr
     assert out.stdout == ""
+
+
+KERNEL_NOTICE = ("Detected kernel version 5.4.17, which is below the recommended minimum of 5.5.0; this can cause the "
+                 "process to hang. It is recommended to upgrade the kernel to the minimum version or higher.\n")
+
+
+def test_a_notice_alone_is_said_to_be_harmless(run_cli):
+    out = run_cli("explain", "-", input=KERNEL_NOTICE)
+    assert "No error found" in out.stdout and "kernel is older than 5.5" in out.stdout
+    doc = json.loads(run_cli("explain", "--json", "-", input=KERNEL_NOTICE).stdout)
+    assert doc["matches"] == [] and doc["benign"][0]["id"] == "old-kernel-hang-warning"
+    assert doc["failed"] is False  # the notice's own "can cause the process to hang" is not a failure
+
+
+def test_a_failure_beside_a_notice_is_never_called_no_error(run_cli):
+    # A traceback cut before its exception, after Accelerate's kernel notice (as pasted in a real thread):
+    # gpurig knows the notice, not the failure, and must not say that no error was found.
+    log = (KERNEL_NOTICE + "trainable params: 167772160\nTraceback (most recent call last):\n"
+           '  File "/home/u/qlora/train.py", line 1393, in train\n    train_result = trainer.train()\n')
+    out = run_cli("explain", "-", input=log)
+    assert "No error found" not in out.stdout
+    assert "reports a failure, but not one gpurig knows" in out.stdout and "Next steps:" in out.stdout
+    doc = json.loads(run_cli("explain", "--json", "-", input=log).stdout)
+    assert doc["failed"] is True and doc["benign"][0]["id"] == "old-kernel-hang-warning"

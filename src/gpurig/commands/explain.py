@@ -73,7 +73,15 @@ def render_explanation(console, data: dict) -> None:
     if not matches:
         if data.get("facts") is not None:
             console.print("The pasted report shows nothing the doctor's rules flag.")
-        if data.get("benign"):
+        if data.get("benign") and data.get("failed"):
+            # A traceback or an error line gpurig does not know, beside notices it does: the notices
+            # are not the failure, and "no error found" would be untrue.
+            console.print("[yellow]No known error matched.[/yellow] The log reports a failure, but not one gpurig "
+                          "knows; the messages it recognises are harmless:")
+            for m in data["benign"]:
+                console.print(f"  • {m['title']}", markup=False, soft_wrap=True)
+            console.print("Next steps:")
+        elif data.get("benign"):
             console.print("[green]No error found.[/green] Known harmless messages in this log:")
             for m in data["benign"]:
                 console.print(f"  • {m['title']}: {m['cause']}", markup=False, soft_wrap=True)

@@ -79,13 +79,15 @@ class Explanation:
     next_steps: list[str] = field(default_factory=list)
     input: str = "text"  # "text", "empty" or "not text"
     world: str = "unknown"  # what the log comes from: pytorch, tensorflow, docker, ... (for the next steps)
-    benign: list[Match] = field(default_factory=list)  # known harmless messages, when the log holds no failure
+    benign: list[Match] = field(default_factory=list)  # known harmless messages, when nothing else was recognised
+    failed: bool = False  # the log reports a failure (a traceback, an error line), recognised or not
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"matches": [m.to_dict() for m in self.matches], "input": self.input,
                                 "world": self.world}
         if self.benign:
             data["benign"] = [m.to_dict() for m in self.benign]
+            data["failed"] = self.failed  # whether the harmless messages are all there is
         if self.notes:
             data["notes"] = self.notes
         if self.facts is not None:
@@ -282,6 +284,15 @@ def _thread_match(hit) -> Match:
     )
 
 
+def _fails_beside(text: str, harmless: list[Match]) -> bool:
+    """Whether the log reports a failure on a line other than those of its harmless notices (a
+    notice may itself say "can cause the process to hang" or "could not find the plugin")."""
+    from gpurig.diagnose.loglines import has_failure
+
+    notices = {m.evidence.strip() for m in harmless if m.evidence}
+    return has_failure("\n".join(line for line in text.splitlines() if line.strip() not in notices))
+
+
 def explain_text(text: str, index: Any = "default", exclude: str | None = None) -> Explanation:
     """Everything `gpurig explain` says about one log or pasted report.
 
@@ -346,7 +357,8 @@ def explain_text(text: str, index: Any = "default", exclude: str | None = None) 
         _relocate(ranked + harmless, whole)
         notes.append(f"a long log ({len(whole) / 1e6:.1f} MB): read its first and last lines and every line that reports a failure")
     world = world_of(text)
-    result = Explanation(matches=ranked, notes=notes + pasted_notes, facts=facts, world=world, benign=harmless[:3])
+    result = Explanation(matches=ranked, notes=notes + pasted_notes, facts=facts, world=world, benign=harmless[:3],
+                         failed=facts is None and _fails_beside(text, harmless))
     if not result.matches:
         result.next_steps = list(WORLD_STEPS.get(world, NEXT_STEPS))
     return result
