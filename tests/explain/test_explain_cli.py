@@ -92,3 +92,14 @@ def test_a_failure_beside_a_notice_is_never_called_no_error(run_cli):
     assert "reports a failure, but not one gpurig knows" in out.stdout and "Next steps:" in out.stdout
     doc = json.loads(run_cli("explain", "--json", "-", input=log).stdout)
     assert doc["failed"] is True and doc["benign"][0]["id"] == "old-kernel-hang-warning"
+
+
+def test_deepspeeds_libaio_warning_is_a_notice_not_the_failure(run_cli):
+    warning = ("[WARNING]  async_io requires the dev libaio .so object and headers but these were not found.\n"
+               "[WARNING]  async_io: please install the libaio-dev package with apt\n")
+    doc = json.loads(run_cli("explain", "--json", "-", input=warning).stdout)
+    assert doc["matches"] == [] and [m["id"] for m in doc["benign"]] == ["deepspeed-libaio-warning"]
+    # beside a real failure the notice is not mentioned at all
+    doc = json.loads(run_cli("explain", "--json", "-", input=warning + "torch.cuda.OutOfMemoryError: CUDA out of memory. "
+                             "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB\n").stdout)
+    assert doc["matches"][0]["id"] == "cuda-out-of-memory" and "benign" not in doc
