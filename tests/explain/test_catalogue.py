@@ -235,6 +235,13 @@ REFERENCE_ROWS = [
     ("[[25215,0],1] FORCE-TERMINATE AT Data unpack would read past end of buffer:-26 - error grpcomm_direct.c(359)",
      "openmpi-hwloc-library-conflict"),
     ("UnknownError (see above for traceback): ncclAllReduce failed: invalid data type", "nccl-library-conflict"),
+    ("invoking the NVIDIA Container Runtime Hook directly (e.g. specifying the docker --gpus flag) is not supported. "
+     "Please use the NVIDIA Container Runtime instead.: unknown.", "container-runtime-csv-mode-gpus-flag"),
+    ("Allocate failed due to rpc error: code = Unknown desc = request for 'nvidia.com/gpu: 2' too large: maximum "
+     "request size for shared resources is 1, which is unexpected", "k8s-shared-gpu-request-too-large"),
+    ("RuntimeError: /job:localhost/replica:0/task:0/device:GPU:2 unknown device", "invalid-device-ordinal"),
+    ("GPU available: True (cuda), used: True\nInitializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4\n",
+     "lightning-members-never-joined"),
     ("accelerate.utils.operations.DistributedOperationException:\nCannot apply desired operation due to shape mismatches. "
      "All shapes across devices must be valid.", "collective-mismatch"),
     ("node1:1234:1290 [0] NCCL WARN failed to open CUDA IPC handle : 217 peer access is not supported between these "
