@@ -240,6 +240,13 @@ REFERENCE_ROWS = [
     ("Allocate failed due to rpc error: code = Unknown desc = request for 'nvidia.com/gpu: 2' too large: maximum "
      "request size for shared resources is 1, which is unexpected", "k8s-shared-gpu-request-too-large"),
     ("RuntimeError: /job:localhost/replica:0/task:0/device:GPU:2 unknown device", "invalid-device-ordinal"),
+    ("AssertionError: You can't use same `Accelerator()` instance with multiple models when using DeepSpeed",
+     "deepspeed-multiple-models-one-engine"),
+    ("ValueError: Less than two GPU ids were configured and tried to run on multiple GPUs.", "accelerate-gpu-ids-too-few"),
+    ("ValueError: Cannot get 16bit model weights because `stage3_gather_16bit_weights_on_model_save` in DeepSpeed "
+     "config is False.", "zero3-16bit-save-disabled"),
+    ("ValueError: When using `--fsdp_cpu_ram_efficient_loading` set `--fsdp_sync_module_states` to `True`",
+     "fsdp-ram-efficient-loading-needs-sync"),
     ("GPU available: True (cuda), used: True\nInitializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4\n",
      "lightning-members-never-joined"),
     ("accelerate.utils.operations.DistributedOperationException:\nCannot apply desired operation due to shape mismatches. "
