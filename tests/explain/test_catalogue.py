@@ -243,6 +243,19 @@ REFERENCE_ROWS = [
     ("AssertionError: You can't use same `Accelerator()` instance with multiple models when using DeepSpeed",
      "deepspeed-multiple-models-one-engine"),
     ("ValueError: Less than two GPU ids were configured and tried to run on multiple GPUs.", "accelerate-gpu-ids-too-few"),
+    ("WARNING: infoROM is corrupted at gpu 0000:0B:00.0", "inforom-corrupted"),
+    ("RuntimeError: Fetching value for `jax.Array` that spans non-addressable (non process local) devices is not "
+     "possible.", "jax-fetch-non-addressable"),
+    ("RuntimeError: Attempting to use the same CUDA device for multiple distinct roles/ranks within the same "
+     "communicator.", "trl-vllm-server-same-gpus"),
+    ("I0624 22:58:05.486697       1 health.go:185] XidCriticalError: Xid=79 on Device=GPU-adb24b25; marking device as "
+     "unhealthy.", "gpu-fell-off-bus"),
+    ("XidCriticalError: Xid=48 on Device=GPU-e3dbf294-2783-f38b-4274-5bc836df5be1; marking device as unhealthy.",
+     "ecc-uncorrectable"),
+    ("prted: error while loading shared libraries: libimf.so: cannot open shared object file: No such file or directory",
+     "mpi-orted-not-found-remote"),
+    ("btl_tcp_endpoint.c:572:mca_btl_tcp_endpoint_complete_connect: connect() failed with errno=113",
+     "mpi-btl-uses-docker0-interface"),
     ("ValueError: Cannot get 16bit model weights because `stage3_gather_16bit_weights_on_model_save` in DeepSpeed "
      "config is False.", "zero3-16bit-save-disabled"),
     ("ValueError: When using `--fsdp_cpu_ram_efficient_loading` set `--fsdp_sync_module_states` to `True`",
