@@ -244,6 +244,23 @@ REFERENCE_ROWS = [
      "deepspeed-multiple-models-one-engine"),
     ("ValueError: Less than two GPU ids were configured and tried to run on multiple GPUs.", "accelerate-gpu-ids-too-few"),
     ("WARNING: infoROM is corrupted at gpu 0000:0B:00.0", "inforom-corrupted"),
+    ('AssertionError: You are using an untested ZeRO Optimizer. Please add <"zero_allow_untested_optimizer": true> in '
+     'the configuration file to use it.', "deepspeed-untested-zero-optimizer"),
+    ("RuntimeError: Using hostfile at /job/hostfile but host=worker-1 was not reachable via ssh.",
+     "deepspeed-hostfile-ssh-unreachable"),
+    ("RuntimeError: launcher 'pdsh' not installed.", "deepspeed-launcher-backend-missing"),
+    ("ValueError: Expected a string path to an existing deepspeed config, or a dictionary or a valid base64. Received: "
+     "ds.json", "deepspeed-config-path-missing"),
+    ("AssertionError: bfloat16 and fp16 modes cannot be simultaneously enabled", "deepspeed-fp16-bf16-both"),
+    ("AssertionError: Mismatch in local rank setting, args.local_rank=0 but env['LOCAL_RANK']=1.",
+     "deepspeed-local-rank-arg-mismatch"),
+    ("AssertionError: \n   This assert indicates that your module has parameters that\n   were not used in producing "
+     "loss.", "zero-unused-parameters"),
+    ("ValueError: Expected 8 of '*_optim_states.pt' under 'out/global_step500' but found 4 files. Possibly due to an "
+     "overwrite of an old checkpoint, or a checkpoint didn't get saved by one or more processes.",
+     "zero-checkpoint-node-local-storage"),
+    ("AssertionError: DeepSpeed requires the LOCAL_RANK environment variable, it is set by the deepspeed launcher, "
+     "deepspeed.init_distributed, or the torch's launcher.", "not-launched-with-torchrun"),
     ("RuntimeError: Fetching value for `jax.Array` that spans non-addressable (non process local) devices is not "
      "possible.", "jax-fetch-non-addressable"),
     ("RuntimeError: Attempting to use the same CUDA device for multiple distinct roles/ranks within the same "
