@@ -252,6 +252,16 @@ REFERENCE_ROWS = [
     ("ValueError: Expected a string path to an existing deepspeed config, or a dictionary or a valid base64. Received: "
      "ds.json", "deepspeed-config-path-missing"),
     ("AssertionError: bfloat16 and fp16 modes cannot be simultaneously enabled", "deepspeed-fp16-bf16-both"),
+    ("ValueError: You set `devices=4` in Lightning, but the number of tasks per node configured in SLURM "
+     "`--ntasks-per-node=1` does not match. HINT: Set `devices=1`.", "slurm-nodes-mismatch-trainer-num-nodes"),
+    ("ValueError: You set `devices=4` and `num_nodes=1` in Lightning, but the product (4 * 1) does not match the world "
+     "size (8).", "lightning-devices-vs-world-size"),
+    ("lightning.fabric.utilities.exceptions.MisconfigurationException: `ModelCheckpoint(monitor='val_loss')` could not "
+     "find the monitored key in the returned metrics: ['train_loss', 'epoch', 'step'].", "checkpoint-monitor-key-missing"),
+    ("lightning.fabric.utilities.exceptions.MisconfigurationException: No supported gpu backend found!",
+     "lightning-accelerator-unavailable"),
+    ("RuntimeError: \nLaunching multiple processes with the 'spawn' start method requires that your script guards the "
+     "main\nfunction with an `if __name__ == \"__main__\"` clause.", "spawn-without-main-guard"),
     ("AssertionError: Mismatch in local rank setting, args.local_rank=0 but env['LOCAL_RANK']=1.",
      "deepspeed-local-rank-arg-mismatch"),
     ("AssertionError: \n   This assert indicates that your module has parameters that\n   were not used in producing "
