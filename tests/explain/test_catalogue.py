@@ -252,6 +252,20 @@ REFERENCE_ROWS = [
     ("ValueError: Expected a string path to an existing deepspeed config, or a dictionary or a valid base64. Received: "
      "ds.json", "deepspeed-config-path-missing"),
     ("AssertionError: bfloat16 and fp16 modes cannot be simultaneously enabled", "deepspeed-fp16-bf16-both"),
+    ("AssertionError: zero stage 2 requires an optimizer", "deepspeed-zero12-without-optimizer"),
+    ("ValueError: Unable to find 'latest' file at output/checkpoint-500/latest", "zero-to-fp32-tag-missing"),
+    ("NotImplementedError: Calling `trainer.fit()` twice on the same Trainer instance using a spawn-based strategy is "
+     "not supported.", "lightning-fit-twice-spawn"),
+    ("RuntimeError: The selected device indices [1, 3] don't match the local rank values of processes. If you need to "
+     "select GPUs at a specific index, set the `CUDA_VISIBLE_DEVICES` environment variable instead.",
+     "lightning-deepspeed-device-indices"),
+    ("MisconfigurationException: DeepSpeed currently only supports single optimizer, single optional scheduler.",
+     "lightning-deepspeed-config-conflict"),
+    ("ImportError: PyTorch >= 2.6 requires DeepSpeed >= 0.16.0. Detected DeepSpeed version: 0.14.4.",
+     "wrapper-pair-version-mismatch"),
+    ("RuntimeError: Unable to JIT load the cpu_adam op due to ninja not being installed.", "ninja-missing"),
+    ("RuntimeError: The sizes `data_parallel_size=2` and `tensor_parallel_size=2` multiplied should equal the world "
+     "size (8).", "parallel-size-not-divisible"),
     ("ValueError: You set `devices=4` in Lightning, but the number of tasks per node configured in SLURM "
      "`--ntasks-per-node=1` does not match. HINT: Set `devices=1`.", "slurm-nodes-mismatch-trainer-num-nodes"),
     ("ValueError: You set `devices=4` and `num_nodes=1` in Lightning, but the product (4 * 1) does not match the world "
