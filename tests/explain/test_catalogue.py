@@ -253,6 +253,20 @@ REFERENCE_ROWS = [
      "ds.json", "deepspeed-config-path-missing"),
     ("AssertionError: bfloat16 and fp16 modes cannot be simultaneously enabled", "deepspeed-fp16-bf16-both"),
     ("AssertionError: zero stage 2 requires an optimizer", "deepspeed-zero12-without-optimizer"),
+    ("horovod.common.exceptions.HorovodInternalError: Mismatched ALLREDUCE tensor shapes: One rank sent a tensor of "
+     "shape [512, 10], but another rank sent a tensor of shape [512, 12].", "horovod-mismatched-tensor-shapes"),
+    ("ImportError: Framework pytorch installed with version 1.13.1+cu117 but found version 2.1.0+cu121.",
+     "horovod-framework-version-changed"),
+    ("RuntimeError: could not connect to some hosts via ssh", "horovodrun-ssh-unreachable"),
+    ("ValueError: Requested more processes (8) than there are available slots (4)", "mpi-not-enough-slots"),
+    ("Exception: horovod does not find an installed MPI.", "horovodrun-openmpi-not-detected"),
+    ("ValueError: generation_batch_size (12) must be divisible by num_generations (8).",
+     "grpo-batch-not-divisible-by-generations"),
+    ("ConnectionError: The vLLM server can't be reached at http://0.0.0.0:8000 after 240.0 seconds. Make sure the "
+     "server is running by running `trl vllm-serve`.", "trl-vllm-server-unreachable"),
+    ("RuntimeError: Weight update group already initialized. Call close_communicator first.", "trl-vllm-weight-group-open"),
+    ("ValueError: tensor_parallel_size (4) must divide world size (6) evenly.", "parallel-size-not-divisible"),
+    ("ValueError: `model` and `ref_model` cannot be the same object.", "dpo-model-is-ref-model"),
     ("ValueError: Unable to find 'latest' file at output/checkpoint-500/latest", "zero-to-fp32-tag-missing"),
     ("NotImplementedError: Calling `trainer.fit()` twice on the same Trainer instance using a spawn-based strategy is "
      "not supported.", "lightning-fit-twice-spawn"),
