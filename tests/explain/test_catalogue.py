@@ -253,6 +253,33 @@ REFERENCE_ROWS = [
      "ds.json", "deepspeed-config-path-missing"),
     ("AssertionError: bfloat16 and fp16 modes cannot be simultaneously enabled", "deepspeed-fp16-bf16-both"),
     ("AssertionError: zero stage 2 requires an optimizer", "deepspeed-zero12-without-optimizer"),
+    ("ValueError: device_ids can only be None or contain a single element.", "ddp-multiple-device-ids"),
+    ("TypeError: Invalid function argument. Expected parameter `tensor_list` of type List[torch.Tensor]\n"
+     "             but got <class 'torch.Tensor'> instead.", "collective-argument-type"),
+    ("ValueError: Rank 4 is out of range. Valid ranks are 0 to 3 (world_size=4)", "process-group-ranks-out-of-range"),
+    ("ValueError: device_id cuda:4 is out of range. Please use a device index less than the number of accelerators "
+     "available: 4.", "invalid-device-ordinal"),
+    ("ValueError: local_rank 4 exceeds available GPUs in CUDA_VISIBLE_DEVICES=0,1,2,3", "invalid-device-ordinal"),
+    ("ValueError: SyncBatchNorm layers only work with GPU modules", "syncbn-error"),
+    ("TimeoutError: timed out waiting for all 2 members to join", "rendezvous-timeout"),
+    ("_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do so you have two options",
+     "torch-load-weights-only-default"),
+    ("ValueError: The module has CPU parameters or buffers when `sync_module_states=True`, which requires them to be on "
+     "GPU.", "fsdp-sync-states-on-cpu"),
+    ("RuntimeError: FSDP only supports single device modules but got params on {device(type='cuda', index=0), "
+     "device(type='cpu')}", "fsdp-mixed-device-module"),
+    ("RuntimeError: FSDP parameters should be materialized from meta device before training, but the following were "
+     "still on meta device: ['w']", "fsdp2-meta-params-not-materialized"),
+    ("RuntimeError: unscale_() has already been called on this optimizer since the last update().",
+     "amp-unscale-called-twice"),
+    ("ValueError: batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last",
+     "batch-sampler-exclusive-options"),
+    ("ValueError: FSDP doesn't support scalar parameters. Change logit_scale to a 1D tensor with numel equal to 1.",
+     "fsdp-scalar-parameter"),
+    ("UserWarning: Found GPU0 NVIDIA GeForce RTX 5090 which is of compute capability (CC) 12.0.\nThe following list "
+     "shows the CCs this version of PyTorch was built for and the hardware CCs it supports:", "no-kernel-image"),
+    ("ValueError: Size mismatch between saved torch.Size([32000, 4096]) and current: torch.Size([32064, 4096]) for "
+     "model.embed_tokens.weight", "state-dict-architecture-mismatch"),
     ("horovod.common.exceptions.HorovodInternalError: Mismatched ALLREDUCE tensor shapes: One rank sent a tensor of "
      "shape [512, 10], but another rank sent a tensor of shape [512, 12].", "horovod-mismatched-tensor-shapes"),
     ("ImportError: Framework pytorch installed with version 1.13.1+cu117 but found version 2.1.0+cu121.",
