@@ -285,6 +285,10 @@ REFERENCE_ROWS = [
     ("ImportError: Framework pytorch installed with version 1.13.1+cu117 but found version 2.1.0+cu121.",
      "horovod-framework-version-changed"),
     ("RuntimeError: could not connect to some hosts via ssh", "horovodrun-ssh-unreachable"),
+    ("horovod.common.exceptions.HorovodInternalError: Mismatched data types: One rank had type float32, but another "
+     "rank had type int64.", "horovod-mismatched-tensor-shapes"),
+    ("RuntimeError: Lightning attempted to launch new distributed processes with `local_rank > 0`. This should not "
+     "happen.", "lightning-external-launcher-undetected"),
     ("ValueError: Requested more processes (8) than there are available slots (4)", "mpi-not-enough-slots"),
     ("Exception: horovod does not find an installed MPI.", "horovodrun-openmpi-not-detected"),
     ("ValueError: generation_batch_size (12) must be divisible by num_generations (8).",
