@@ -285,6 +285,17 @@ REFERENCE_ROWS = [
     ("ImportError: Framework pytorch installed with version 1.13.1+cu117 but found version 2.1.0+cu121.",
      "horovod-framework-version-changed"),
     ("RuntimeError: could not connect to some hosts via ssh", "horovodrun-ssh-unreachable"),
+    ("RuntimeError: Timeout waiting for the cluster, timeout is 300 seconds", "tf-multiworker-peers-unreachable"),
+    ("WARNING:tensorflow:There are non-GPU devices in `tf.distribute.Strategy`, not using nccl allreduce.",
+     "tf-strategy-without-gpus"),
+    ("ValueError: The `task_id` 2 exceeds the maximum id of worker.", "tf-config-task-invalid"),
+    ("ValueError: All workers should have the same number of GPUs.", "tf-workers-unequal-gpus"),
+    ("ValueError: Call the `batch` method on the input Dataset in order to be able to split your input across 2 "
+     "replicas.", "tf-dataset-not-batched"),
+    ("RuntimeError: Method requires being in cross-replica context, use get_replica_context().merge_call()",
+     "tf-replica-context-misuse"),
+    ("WARNING:tensorflow:Nccl kernel is not found, not using nccl allreduce.", "nccl-not-built-in"),
+    ("ValueError: The `global_batch_size` 30 is not divisible by `num_replicas_in_sync` 4 ", "batch-size-not-divisible-by-gpus"),
     ("horovod.common.exceptions.HorovodInternalError: Mismatched data types: One rank had type float32, but another "
      "rank had type int64.", "horovod-mismatched-tensor-shapes"),
     ("RuntimeError: Lightning attempted to launch new distributed processes with `local_rank > 0`. This should not "
