@@ -285,6 +285,17 @@ REFERENCE_ROWS = [
     ("ImportError: Framework pytorch installed with version 1.13.1+cu117 but found version 2.1.0+cu121.",
      "horovod-framework-version-changed"),
     ("RuntimeError: could not connect to some hosts via ssh", "horovodrun-ssh-unreachable"),
+    ("node01:1:1 [0] init.cc:1043 NCCL WARN Mismatched NCCL version detected : rank 1 version 22703 rank 0 version "
+     "22105", "nccl-version-mismatch-across-ranks"),
+    ("node01:1:1 [0] init.cc:1339 NCCL WARN Detected mixed local Net device counts across ranks (min 4, max 8).",
+     "nccl-net-mismatch-across-nodes"),
+    ("node01:1:1 [0] p2p.cc:688 NCCL WARN NET/IB: Got completion from peer 10.0.0.2<45678> with status=transport retry "
+     "counter exceeded(12) opcode=RDMA_WRITE(0) vendor_err=129", "nccl-ib-error"),
+    ("node01:1:1 [0] linux.cc:302 NCCL WARN socketStartConnect: connect to 10.0.0.1<29500> failed : Connection refused",
+     "node-connection-refused"),
+    ("node01:1:1 [0] net_socket.cc:636 NCCL WARN NET/Socket : peer 10.0.0.2<45678> message truncated : receiving "
+     "1048576 bytes instead of 65536.", "collective-mismatch"),
+    ("node01:1:1 [0] init.cc:307 NCCL WARN NET/IB : No IP interface found.", "nccl-socket-interface"),
     ("RuntimeError: Timeout waiting for the cluster, timeout is 300 seconds", "tf-multiworker-peers-unreachable"),
     ("WARNING:tensorflow:There are non-GPU devices in `tf.distribute.Strategy`, not using nccl allreduce.",
      "tf-strategy-without-gpus"),
