@@ -103,3 +103,13 @@ def test_deepspeeds_libaio_warning_is_a_notice_not_the_failure(run_cli):
     doc = json.loads(run_cli("explain", "--json", "-", input=warning + "torch.cuda.OutOfMemoryError: CUDA out of memory. "
                              "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB\n").stdout)
     assert doc["matches"][0]["id"] == "cuda-out-of-memory" and "benign" not in doc
+
+
+def test_json_bad_input_is_still_one_json_document(run_cli, tmp_path):
+    # A CI step that parses `gpurig explain --json` gets a document naming the problem, and exit 2.
+    out = run_cli("explain", "--json", str(tmp_path / "nope.log"))
+    doc = json.loads(out.stdout)
+    assert out.returncode == 2 and doc["matches"] == [] and "nope.log: no such file" in doc["error"]
+    (tmp_path / "empty.log").write_text("")
+    out = run_cli("explain", "--json", str(tmp_path / "empty.log"))
+    assert out.returncode == 2 and "empty: nothing to explain" in json.loads(out.stdout)["error"]

@@ -109,51 +109,63 @@ def register(app: typer.Typer) -> None:
     @app.command("explain", help=HELP)
     def explain(
         source: str = typer.Argument(None, help="A log file, '-' for stdin, a run directory; default: the last `gpurig launch` run."),
-        json_out: bool = typer.Option(False, "--json", help='One JSON document: "matches" (each with id, title, cause, fix, confidence, evidence, source, kind, class, see_also), "input", "world", "next_steps" (when nothing matched) and "benign" (harmless notices).'),
+        json_out: bool = typer.Option(False, "--json", help='One JSON document: "matches" (each with id, title, cause, fix, confidence, evidence, source, kind, class, see_also), "input", "world", "next_steps" (when nothing matched) and "benign" (harmless notices, with "failed": whether the log also reports a failure they do not explain). Bad input: {"source", "error", "matches": []} and exit 2.'),
     ) -> None:
-        from gpurig.diagnose.explain import explain_text
-        from gpurig.diagnose.run_diagnosis import explain_run
-
-        text, run_dir = _read_input(source)
-        console = console_for(json_out)
-        if run_dir is not None:
-            from gpurig.commands.launch import render_diagnosis
-            from gpurig.launch.collect import collect_run
-
-            record = collect_run(run_dir)
-            if not record.launcher_tail and not record.ranks:
-                raise BadInput(f"FILE {run_dir}: the run directory holds no logs yet")
-            returncode, timed_out, interrupted = (1 if record.failures else 0), False, False
-            saved = Path(run_dir, "result.json")
-            if saved.is_file():  # how the run ended, as `gpurig launch` saw it
-                import json
-
-                try:
-                    ended = json.loads(saved.read_text()).get("result", {})
-                    returncode = int(ended.get("exit_code", returncode))
-                    timed_out = ended.get("status") == "hang" and returncode == 124
-                    interrupted = ended.get("status") == "interrupted"  # stopped on purpose: no failure
-                except (ValueError, TypeError, AttributeError):
-                    pass
-            diagnosis = explain_run(record, returncode=returncode, timed_out=timed_out, interrupted=interrupted,
-                                    stop_signal="SIGTERM" if returncode == 143 else "SIGINT").to_dict()
-            data = {"run_dir": run_dir, "matches": diagnosis["matches"], "run": diagnosis}
-            if json_out:
-                emit_json(data)
-            else:
-                console.print(f"run directory: {run_dir}", markup=False)
-                render_diagnosis(console, diagnosis)
-            problem = diagnosis["status"] in ("failed", "hang")
-        else:
-            result = explain_text(text)
-            if result.input != "text":
-                what = "stdin" if source == "-" else source
-                raise BadInput(f"FILE {what}: {'empty: nothing to explain' if result.input == 'empty' else 'not text (a binary file?); pass the log as text'}")
-            data = result.to_dict()
-            if json_out:
-                emit_json(data)
-            else:
-                render_explanation(console, data)
-            problem = bool(result.matches)
+        try:
+            problem = _explain(source, json_out)
+        except BadInput as exc:
+            if not json_out:
+                raise
+            emit_json({"source": source, "error": str(exc), "matches": []})  # (stdout holds one document, as always)
+            raise typer.Exit(2) from None
         if problem:
             raise typer.Exit(1)
+
+
+def _explain(source: str | None, json_out: bool) -> bool:
+    """Explain `source` and print the answer; whether it reports a problem (exit 1)."""
+    from gpurig.diagnose.explain import explain_text
+    from gpurig.diagnose.run_diagnosis import explain_run
+
+    text, run_dir = _read_input(source)
+    console = console_for(json_out)
+    if run_dir is not None:
+        from gpurig.commands.launch import render_diagnosis
+        from gpurig.launch.collect import collect_run
+
+        record = collect_run(run_dir)
+        if not record.launcher_tail and not record.ranks:
+            raise BadInput(f"FILE {run_dir}: the run directory holds no logs yet")
+        returncode, timed_out, interrupted = (1 if record.failures else 0), False, False
+        saved = Path(run_dir, "result.json")
+        if saved.is_file():  # how the run ended, as `gpurig launch` saw it
+            import json
+
+            try:
+                ended = json.loads(saved.read_text()).get("result", {})
+                returncode = int(ended.get("exit_code", returncode))
+                timed_out = ended.get("status") == "hang" and returncode == 124
+                interrupted = ended.get("status") == "interrupted"  # stopped on purpose: no failure
+            except (ValueError, TypeError, AttributeError):
+                pass
+        diagnosis = explain_run(record, returncode=returncode, timed_out=timed_out, interrupted=interrupted,
+                                stop_signal="SIGTERM" if returncode == 143 else "SIGINT").to_dict()
+        data = {"run_dir": run_dir, "matches": diagnosis["matches"], "run": diagnosis}
+        if json_out:
+            emit_json(data)
+        else:
+            console.print(f"run directory: {run_dir}", markup=False)
+            render_diagnosis(console, diagnosis)
+        problem = diagnosis["status"] in ("failed", "hang")
+    else:
+        result = explain_text(text)
+        if result.input != "text":
+            what = "stdin" if source == "-" else source
+            raise BadInput(f"FILE {what}: {'empty: nothing to explain' if result.input == 'empty' else 'not text (a binary file?); pass the log as text'}")
+        data = result.to_dict()
+        if json_out:
+            emit_json(data)
+        else:
+            render_explanation(console, data)
+        problem = bool(result.matches)
+    return problem

@@ -80,7 +80,7 @@ class Explanation:
     input: str = "text"  # "text", "empty" or "not text"
     world: str = "unknown"  # what the log comes from: pytorch, tensorflow, docker, ... (for the next steps)
     benign: list[Match] = field(default_factory=list)  # known harmless messages, when nothing else was recognised
-    failed: bool = False  # the log reports a failure (a traceback, an error line), recognised or not
+    failed: bool = False  # beside the harmless notices, the log reports a failure they do not explain
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"matches": [m.to_dict() for m in self.matches], "input": self.input,
@@ -358,7 +358,7 @@ def explain_text(text: str, index: Any = "default", exclude: str | None = None) 
         notes.append(f"a long log ({len(whole) / 1e6:.1f} MB): read its first and last lines and every line that reports a failure")
     world = world_of(text)
     result = Explanation(matches=ranked, notes=notes + pasted_notes, facts=facts, world=world, benign=harmless[:3],
-                         failed=facts is None and _fails_beside(text, harmless))
+                         failed=bool(harmless) and facts is None and _fails_beside(text, harmless))
     if not result.matches:
         result.next_steps = list(WORLD_STEPS.get(world, NEXT_STEPS))
     return result
