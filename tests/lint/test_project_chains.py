@@ -722,3 +722,35 @@ def test_a_download_reached_through_helpers_names_each_step(tmp_path):
     [finding] = [f for f in lint_file(_script(tmp_path, script)) if f.id == "download-on-every-rank"]
     assert "through download() at hellaswag.py:16: through download_file() at hellaswag.py:12: get at hellaswag.py:6" in finding.title
     assert finding.related == ["hellaswag.py:16", "hellaswag.py:12", "hellaswag.py:6"]
+
+
+def test_a_saver_that_is_a_null_object_off_rank_zero_saves_on_one_rank(tmp_path):
+    # UNITER's shape: `model_saver = ModelSaver(dir)` under `if rank == 0`, `NoOp()` on the others,
+    # then `model_saver.save(model, step)` on every rank: only rank 0's saver writes.
+    _write(tmp_path, "utils/__init__.py", "")
+    _write(tmp_path, "utils/save.py", """
+        import torch
+        class ModelSaver:
+            def __init__(self, output_dir):
+                self.output_dir = output_dir
+            def save(self, model, step):
+                torch.save(model.state_dict(), f"{self.output_dir}/model_step_{step}.pt")
+        class NoOp:
+            def __getattr__(self, name):
+                return lambda *args, **kwargs: None
+        """)
+    script = """
+        from utils.save import ModelSaver, NoOp
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        if rank == 0:
+            model_saver = ModelSaver("ckpt")
+        else:
+            model_saver = NoOp()
+        model_saver.save(model, 100)
+        other_saver = ModelSaver("ckpt")
+        other_saver.save(model, 100)
+        dist.destroy_process_group()
+        """
+    found = [f for f in _lint(tmp_path, script) if f[0] == "save-on-every-rank"]
+    assert found == [("save-on-every-rank", 14)]

@@ -134,8 +134,10 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                       for c, g in scan.calls]
     first_fns = guards.first_functions(scan)
     one_rank = guards.one_rank_functions(scan)
+    one_rank_objects = scan.null_bound & scan.guard_bound  # (their methods do nothing on the other ranks)
     calls = [
-        (c, _dotted(c.func), g or any(f in one_rank for f in scan.enclosing.get(id(c), ())))
+        (c, _dotted(c.func), g or any(f in one_rank for f in scan.enclosing.get(id(c), ()))
+         or isinstance(c.func, ast.Attribute) and _dotted(c.func.value) in one_rank_objects)
         for c, g in scan.calls
     ]
     calls += _worker_calls(calls, scan.defined)

@@ -54,6 +54,9 @@ from gpurig.diagnose.lint_project import _is_download_call
 
 _JUDGED_CALLS = _RULE_CALLS | LIBRARY_FETCH_NAMES  # (and the library calls that download)
 
+# A null object: a class whose methods do nothing (`NoOp()`, `DummyWriter()`, `NullLogger()`).
+_NULL_OBJECT = re.compile(r"(?:NoOp|Noop|Null|Dummy)\w*")
+
 _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
 # A context manager that lets one rank run its body first while the others wait for it.
 # A file lock serializes the ranks the same way: the first downloads, the others find the files.
@@ -94,6 +97,10 @@ class _Scanner(_Walker):
         self._devices: set[str] | None = None  # in a class's __init__: the devices its parts are moved to
         self._init_devices: dict[int, set[str]] = {}  # id(__init__ of a class being read) -> those devices
         self.unset: set[str] = set()  # names set to None on every rank (a value under a rank check makes them flags)
+        # `if rank == 0: saver = ModelSaver(d) else: saver = NoOp()`: names bound to a null object on some
+        # ranks and to a real one under a rank check; what their methods do happens on that rank alone.
+        self.null_bound: set[str] = set()
+        self.guard_bound: set[str] = set()
         self.flag_guarded: dict[int, str] = {}  # `if not args.multiprocessing_distributed or rank == 0:` -> the flag
         self._hooks: set[int] = set()  # methods a framework calls in every process
         self._flag_guards: list[str] = []
@@ -548,6 +555,11 @@ class _Scanner(_Walker):
         if len(node.targets) == 1 and isinstance(node.value, _FLAG_VALUES) and first and _mentions_rank(node.value) and not _all_but_one(node.value):
             self.flags.add(first)
         note_one_rank_value(self, node, first, self._guard > 0)
+        if first and isinstance(node.value, ast.Call):
+            if _NULL_OBJECT.fullmatch(_name_of(_dotted(node.value.func))):
+                self.null_bound.add(first)
+            elif self._guard > 0:
+                self.guard_bound.add(first)
         if first and isinstance(node.value, ast.Call) and _name_of(_dotted(node.value.func)) in self.multi_device_classes:
             self.multi_device_models.add(first)
         if any(n in ("builtins.print", "__builtin__.print", "__builtins__.print") for n in names):
