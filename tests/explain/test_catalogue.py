@@ -374,6 +374,16 @@ REFERENCE_ROWS = [
      "All shapes across devices must be valid.", "collective-mismatch"),
     ("node1:1234:1290 [0] NCCL WARN failed to open CUDA IPC handle : 217 peer access is not supported between these "
      "two devices", "p2p-not-supported"),
+    ("[W socket.cpp:426] [c10d] The server socket has failed to bind to 0.0.0.0:80 (errno: 13 - Permission denied).\n"
+     "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address.",
+     "rendezvous-port-privileged"),
+    ('  File "/usr/lib/python3/dist-packages/torch/multiprocessing/spawn.py", line 69, in _wrap\n    fn(i, *args)\n'
+     "TypeError: train_worker() takes 3 positional arguments but 27 were given", "spawn-args-not-tuple"),
+    ("gpu7:5512:5601 [1] enqueue.cc:197 NCCL WARN Cuda failure 'invalid device function'", "no-kernel-image"),
+    ("Invalid argument: 'visible_device_list' listed an invalid GPU id '3' but visible device count is 2",
+     "invalid-device-ordinal"),
+    ("ValueError: `handle` is not available outside the replica context or a `tf.distribute.Strategy.update()` call.",
+     "tf-replica-context-misuse"),
 ]
 
 
