@@ -384,6 +384,18 @@ REFERENCE_ROWS = [
      "invalid-device-ordinal"),
     ("ValueError: `handle` is not available outside the replica context or a `tf.distribute.Strategy.update()` call.",
      "tf-replica-context-misuse"),
+    ("[rank3]: AssertionError: Expects tensor to be on the compute device cuda:3, was on cpu", "fsdp-offloaded-params-not-reloaded"),
+    ("[rank1]: AssertionError: Expects tensor to be on the compute device cuda:0, was on cuda:1", "fsdp-current-device-not-set"),
+    ('  File "fairscale/nn/data_parallel/fully_sharded_data_parallel.py", line 701, in _init_param_attributes\n'
+     '    assert p._fp32_shard.device == torch.device("cpu")\nAssertionError', "fsdp-cpu-offload-model-on-gpu"),
+    ("AssertionError: Attempted to load weight (torch.Size([0])) into parameter (torch.Size([151936, 2048]))",
+     "deepspeed-zero3-partitioned-param"),
+    ("paddle.fluid.core.EnforceNotMet: The number of samples of current batch is less than the count of devices, "
+     "currently, it is not allowed. (4 vs 3)", "batch-size-not-divisible-by-gpus"),
+    ("E1122 external/xla/xla/stream_executor/cuda/cuda_dnn.cc:535] There was an error before creating cudnn handle (2): "
+     "cudaErrorMemoryAllocation : out of memory", "jax-gpu-preallocation"),
+    ("nvidia-container-cli: detection error: open failed: /usr/lib64/libnvidia-ptxjitcompiler.so.535.104.05",
+     "host-driver-userspace-missing"),
 ]
 
 
