@@ -448,3 +448,49 @@ def test_a_one_process_group_a_library_needs_is_no_run_to_tear_down():
     assert "no-destroy-process-group" not in [f.id for f in lint_source(source, select=set(RULES))]
     two = source.replace("world_size=1", "world_size=2")
     assert "no-destroy-process-group" in [f.id for f in lint_source(two, select=set(RULES))]
+
+
+def test_a_flag_set_from_a_rank_check_later_in_the_file_guards_a_function_defined_above():
+    # open_lm's shape: save_checkpoint() tests args.save_logs, which main() sets further down from
+    # is_master(args); a flag that does not mention the rank guards nothing.
+    body = """
+    def save_checkpoint(args, model):
+        if args.save_logs:
+            torch.save(model.state_dict(), "epoch.pt")
+        if args.save_every:
+            torch.save(model.state_dict(), "every.pt")
+
+    def main(args):
+        dist.init_process_group("nccl")
+        args.save_logs = args.logs and is_master(args)
+        args.save_every = args.logs and args.save_frequency > 0
+        save_checkpoint(args, model)
+
+    main(args)
+    """
+    source = HEAD + textwrap.dedent(body) + END
+    every = next(n for n, line in enumerate(source.splitlines(), 1) if '"every.pt"' in line)
+    found = [f for f in lint_source(source, select=set(RULES)) if f.id == "save-on-every-rank"]
+    # one finding, at the call, naming the unguarded save (the guarded one would be named first)
+    assert len(found) == 1 and f"(line {every})" in found[0].title
+
+
+def test_not_the_flag_the_group_starts_under_or_rank_zero_is_a_guard():
+    # A script that starts its process group only `if distributed:` is one process without that flag,
+    # so `if not distributed or gpu == 0:` writes once. `not args.multiprocessing_distributed or ...`
+    # stays a finding where the group starts under another flag (a torchrun launch goes without it).
+    gate = """
+    distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
+    if distributed:
+        dist.init_process_group("nccl")
+    if not distributed or gpu == 0:
+        torch.save(model.state_dict(), "ckpt.pt")
+    """
+    other = """
+    if args.distributed:
+        dist.init_process_group("nccl")
+    if not args.multiprocessing_distributed or gpu == 0:
+        torch.save(model.state_dict(), "ckpt.pt")
+    """
+    assert "save-on-every-rank" not in ids(gate)
+    assert "save-on-every-rank" in ids(other)

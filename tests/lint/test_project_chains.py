@@ -754,3 +754,33 @@ def test_a_saver_that_is_a_null_object_off_rank_zero_saves_on_one_rank(tmp_path)
         """
     found = [f for f in _lint(tmp_path, script) if f[0] == "save-on-every-rank"]
     assert found == [("save-on-every-rank", 14)]
+
+
+def test_functions_decorated_to_run_on_the_main_process_alone_write_once(tmp_path):
+    # RWKV's `@rank_zero_only def generate_init_weight(...)` in its trainer module, and mmcv's
+    # `@master_only` in the script itself: their torch.save runs on rank 0 only. An undecorated twin
+    # still writes on every rank.
+    _write(tmp_path, "src/__init__.py", "")
+    _write(tmp_path, "src/trainer.py", """
+        import torch
+        from pytorch_lightning.utilities import rank_zero_only
+        @rank_zero_only
+        def generate_init_weight(model, name):
+            torch.save(model.state_dict(), name)
+        def save_weights(model, name):
+            torch.save(model.state_dict(), name)
+        """)
+    script = """
+        from mmcv.runner import master_only
+        from src.trainer import generate_init_weight, save_weights
+        @master_only
+        def dump(model):
+            torch.save(model.state_dict(), "last.pth")
+        dist.init_process_group("nccl")
+        generate_init_weight(model, "init.pth")
+        dump(model)
+        save_weights(model, "w.pth")
+        dist.destroy_process_group()
+        """
+    found = [f for f in _lint(tmp_path, script) if f[0] == "save-on-every-rank"]
+    assert found == [("save-on-every-rank", 13)]

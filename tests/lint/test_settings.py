@@ -207,3 +207,40 @@ def test_the_finding_names_the_line_of_each_shipped_config_that_fixes_the_addres
     [finding] = [f for f in lint_file(script) if f.id == "hard-coded-rendezvous"]
     assert finding.related == ["config/acdc/unet.yaml:2", "config/ljspeech/train.yaml:2"]
     assert "'tcp://localhost:54321' at config/acdc/unet.yaml:2" in finding.title
+
+
+HELPER_INIT = """\
+import torch
+from torch.distributed import init_process_group
+
+def train(rank, args, hp):
+    if args.num_gpus > 1:
+        init_process_group(backend=hp.dist_config.dist_backend, init_method=hp.dist_config.dist_url,
+                           world_size=hp.dist_config.world_size * args.num_gpus, rank=rank)
+"""
+
+HELPER_SCRIPT = """\
+import torch.multiprocessing as mp
+from utils.train import train
+
+def main(args, hp):
+    mp.spawn(train, nprocs=args.num_gpus, args=(args, hp))
+"""
+
+
+def test_a_project_module_starting_the_group_on_a_setting_every_shipped_config_fixes(tmp_path):
+    # UnivNet / HiFi-GAN's shape: utils/train.py starts the group with init_method=hp.dist_config.dist_url,
+    # and every shipped YAML fixes dist_url to one tcp:// address; the script only spawns train().
+    def lint(address: str) -> list[tuple[int, str]]:
+        (tmp_path / "utils").mkdir(exist_ok=True)
+        (tmp_path / "utils" / "__init__.py").write_text("")
+        (tmp_path / "utils" / "train.py").write_text(HELPER_INIT)
+        (tmp_path / "config").mkdir(exist_ok=True)
+        (tmp_path / "config" / "default.yaml").write_text(
+            f'train:\n  batch_size: 16\ndist_config:\n  dist_backend: "nccl"\n  dist_url: "{address}"\n  world_size: 1\n')
+        (tmp_path / "trainer.py").write_text(HELPER_SCRIPT)
+        return [(f.line, f.title) for f in lint_file(str(tmp_path / "trainer.py")) if f.id == "hard-coded-rendezvous"]
+
+    found = lint("tcp://localhost:54321")
+    assert len(found) == 1 and "'tcp://localhost:54321'" in found[0][1] and "utils/train.py:6" in found[0][1]
+    assert lint("env://") == []

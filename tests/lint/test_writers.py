@@ -85,3 +85,25 @@ def test_numpy_arrays_saved_to_one_file_on_every_rank():
     tokenizer.save("tok.json")
     """)
     assert found == [("save-on-every-rank", 3), ("save-on-every-rank", 4), ("save-on-every-rank", 5)]
+
+
+def test_a_function_of_the_script_writing_the_file_it_is_given_is_judged_where_it_is_called():
+    # A fine-tuning script's `plot_metrics(..., save_path)`: plt.savefig(save_path) inside, called on
+    # every rank with one fixed path; `dump(path)` opening it for writing. A per-rank path given, or a
+    # call under a rank check, writes nothing twice.
+    body = """\
+    def plot_metrics(values, save_path):
+        plt.plot(values)
+        plt.savefig(save_path)
+
+    def dump(path, text):
+        with open(path, "w") as f:
+            f.write(text)
+
+    plot_metrics([1, 2], os.path.join("out", "final_metrics.png"))
+    dump("out/summary.txt", "done")
+    plot_metrics([1, 2], f"out/metrics_{rank}.png")
+    if rank == 0:
+        dump("out/summary.txt", "done")
+    """
+    assert _found(body) == [("save-on-every-rank", 9), ("save-on-every-rank", 10)]

@@ -122,6 +122,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         findings.append(LintFinding(id=rule, severity=RULES[rule].severity, line=line, title=title, fix=fix, code=code,
                                     why=RULES[rule].why, related=related))
 
+    scan.resolve_late()
     if scan.flag_guarded:  # `not args.multiprocessing_distributed or rank == 0`, that flag on by default
         on = guards.flags_on(set(scan.flag_guarded.values()), [(c, _dotted(c.func), g) for c, g in scan.calls], modules, configs())
         scan.calls = [(c, g or scan.flag_guarded.get(id(c)) in on) for c, g in scan.calls]
@@ -229,6 +230,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     foreign, project_names = mods._imported_names_by_origin(scan.imports, path)
     lib_fetchers = mods._library_fetchers(scan.imports)  # lpips.LPIPS, FrechetInceptionDistance, ...
     fetched: dict[tuple, list[tuple[int, ...]]] = {}  # from_pretrained fetches reported: _refetch_key -> the blocks each ran in
+    param_writes: list[tuple[str, str, ast.Call]] = []  # (function of this file, its parameter, the write to the path it names)
     for call, func, guarded in calls:
         short = _name_of(func)
         helper = None if func.partition(".")[0] in foreign else short  # (`OmegaConf.load` is no helper of the project)
@@ -445,12 +447,17 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             if func == "open" and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) \
                     and str(call.args[1].value)[:1] in ("a", "w") and id(call) not in scan.touch_only:
                 written = named_path(call, call.args[0])
-                if not _mentions_rank_value(written) and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written)):
+                inside = scan.enclosing.get(id(call)) or ("",)
+                if isinstance(written, ast.Name) and written.id in scan.params.get(inside[-1], ()) and not never_run(call):
+                    param_writes.append((inside[-1], written.id, call))  # judged where it is called, by the path given
+                elif not _mentions_rank_value(written) and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written)):
                     what = repr(written.value) if isinstance(written, ast.Constant) else ast.unparse(written)[:60]
                     add("save-on-every-rank", call, f"every rank writes {what} at once: lines interleave or the file is cut",
                         "Write from one rank (`if rank == 0:`), or put the rank in the file name.")
             # A file written (savefig, save_image, write_text): not in a save helper (its calls are the finding), not its caller's path
             target, inside = _written_file(call, func), scan.enclosing.get(id(call)) or ("",)
+            if isinstance(target, ast.Name) and target.id in scan.params.get(inside[-1], ()) and not never_run(call):
+                param_writes.append((inside[-1], target.id, call))  # `def plot(vals, save_path): plt.savefig(save_path)`
             if target is not None and not never_run(call) and not (_SAVE_HELPER.search(inside[-1]) and short != "write_text") \
                     and _path_root(target) not in scan.params.get(inside[-1], ()):
                 written = named_path(call, target)
@@ -478,6 +485,21 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 )
 
     constants = scan.constants
+    # A function of this file that writes the file it is given (`def plot_metrics(..., save_path):
+    # plt.savefig(save_path)`), called on every rank with one fixed path: every rank writes that file.
+    for fn, param, write in param_writes:
+        params = scan.params.get(fn, [])
+        for site, f2, g2 in calls:
+            if g2 or not _calls_function(f2, fn) or never_run(site):
+                continue
+            at = params.index(param) - (1 if params[:1] in (["self"], ["cls"]) and "." in f2 else 0)
+            given = next((k.value for k in site.keywords if k.arg == param), site.args[at] if 0 <= at < len(site.args) else None)
+            written = None if given is None else named_path(site, given)
+            if written is not None and not _mentions_rank_value(written) \
+                    and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written)):
+                add("save-on-every-rank", site, f"{fn}() writes the file it is given ({ast.unparse(written)[:60]}) on every rank "
+                    f"at once (line {write.lineno}): the file is cut", f"Call it from one rank: `if rank == 0: {fn}(...)`.",
+                    f"{here}:{write.lineno}")
     # A project module whose own top-level code fetches (`train_dataset = MNIST(root, download=True)`
     # in utils.py) does so as the script imports it: in every rank at once.
     for node, sites in _import_time_fetches(modules, scan.imports) if distributed else ():
@@ -532,7 +554,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 "two jobs on one machine collide", "Take the port from the environment (MASTER_PORT set by the launcher) "
                 "or pick a free one; drop the fixed default.")
     port_helpers = rendezvous._fixed_port_functions(modules) if "MASTER_PORT" not in text else {}
-    init_helpers = rendezvous._fixed_init_functions(modules) if "init_process_group" not in names else {}
+    init_helpers = rendezvous._fixed_init_functions(modules, rendezvous._fixed_rendezvous_settings(modules, configs())) \
+        if "init_process_group" not in names else {}
     for call, func, _ in calls:
         short = _name_of(func)
         if short in init_helpers and short not in scan.defined:

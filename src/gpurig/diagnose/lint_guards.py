@@ -21,6 +21,17 @@ from gpurig.diagnose.lint_nodes import (
     _one_device,
 )
 
+# Decorators that run a function on the main process only: Lightning's `@rank_zero_only`, mmcv and
+# mmengine's `@master_only`, Accelerate's `@accelerator.on_main_process` / `on_local_main_process`.
+_MAIN_ONLY_DECORATORS = frozenset({"rank_zero_only", "master_only", "main_process_only", "on_main_process",
+                                   "on_local_main_process"})
+
+
+def runs_on_main_only(fn: ast.AST) -> bool:
+    """A function decorated to run on the main process alone: its body is one rank's code."""
+    return any(_name_of(_dotted(d.func if isinstance(d, ast.Call) else d)) in _MAIN_ONLY_DECORATORS
+               for d in getattr(fn, "decorator_list", ()))
+
 
 def _not_distributed(node: ast.AST) -> bool:
     """`not args.distributed`, `not args.multiprocessing_distributed`: true on every rank of a run

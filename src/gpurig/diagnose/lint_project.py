@@ -8,7 +8,12 @@ import ast
 import os
 import re
 
-from gpurig.diagnose.lint_guards import _is_main_test, _mentions_rank, _single_process_branch
+from gpurig.diagnose.lint_guards import (
+    _is_main_test,
+    _mentions_rank,
+    _single_process_branch,
+    runs_on_main_only,
+)
 from gpurig.diagnose.lint_modules import (
     _at,
     _builds_dataset,
@@ -59,6 +64,8 @@ def _silences_output(tree: ast.AST) -> bool:
 def _guarded_lines(fn: ast.AST, with_else: bool = False) -> set[int]:
     """Lines of `fn` under a rank check (`if rank == 0:` bodies; with_else, their else branches too),
     or on a branch only a run of one process takes (`else:` of `if dist.is_initialized():`)."""
+    if runs_on_main_only(fn):  # `@rank_zero_only def save(...)`: all of it
+        return {n.lineno for n in ast.walk(fn) if hasattr(n, "lineno")}
     lines: set[int] = set()
     # flags set from a rank check in the function (`self.calculate_fid = calculate_fid and is_main_process`)
     flags = {_dotted(t) for n in ast.walk(fn) if isinstance(n, ast.Assign) and _mentions_rank(n.value) for t in n.targets}

@@ -43,9 +43,11 @@ def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int]]:
 _TCP_FIXED = re.compile(r"tcp://[^:/\s]+:\d{2,5}/?$")
 
 
-def _fixed_init_functions(modules: list) -> dict[str, str]:
+def _fixed_init_functions(modules: list, settings: dict[str, str] | None = None) -> dict[str, str]:
     """Functions of the project's own modules that start the process group on a fixed tcp:// address
-    (`init_method='tcp://localhost:10000'`, or a local name given one): name -> where."""
+    (`init_method='tcp://localhost:10000'`, or a local name given one), or on a setting the project
+    fixes (`settings`, see `_fixed_rendezvous_settings`: `init_method=h.dist_config['dist_url']` with
+    "tcp://localhost:54321" in every shipped config): name -> where."""
     out: dict[str, str] = {}
     for module in modules:
         for fn in ast.walk(module):
@@ -59,6 +61,8 @@ def _fixed_init_functions(modules: list) -> dict[str, str]:
                 address = value.value if isinstance(value, ast.Constant) else literals.get(getattr(value, "id", None))
                 if isinstance(address, str) and _TCP_FIXED.match(address):
                     out[fn.name] = f"{address!r} at {_at(module, n.lineno)}"
+                elif value is not None and settings and _setting_name(value) in settings:
+                    out[fn.name] = f"its {_setting_name(value)} setting at {_at(module, n.lineno)}, fixed to {settings[_setting_name(value)]}"
             # `os.environ['MASTER_PORT'] = '8964'`, unless only where the launcher left it unset
             unset = {id(x) for n in ast.walk(fn) if isinstance(n, ast.If) and "MASTER_PORT" in ast.dump(n.test)
                      for b in n.body + n.orelse for x in ast.walk(b)}

@@ -24,6 +24,7 @@ from gpurig.diagnose.lint_guards import (
     _mentions_rank,
     _single_process_branch,
     note_one_rank_value,
+    runs_on_main_only,
 )
 from gpurig.diagnose.lint_modules import LIBRARY_FETCH_NAMES, _project_import
 from gpurig.diagnose.lint_nodes import (
@@ -69,6 +70,20 @@ _SETTING = re.compile(r"device|gpu|pretrained|download|model|path|ckpt|checkpoin
 _VARIES = object()  # a setting assigned something other than a constant
 
 
+def _late_test(test: ast.AST) -> tuple[frozenset[str], str | None] | None:
+    """What of an `if` test may make it a rank check once the file is read: the attributes it tests
+    (one may be a flag set further down) and, in `not X or <rank check>`, the X (the flag the process
+    group may start under)."""
+    attrs = frozenset(_dotted(n) for n in ast.walk(test) if isinstance(n, ast.Attribute))
+    gate = None
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        nots = [v for v in test.values if isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not)
+                and isinstance(v.operand, (ast.Name, ast.Attribute))]
+        if len(nots) == 1 and all(_mentions_rank(v) for v in test.values if v is not nots[0]):
+            gate = _dotted(nots[0].operand)
+    return (attrs, gate) if attrs or gate else None
+
+
 class _Scanner(_Walker):
     """Walks the tree remembering whether the current statement only runs on one rank."""
 
@@ -100,6 +115,11 @@ class _Scanner(_Walker):
         # `if rank == 0: saver = ModelSaver(d) else: saver = NoOp()`: names bound to a null object on some
         # ranks and to a real one under a rank check; what their methods do happens on that rank alone.
         self.null_bound: set[str] = set()
+        # Tests read again once the whole file is scanned (a flag set further down; see `resolve_late`):
+        self.group_gates: set[str] = set()  # flags the process group starts under (`if args.distributed: init_process_group`)
+        self._gate_names: list[str] = []  # the plain-flag tests of the `if` bodies being visited
+        self._late: list[tuple[frozenset[str], str | None]] = []  # enclosing tests that were no rank check when visited
+        self.late_calls: list[tuple[int, tuple]] = []  # (index in `calls`, those tests)
         self.guard_bound: set[str] = set()
         self.flag_guarded: dict[int, str] = {}  # `if not args.multiprocessing_distributed or rank == 0:` -> the flag
         self._hooks: set[int] = set()  # methods a framework calls in every process
@@ -265,7 +285,7 @@ class _Scanner(_Walker):
         self.params.setdefault(node.name, self._params[-1])
         self._defaults.append(node)  # its constant defaults are read only where MASTER_PORT is set
         self.defined.add(node.name)
-        if node.name == "prepare_data":  # Lightning calls it on one process per node (or globally) only
+        if node.name == "prepare_data" or runs_on_main_only(node):  # Lightning calls prepare_data on one process per node (or globally) only
             self._guard += 1
         if node.name in _SILENCERS:
             self.silenced = True
@@ -345,7 +365,12 @@ class _Scanner(_Walker):
         # the others find what it wrote and skip the write.
         checks_file = bool(self._first) and _checks_a_file(node.test)
         self._cache_checks += checks_file
+        late = None if guarded or one_body else _late_test(node.test)
+        gate = _dotted(node.test) if isinstance(node.test, (ast.Name, ast.Attribute)) else None
+        self._late += [late] if late else []
+        self._gate_names += [gate] if gate else []
         body = self._block(node.body)
+        del self._late[len(self._late) - bool(late):], self._gate_names[len(self._gate_names) - bool(gate):]
         self._flag_guards.pop()
         self._guard -= one_body
         self._main -= main
@@ -449,8 +474,12 @@ class _Scanner(_Walker):
             self.set_device_call = True
         if short == "init_process_group" and any(keys & _LAUNCHER_KEYS for keys in self._env_absent):
             self.env_fallback.add(id(node))  # the group a run without a launcher starts
+        if short == "init_process_group":
+            self.group_gates.update(self._gate_names)
         if not self.compact or self._judged(node, func, short):
             self.calls.append((node, self._guard > 0))
+            if self._late and not self._guard:
+                self.late_calls.append((len(self.calls) - 1, tuple(self._late)))
             if any(self._flag_guards) and not self._guard:
                 self.flag_guarded[id(node)] = next(f for f in reversed(self._flag_guards) if f)
             if self._first or (self._prefetched and any(short in names or "*" in names for names in self._prefetched)):
@@ -531,6 +560,17 @@ class _Scanner(_Walker):
             return False
         return _mentions_rank(test) or any(_dotted(n) in self.flags for n in ast.walk(test)
                                            if isinstance(n, (ast.Name, ast.Attribute)))
+
+    def resolve_late(self) -> None:
+        """Once the whole file is scanned: a call under a test that became a rank check further down
+        is guarded. An attribute flag set later from a rank check (`args.save_logs = args.logs and
+        is_master(args)` in main(), tested in save_checkpoint() above it), and `not X or rank == 0`
+        where X is the flag the process group starts under (`if distributed: init_process_group(...)`:
+        without it there is one process)."""
+        for i, tests in self.late_calls:
+            if any(attrs & self.flags or (gate is not None and gate in self.group_gates) for attrs, gate in tests):
+                self.calls[i] = (self.calls[i][0], True)
+        self.late_calls = []
 
     def _setting(self, target: ast.AST, value: ast.AST | None) -> None:
         """Only settings that can name a device count (`devices`, `gpus`, `num_gpus`), switch a
