@@ -784,3 +784,41 @@ def test_functions_decorated_to_run_on_the_main_process_alone_write_once(tmp_pat
         """
     found = [f for f in _lint(tmp_path, script) if f[0] == "save-on-every-rank"]
     assert found == [("save-on-every-rank", 13)]
+
+
+def test_set_epoch_given_a_value_the_epoch_loop_never_changes(tmp_path):
+    # secondtrain.py's shape: `for epoch in range(args.epoch): train_sampler.set_epoch(args.epoch)`, in the
+    # script and in a trainer module the script calls; the loop's own epoch, a value the loop advances,
+    # and a validation sampler kept in a fixed order are fine.
+    _write(tmp_path, "trainer.py", """
+        class Trainer:
+            def train(self, args, train_sampler, valid_sampler):
+                for epoch in range(args.epoch):
+                    train_sampler.set_epoch(args.epoch)
+                    valid_sampler.set_epoch(0)
+                for epoch in range(args.epoch):
+                    train_sampler.set_epoch(0)
+        """)
+    script = """
+        from torch.utils.data.distributed import DistributedSampler
+        from trainer import Trainer
+        dist.init_process_group("nccl")
+        sampler = DistributedSampler(dataset)
+        for epoch in range(args.epochs):
+            sampler.set_epoch(args.epoch)
+        for epoch in range(args.epochs):
+            sampler.set_epoch(epoch)
+        for epoch in range(args.epochs):
+            args.epoch = epoch
+            sampler.set_epoch(args.epoch)
+        Trainer().train(args, sampler, val_sampler)
+        dist.destroy_process_group()
+        """
+    found = [f for f in lint_file(str(_project(tmp_path, script)), select={"sampler-without-set-epoch"})]
+    assert [(f.line, f.related) for f in found] == [(10, []), (16, ["trainer.py:5", "trainer.py:8"])]
+
+
+def _project(project, script: str):
+    path = project / "train.py"
+    path.write_text(HEAD + textwrap.dedent(script))
+    return path

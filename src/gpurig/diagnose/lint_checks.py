@@ -49,6 +49,7 @@ from gpurig.diagnose.lint_nodes import (
 )
 from gpurig.diagnose.lint_project import (
     _SHELL_CALLS,
+    _fixed_set_epochs,
     _group_joiners,
     _group_starters,
     _import_time_fetches,
@@ -604,6 +605,21 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "DistributedSampler without set_epoch(epoch) in the loop: every epoch sees the same order",
                     "Call sampler.set_epoch(epoch) at the start of each epoch, before iterating the DataLoader.",
                 )
+
+    # set_epoch given a value the epoch loop never changes (`set_epoch(args.epoch)`, `set_epoch(0)`),
+    # in the script or in a function of its project the script calls.
+    # (Wherever it is: set_epoch is only ever called for a DistributedSampler.)
+    for call in scan.fixed_epochs:
+        add("sampler-without-set-epoch", call, f"set_epoch({ast.unparse(call.args[0])[:40]}) is given the same value every epoch: "
+            "every epoch sees the same order", "Pass the loop's epoch: sampler.set_epoch(epoch).")
+    fixed_in = {name: where for m in modules for name, where in _fixed_set_epochs(m).items()}
+    for call, func, _ in calls:
+        short = _name_of(func)
+        if short in fixed_in and short not in scan.defined and ("fixed-epoch", short) not in reported_helpers:
+            reported_helpers.add(("fixed-epoch", short))
+            add("sampler-without-set-epoch", call, f"{short}() calls set_epoch with a value its epoch loop never changes "
+                f"({fixed_in[short]}): every epoch sees the same order", "Pass the loop's epoch: sampler.set_epoch(epoch).",
+                fixed_in[short])
 
     # The process group started in the project's own module (utils.init_distributed_mode): the
     # script still has to end it.

@@ -51,7 +51,7 @@ from gpurig.diagnose.lint_nodes import (
     _Walker,
     _walks_container,
 )
-from gpurig.diagnose.lint_project import _is_download_call
+from gpurig.diagnose.lint_project import _is_download_call, fixed_epoch
 
 _JUDGED_CALLS = _RULE_CALLS | LIBRARY_FETCH_NAMES  # (and the library calls that download)
 
@@ -115,6 +115,8 @@ class _Scanner(_Walker):
         # `if rank == 0: saver = ModelSaver(d) else: saver = NoOp()`: names bound to a null object on some
         # ranks and to a real one under a rank check; what their methods do happens on that rank alone.
         self.null_bound: set[str] = set()
+        self._fors: list[ast.For] = []  # the `for` loops around the statement being visited
+        self.fixed_epochs: list[ast.Call] = []  # set_epoch(args.epoch) in an epoch loop: never changes
         # Tests read again once the whole file is scanned (a flag set further down; see `resolve_late`):
         self.group_gates: set[str] = set()  # flags the process group starts under (`if args.distributed: init_process_group`)
         self._gate_names: list[str] = []  # the plain-flag tests of the `if` bodies being visited
@@ -405,7 +407,9 @@ class _Scanner(_Walker):
 
     def visit_For(self, node: ast.For) -> None:
         self.visit(node.iter)
+        self._fors.append(node)
         self._loop_body(node)
+        self._fors.pop()
 
     visit_AsyncFor = visit_For  # type: ignore[assignment]
 
@@ -469,6 +473,8 @@ class _Scanner(_Walker):
         if "cuda" in func.split(".") or func.endswith(".cuda"):
             self.cuda_call = True
         if func.endswith("set_epoch") or (isinstance(node.func, ast.Attribute) and node.func.attr == "set_epoch"):
+            if fixed_epoch(node, self._fors):
+                self.fixed_epochs.append(node)
             self.set_epoch_call = True  # also on a receiver no dotted name reads: self.sampler["train"].set_epoch(...)
         if func.endswith(("set_device", "set_device_index")):
             self.set_device_call = True
