@@ -384,20 +384,20 @@ def fixed_epoch(call: ast.Call, loops: list) -> bool:
 def _fixed_set_epochs(module: ast.AST) -> dict[str, str]:
     """Functions of the project's modules with such a set_epoch: name -> "file:line, file:line" (each)."""
     out: dict[str, str] = {}
-
-    def walk(node: ast.AST, loops: list, fn: str) -> None:
+    stack: list[tuple[ast.AST, list, str]] = [(module, [], "")]  # (no recursive closure: nothing is left in a cycle)
+    while stack:
+        node, loops, fn = stack.pop()
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                walk(child, [], child.name)
+                stack.append((child, [], child.name))
             elif isinstance(child, (ast.For, ast.AsyncFor)):
-                walk(child, [*loops, child], fn)
+                stack.append((child, [*loops, child], fn))
             else:
                 if fn and isinstance(child, ast.Call) and fixed_epoch(child, loops):
                     out[fn] = f"{out[fn]}, {_at(module, child.lineno)}" if fn in out else _at(module, child.lineno)
-                walk(child, loops, fn)
-
-    walk(module, [], "")
-    return out
+                stack.append((child, loops, fn))
+    return {fn: ", ".join(sorted(where.split(", "), key=lambda w: int(w.rpartition(":")[2]) if w.rpartition(":")[2].isdigit() else 0))
+            for fn, where in out.items()}
 
 
 def _sampler_functions(modules: list) -> dict:
