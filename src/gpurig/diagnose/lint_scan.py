@@ -281,6 +281,7 @@ class _Scanner(_Walker):
         # A function body starts unguarded: whether it runs on one rank depends on its callers.
         outer, self._guard = self._guard, 0
         outer_path, self._path = self._path, []
+        outer_fors, self._fors = self._fors, []  # (a loop around a def does not run its body)
         outer_devices, self._devices = self._devices, self._init_devices.pop(id(node), self._devices)
         self._functions.append(node.name + "@every-rank" if id(node) in self._hooks else node.name)
         self._params.append([a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs])
@@ -299,6 +300,7 @@ class _Scanner(_Walker):
         self._defaults.pop()
         self._guard = outer
         self._path = outer_path
+        self._fors = outer_fors
         self._devices = outer_devices
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
