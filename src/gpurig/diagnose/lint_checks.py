@@ -11,6 +11,7 @@ import re
 from functools import cache
 from pathlib import Path
 
+from gpurig.diagnose import lint_followups as followups
 from gpurig.diagnose import lint_guards as guards
 from gpurig.diagnose import lint_modules as mods
 from gpurig.diagnose import lint_rendezvous as rendezvous
@@ -49,7 +50,6 @@ from gpurig.diagnose.lint_nodes import (
 )
 from gpurig.diagnose.lint_project import (
     _SHELL_CALLS,
-    _fixed_set_epochs,
     _group_joiners,
     _group_starters,
     _import_time_fetches,
@@ -123,7 +123,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         findings.append(LintFinding(id=rule, severity=RULES[rule].severity, line=line, title=title, fix=fix, code=code,
                                     why=RULES[rule].why, related=related))
 
-    scan.resolve_late()
+    followups.resolve_late(scan)
     if scan.flag_guarded:  # `not args.multiprocessing_distributed or rank == 0`, that flag on by default
         on = guards.flags_on(set(scan.flag_guarded.values()), [(c, _dotted(c.func), g) for c, g in scan.calls], modules, configs())
         scan.calls = [(c, g or scan.flag_guarded.get(id(c)) in on) for c, g in scan.calls]
@@ -486,21 +486,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 )
 
     constants = scan.constants
-    # A function of this file that writes the file it is given (`def plot_metrics(..., save_path):
-    # plt.savefig(save_path)`), called on every rank with one fixed path: every rank writes that file.
-    for fn, param, write in param_writes:
-        params = scan.params.get(fn, [])
-        for site, f2, g2 in calls:
-            if g2 or not _calls_function(f2, fn) or never_run(site):
-                continue
-            at = params.index(param) - (1 if params[:1] in (["self"], ["cls"]) and "." in f2 else 0)
-            given = next((k.value for k in site.keywords if k.arg == param), site.args[at] if 0 <= at < len(site.args) else None)
-            written = None if given is None else named_path(site, given)
-            if written is not None and not _mentions_rank_value(written) \
-                    and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written)):
-                add("save-on-every-rank", site, f"{fn}() writes the file it is given ({ast.unparse(written)[:60]}) on every rank "
-                    f"at once (line {write.lineno}): the file is cut", f"Call it from one rank: `if rank == 0: {fn}(...)`.",
-                    f"{here}:{write.lineno}")
+    followups.report_param_writes(param_writes, scan, calls, add, named_path, never_run, here)
     # A project module whose own top-level code fetches (`train_dataset = MNIST(root, download=True)`
     # in utils.py) does so as the script imports it: in every rank at once.
     for node, sites in _import_time_fetches(modules, scan.imports) if distributed else ():
@@ -554,22 +540,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             add("hard-coded-rendezvous", assign, f"MASTER_PORT comes from {function}()'s default {param}: a fixed port, "
                 "two jobs on one machine collide", "Take the port from the environment (MASTER_PORT set by the launcher) "
                 "or pick a free one; drop the fixed default.")
-    port_helpers = rendezvous._fixed_port_functions(modules) if "MASTER_PORT" not in text else {}
-    init_helpers = rendezvous._fixed_init_functions(modules, rendezvous._fixed_rendezvous_settings(modules, configs())) \
-        if "init_process_group" not in names else {}
-    for call, func, _ in calls:
-        short = _name_of(func)
-        if short in init_helpers and short not in scan.defined:
-            add("hard-coded-rendezvous", call, f"{short}() starts the process group on a fixed address ({init_helpers[short]}): "
-                "two jobs on one machine collide", f"Let {short}() use env:// (MASTER_ADDR/MASTER_PORT from the launcher).")
-            break
-    for call, func, _ in calls:
-        short = _name_of(func)
-        if short in port_helpers and short not in scan.defined and not _passes(call, *port_helpers[short][:2]):
-            add("hard-coded-rendezvous", call, f"{short}() sets MASTER_PORT to its fixed default {port_helpers[short][0]} "
-                f"(line {port_helpers[short][2]} of its module): two jobs on one machine collide",
-                f"Pass a free port, or let {short}() take MASTER_PORT from the launcher.")
-            break
+    rendezvous.report_helpers(modules, configs, text, names, calls, scan.defined, add)
 
     # DistributedSampler whose epoch is never set: the same shuffle every epoch. A sampler that does not shuffle needs
     # none; a set_epoch under any name (loader.sampler.set_epoch, a helper given the sampler) counts. A script that
@@ -606,20 +577,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "Call sampler.set_epoch(epoch) at the start of each epoch, before iterating the DataLoader.",
                 )
 
-    # set_epoch given a value the epoch loop never changes (`set_epoch(args.epoch)`, `set_epoch(0)`),
-    # in the script or in a function of its project the script calls.
-    # (Wherever it is: set_epoch is only ever called for a DistributedSampler.)
-    for call in scan.fixed_epochs:
-        add("sampler-without-set-epoch", call, f"set_epoch({ast.unparse(call.args[0])[:40]}) is given the same value every epoch: "
-            "every epoch sees the same order", "Pass the loop's epoch: sampler.set_epoch(epoch).")
-    fixed_in = {name: where for m in modules for name, where in _fixed_set_epochs(m).items()}
-    for call, func, _ in calls:
-        short = _name_of(func)
-        if short in fixed_in and short not in scan.defined and ("fixed-epoch", short) not in reported_helpers:
-            reported_helpers.add(("fixed-epoch", short))
-            add("sampler-without-set-epoch", call, f"{short}() calls set_epoch with a value its epoch loop never changes "
-                f"({fixed_in[short]}): every epoch sees the same order", "Pass the loop's epoch: sampler.set_epoch(epoch).",
-                fixed_in[short])
+    followups.report_fixed_epochs(scan, calls, modules, add, reported_helpers)
 
     # The process group started in the project's own module (utils.init_distributed_mode): the
     # script still has to end it.

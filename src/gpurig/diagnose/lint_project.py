@@ -23,7 +23,6 @@ from gpurig.diagnose.lint_modules import (
 )
 from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
-    _EVAL_DATA,
     _SILENCERS,
     GPU_NAMES,
     _calls_barrier,
@@ -350,54 +349,6 @@ def _mentions_rank_value(node: ast.AST) -> bool:
         isinstance(n, ast.Name) and n.id.lower() in GPU_NAMES for n in ast.walk(node))
 
 
-
-
-def _loop_names(loop: ast.For) -> set[str]:
-    """The names (and attributes) a `for` loop changes: its target, and what its body assigns."""
-    names = {_dotted(n) for n in ast.walk(loop.target) if isinstance(n, (ast.Name, ast.Attribute))}
-    for n in ast.walk(loop):
-        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else []
-        names |= {_dotted(t) for t in targets if isinstance(t, (ast.Name, ast.Attribute))}
-    return names
-
-
-def fixed_epoch(call: ast.Call, loops: list) -> bool:
-    """`for epoch in range(n): sampler.set_epoch(args.epoch)` (or `set_epoch(0)`): a set_epoch inside
-    `for` loops given a value none of them changes, a number or a setting (`args.epoch`,
-    `cfg.start_epoch`; never `self.epoch`, which a method may advance): the same shuffle every epoch."""
-    if not loops or not (isinstance(call.func, ast.Attribute) and call.func.attr == "set_epoch" and len(call.args) == 1):
-        return False
-    if _EVAL_DATA.search(_dotted(call.func.value) or ""):
-        return False  # `valid_queue.sampler.set_epoch(0)`: an evaluation order kept fixed on purpose
-    arg = call.args[0]
-    if isinstance(arg, ast.Constant):
-        return isinstance(arg.value, int) and not isinstance(arg.value, bool)
-    root = arg
-    while isinstance(root, ast.Attribute):
-        root = root.value
-    if not (isinstance(arg, ast.Attribute) and isinstance(root, ast.Name) and root.id not in ("self", "cls")):
-        return False
-    names = set().union(*(_loop_names(loop) for loop in loops))
-    return _dotted(arg) not in names and root.id not in names
-
-
-def _fixed_set_epochs(module: ast.AST) -> dict[str, str]:
-    """Functions of the project's modules with such a set_epoch: name -> "file:line, file:line" (each)."""
-    out: dict[str, str] = {}
-    stack: list[tuple[ast.AST, list, str]] = [(module, [], "")]  # (no recursive closure: nothing is left in a cycle)
-    while stack:
-        node, loops, fn = stack.pop()
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                stack.append((child, [], child.name))
-            elif isinstance(child, (ast.For, ast.AsyncFor)):
-                stack.append((child, [*loops, child], fn))
-            else:
-                if fn and isinstance(child, ast.Call) and fixed_epoch(child, loops):
-                    out[fn] = f"{out[fn]}, {_at(module, child.lineno)}" if fn in out else _at(module, child.lineno)
-                stack.append((child, loops, fn))
-    return {fn: ", ".join(sorted(where.split(", "), key=lambda w: int(w.rpartition(":")[2]) if w.rpartition(":")[2].isdigit() else 0))
-            for fn, where in out.items()}
 
 
 def _sampler_functions(modules: list) -> dict:

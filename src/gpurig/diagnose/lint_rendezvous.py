@@ -13,6 +13,7 @@ from gpurig.diagnose.lint_nodes import (
     _init_method,
     _kw,
     _name_of,
+    _passes,
     _port_param,
     _setting_name,
 )
@@ -185,3 +186,24 @@ def _module_constants(modules: list) -> dict[str, tuple]:
     return {t.id: (n.value.value, _at(m, n.lineno)) for m in modules for n in getattr(m, "body", [])
             if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) for t in n.targets if isinstance(t, ast.Name)}
 
+
+def report_helpers(modules: list, configs, text: str, names: set[str], calls: list, defined: set[str], add) -> None:
+    """The project's own functions called by the script that start the group on a fixed address (a
+    literal, or a setting every shipped config fixes) or set MASTER_PORT to a fixed default: one
+    finding each, at the first call. `configs()` reads the shipped configs (only where needed)."""
+    port_helpers = _fixed_port_functions(modules) if "MASTER_PORT" not in text else {}
+    init_helpers = _fixed_init_functions(modules, _fixed_rendezvous_settings(modules, configs())) \
+        if "init_process_group" not in names else {}
+    for call, func, _ in calls:
+        short = _name_of(func)
+        if short in init_helpers and short not in defined:
+            add("hard-coded-rendezvous", call, f"{short}() starts the process group on a fixed address ({init_helpers[short]}): "
+                "two jobs on one machine collide", f"Let {short}() use env:// (MASTER_ADDR/MASTER_PORT from the launcher).")
+            break
+    for call, func, _ in calls:
+        short = _name_of(func)
+        if short in port_helpers and short not in defined and not _passes(call, *port_helpers[short][:2]):
+            add("hard-coded-rendezvous", call, f"{short}() sets MASTER_PORT to its fixed default {port_helpers[short][0]} "
+                f"(line {port_helpers[short][2]} of its module): two jobs on one machine collide",
+                f"Pass a free port, or let {short}() take MASTER_PORT from the launcher.")
+            break

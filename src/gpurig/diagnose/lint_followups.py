@@ -1,0 +1,121 @@
+"""What `gpurig lint` decides once the whole script is scanned: tests that became rank checks further
+down the file, writes a function of the script makes to the path it is given (judged at its calls),
+and set_epoch given a value its epoch loop never changes."""
+
+from __future__ import annotations
+
+import ast
+
+from gpurig.diagnose.lint_guards import _mentions_rank
+from gpurig.diagnose.lint_modules import _at
+from gpurig.diagnose.lint_nodes import _EVAL_DATA, _calls_function, _dotted, _name_of
+from gpurig.diagnose.lint_project import _mentions_rank_value
+
+
+def _late_test(test: ast.AST) -> tuple[frozenset[str], str | None] | None:
+    """What of an `if` test may make it a rank check once the file is read: the attributes it tests
+    (one may be a flag set further down) and, in `not X or <rank check>`, the X (the flag the process
+    group may start under)."""
+    attrs = frozenset(_dotted(n) for n in ast.walk(test) if isinstance(n, ast.Attribute))
+    gate = None
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        nots = [v for v in test.values if isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not)
+                and isinstance(v.operand, (ast.Name, ast.Attribute))]
+        if len(nots) == 1 and all(_mentions_rank(v) for v in test.values if v is not nots[0]):
+            gate = _dotted(nots[0].operand)
+    return (attrs, gate) if attrs or gate else None
+
+
+def resolve_late(scan) -> None:
+    """Once the whole file is scanned: a call under a test that became a rank check further down
+    is guarded. An attribute flag set later from a rank check (`args.save_logs = args.logs and
+    is_master(args)` in main(), tested in save_checkpoint() above it), and `not X or rank == 0`
+    where X is the flag the process group starts under (`if distributed: init_process_group(...)`:
+    without it there is one process)."""
+    for i, tests in scan.late_calls:
+        if any(attrs & scan.flags or (gate is not None and gate in scan.group_gates) for attrs, gate in tests):
+            scan.calls[i] = (scan.calls[i][0], True)
+    scan.late_calls = []
+
+
+def _loop_names(loop: ast.For) -> set[str]:
+    """The names (and attributes) a `for` loop changes: its target, and what its body assigns."""
+    names = {_dotted(n) for n in ast.walk(loop.target) if isinstance(n, (ast.Name, ast.Attribute))}
+    for n in ast.walk(loop):
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else []
+        names |= {_dotted(t) for t in targets if isinstance(t, (ast.Name, ast.Attribute))}
+    return names
+
+
+def fixed_epoch(call: ast.Call, loops: list) -> bool:
+    """`for epoch in range(n): sampler.set_epoch(args.epoch)` (or `set_epoch(0)`): a set_epoch inside
+    `for` loops given a value none of them changes, a number or a setting (`args.epoch`,
+    `cfg.start_epoch`; never `self.epoch`, which a method may advance): the same shuffle every epoch."""
+    if not loops or not (isinstance(call.func, ast.Attribute) and call.func.attr == "set_epoch" and len(call.args) == 1):
+        return False
+    if _EVAL_DATA.search(_dotted(call.func.value) or ""):
+        return False  # `valid_queue.sampler.set_epoch(0)`: an evaluation order kept fixed on purpose
+    arg = call.args[0]
+    if isinstance(arg, ast.Constant):
+        return isinstance(arg.value, int) and not isinstance(arg.value, bool)
+    root = arg
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not (isinstance(arg, ast.Attribute) and isinstance(root, ast.Name) and root.id not in ("self", "cls")):
+        return False
+    names = set().union(*(_loop_names(loop) for loop in loops))
+    return _dotted(arg) not in names and root.id not in names
+
+
+def _fixed_set_epochs(module: ast.AST) -> dict[str, str]:
+    """Functions of the project's modules with such a set_epoch: name -> "file:line, file:line" (each)."""
+    out: dict[str, str] = {}
+    stack: list[tuple[ast.AST, list, str]] = [(module, [], "")]  # (no recursive closure: nothing is left in a cycle)
+    while stack:
+        node, loops, fn = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                stack.append((child, [], child.name))
+            elif isinstance(child, (ast.For, ast.AsyncFor)):
+                stack.append((child, [*loops, child], fn))
+            else:
+                if fn and isinstance(child, ast.Call) and fixed_epoch(child, loops):
+                    out[fn] = f"{out[fn]}, {_at(module, child.lineno)}" if fn in out else _at(module, child.lineno)
+                stack.append((child, loops, fn))
+    return {fn: ", ".join(sorted(where.split(", "), key=lambda w: int(w.rpartition(":")[2]) if w.rpartition(":")[2].isdigit() else 0))
+            for fn, where in out.items()}
+
+
+def report_param_writes(param_writes, scan, calls, add, named_path, never_run, here) -> None:
+    """A function of this file that writes the file it is given (`def plot_metrics(..., save_path):
+    plt.savefig(save_path)`), called on every rank with one fixed path: every rank writes that file."""
+    for fn, param, write in param_writes:
+        params = scan.params.get(fn, [])
+        for site, f2, g2 in calls:
+            if g2 or not _calls_function(f2, fn) or never_run(site):
+                continue
+            at = params.index(param) - (1 if params[:1] in (["self"], ["cls"]) and "." in f2 else 0)
+            given = next((k.value for k in site.keywords if k.arg == param), site.args[at] if 0 <= at < len(site.args) else None)
+            written = None if given is None else named_path(site, given)
+            if written is not None and not _mentions_rank_value(written) \
+                    and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written)):
+                add("save-on-every-rank", site, f"{fn}() writes the file it is given ({ast.unparse(written)[:60]}) on every rank "
+                    f"at once (line {write.lineno}): the file is cut", f"Call it from one rank: `if rank == 0: {fn}(...)`.",
+                    f"{here}:{write.lineno}")
+
+
+def report_fixed_epochs(scan, calls, modules, add, reported_helpers) -> None:
+    """set_epoch given a value the epoch loop never changes (`set_epoch(args.epoch)`, `set_epoch(0)`),
+    in the script or in a function of its project the script calls (wherever it is: set_epoch is only
+    ever called for a DistributedSampler)."""
+    for call in scan.fixed_epochs:
+        add("sampler-without-set-epoch", call, f"set_epoch({ast.unparse(call.args[0])[:40]}) is given the same value every epoch: "
+            "every epoch sees the same order", "Pass the loop's epoch: sampler.set_epoch(epoch).")
+    fixed_in = {name: where for m in modules for name, where in _fixed_set_epochs(m).items()}
+    for call, func, _ in calls:
+        short = _name_of(func)
+        if short in fixed_in and short not in scan.defined and ("fixed-epoch", short) not in reported_helpers:
+            reported_helpers.add(("fixed-epoch", short))
+            add("sampler-without-set-epoch", call, f"{short}() calls set_epoch with a value its epoch loop never changes "
+                f"({fixed_in[short]}): every epoch sees the same order", "Pass the loop's epoch: sampler.set_epoch(epoch).",
+                fixed_in[short])
