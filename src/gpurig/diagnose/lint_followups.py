@@ -69,7 +69,7 @@ def fixed_epoch(call: ast.Call, loops: list) -> bool:
 
 def _fixed_set_epochs(module: ast.AST) -> dict[str, str]:
     """Functions of the project's modules with such a set_epoch: name -> "file:line, file:line" (each)."""
-    out: dict[str, str] = {}
+    lines: dict[str, list[int]] = {}
     stack: list[tuple[ast.AST, list, str]] = [(module, [], "")]  # (no recursive closure: nothing is left in a cycle)
     while stack:
         node, loops, fn = stack.pop()
@@ -80,10 +80,9 @@ def _fixed_set_epochs(module: ast.AST) -> dict[str, str]:
                 stack.append((child, [*loops, child], fn))
             else:
                 if fn and isinstance(child, ast.Call) and fixed_epoch(child, loops):
-                    out[fn] = f"{out[fn]}, {_at(module, child.lineno)}" if fn in out else _at(module, child.lineno)
+                    lines.setdefault(fn, []).append(child.lineno)
                 stack.append((child, loops, fn))
-    return {fn: ", ".join(sorted(where.split(", "), key=lambda w: int(w.rpartition(":")[2]) if w.rpartition(":")[2].isdigit() else 0))
-            for fn, where in out.items()}
+    return {fn: ", ".join(_at(module, n) for n in sorted(found)) for fn, found in lines.items()}
 
 
 def report_param_writes(param_writes, scan, calls, add, named_path, never_run, here) -> None:
