@@ -411,3 +411,22 @@ def test_the_maintainers_commands_run_as_a_module():
                            capture_output=True, text=True, timeout=120)
     rows = [json.loads(line) for line in shown.stdout.splitlines()]
     assert shown.returncode == 0 and rows and all(th.split_of(r["url"]) == "dev" for r in rows)
+
+
+def test_a_refused_bind_is_not_a_port_in_use_and_does_not_borrow_its_threads():
+    """errno 13 comes with torch's generic "failed to listen" line, which a port in use prints too:
+    the refused bind is answered alone, and a thread of a port held by another job is never shown as
+    its "same cause"."""
+    log = ("[W socket.cpp:426] [c10d] The server socket has failed to bind to 0.0.0.0:80 (errno: 13 - Permission denied).\n"
+           "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address.\n")
+    one_line = ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+                "address. The server socket has failed to bind to [::]:520 (errno: 13 - Permission denied).\n")
+    in_use = {c.url for c in th.load_cases() if th.canonical(c.cls) == "rendezvous-port-in-use"}
+    for text in (log, one_line):
+        result = explain_text(text)
+        assert result.matches[0].id == "rendezvous-port-privileged"
+        assert in_use and not in_use & set(result.matches[0].see_also)
+    # the generic line alone, or with errno 98, is still a port in use
+    for held in ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address.\n",
+                 log.replace("13 - Permission denied", "98 - Address already in use")):
+        assert explain_text(held).matches[0].id == "rendezvous-port-in-use"

@@ -249,8 +249,13 @@ HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": 
          "nccl-bad-env-setting": "nccl-system-error", "docker-network-isolation": "nccl-system-error",
          "host-oom-loading-weights": "host-out-of-memory-killed", "timeout-while-rank0-busy": "nccl-watchdog-timeout",
          "torch-not-compiled-with-cuda": "extension-abi-mismatch",
-         "stale-extension-build-lock": "hang-after-nccl-init",  # (the first collective waited on rank 0's build)
-         "rendezvous-port-privileged": "rendezvous-port-in-use"}
+         "stale-extension-build-lock": "hang-after-nccl-init"}  # (the first collective waited on rank 0's build)
+
+
+# An entry -> one whose pattern misreads the same lines when both match: a refused bind (errno 13) is
+# printed with the generic "failed to listen" line of a port in use. Unlike HIDES, the two are
+# different causes: threads of the misread one do not support the other's answer.
+MISREADS = {"rendezvous-port-privileged": "rendezvous-port-in-use"}
 
 
 def hidden_by(entry_id: str) -> set[str]:
@@ -302,7 +307,7 @@ def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = No
                 found.append(m)
     # A specific explanation hides a generic one read from the same line (the first collective
     # timing out is a more useful reading than "a collective timed out").
-    hidden = set().union(*(hidden_by(m.id) for m in found))
+    hidden = set().union(*(hidden_by(m.id) for m in found), {MISREADS[m.id] for m in found if m.id in MISREADS})
     return rank_matches([m for m in found if m.id not in hidden])
 
 
