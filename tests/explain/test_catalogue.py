@@ -396,6 +396,9 @@ REFERENCE_ROWS = [
      "cudaErrorMemoryAllocation : out of memory", "jax-gpu-preallocation"),
     ("nvidia-container-cli: detection error: open failed: /usr/lib64/libnvidia-ptxjitcompiler.so.535.104.05",
      "host-driver-userspace-missing"),
+    ("`[<some path>/gloo/gloo/transport/tcp/pair.cc:761] connect [127.0.1.1]:60817: Connection refused`.",
+     "gloo-socket-interface"),
+    ("Address already in use\n", "rendezvous-port-in-use"),
 ]
 
 
