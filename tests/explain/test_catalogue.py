@@ -399,6 +399,14 @@ REFERENCE_ROWS = [
     ("`[<some path>/gloo/gloo/transport/tcp/pair.cc:761] connect [127.0.1.1]:60817: Connection refused`.",
      "gloo-socket-interface"),
     ("Address already in use\n", "rendezvous-port-in-use"),
+    ("gcn75:2336636:2336906 [0] enqueue.cc:58 NCCL WARN Cuda failure 'named symbol not found'", "no-kernel-image"),
+    ('  File "transformers/modeling_xlnet.py", line 761, in forward\n    dtype_float = next(self.parameters()).dtype\n'
+     "StopIteration", "dataparallel-replica-no-parameters"),
+    ("pytorch_lightning.utilities.debugging.MisconfigurationException: \n            You requested GPUs: [0]\n"
+     "            But your machine only has: []\n_pytorch_select           0.1                       cpu_0  ",
+     "torch-not-compiled-with-cuda"),
+    ("pytorch_lightning.utilities.debugging.MisconfigurationException: \n            You requested GPUs: [0]\n"
+     "            But your machine only has: []", "no-cuda-device"),
 ]
 
 
