@@ -244,3 +244,30 @@ def test_a_project_module_starting_the_group_on_a_setting_every_shipped_config_f
     found = lint("tcp://localhost:54321")
     assert len(found) == 1 and "'tcp://localhost:54321'" in found[0][1] and "utils/train.py:6" in found[0][1]
     assert lint("env://") == []
+
+
+def test_a_fixed_port_option_names_where_the_script_builds_its_address_from_it(tmp_path):
+    # The finding stands at the option's default; the user is also shown the line that turns it into
+    # the rendezvous (the judged place in some scripts, and the one to change in others).
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""\
+        import argparse
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--port", type=int, default=12361)
+        args = parser.parse_args()
+
+        def setup(rank, world_size):
+            dist.init_process_group(backend="nccl",
+                                    init_method=f"tcp://127.0.0.1:{args.port}",
+                                    world_size=world_size, rank=rank)
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            print("port", args.port)
+            mp.spawn(setup, args=(2,), nprocs=2)
+        """))
+    [f] = [f for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"]
+    assert (f.line, f.related) == (5, ["train.py:10"])
+    assert "(used at train.py:10)" in f.title

@@ -329,8 +329,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 default = None
             if default is not None and isinstance(default.value, ast.Constant) and not isinstance(default.value.value, bool) \
                     and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", str(default.value.value)):
-                add("hard-coded-rendezvous", default.value,
-                    f"the rendezvous default {default.value.value!r} is fixed: two jobs on one machine collide ('Address already in use')",
+                add("hard-coded-rendezvous", default.value, f"the rendezvous default {default.value.value!r} is fixed: two jobs "
+                    f"on one machine collide ('Address already in use'){rendezvous.option_uses(text, dest, here)}",
                     "Default to env:// and let the launcher choose the port (`gpurig launch` / torchrun --master-port 0).")
         if (distributed or short in joins_group) and not guarded and id(call) not in scan.cache_fills:
             # Under a rank that goes first (`with main_process_first():`, or a fetch done first): the
