@@ -406,7 +406,20 @@ REFERENCE_ROWS = [
      "            But your machine only has: []\n_pytorch_select           0.1                       cpu_0  ",
      "torch-not-compiled-with-cuda"),
     ("pytorch_lightning.utilities.debugging.MisconfigurationException: \n            You requested GPUs: [0]\n"
-     "            But your machine only has: []", "no-cuda-device"),
+     "            But your machine only has: []", "no-cuda-device"),    ("_pickle.UnpicklingError: Weights only load failed...\nUnsupported global: GLOBAL omegaconf.listconfig.ListConfig ...",
+     "torch-load-weights-only-default"),
+    ("RuntimeError: Error(s) in loading state_dict for DataParallel:\n        Unexpected key(s) in state_dict: \"conv1_1.weight\", \"conv1_1.bias\", \"conv1_2.weight\", \"conv1_2.bias\", \"conv2_1.weight\", \"conv2_1.bias\", \"conv2_2.weight\", \"conv2_2.bias\", \"conv3_1.weight\", \"conv3_1.bias\",",
+     "state-dict-module-prefix"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmStridedBatchedEx(handle, opa, opb, (int)m, (int)n, (int)k, (void*)&falpha, a, CUDA_R_16BF, (int)lda, stridea, b, CUDA_R_16BF, (int)ldb, strideb, (void*)&fbeta, c, CUDA_R_16BF, (int)ldc, stridec, (int)num_batches, compute_type, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`",
+     "bf16-tf32-unsupported-gpu"),
+    ("tensorflow.python.framework.errors_impl.NotFoundError: ./multi_worker_model/variables/variables_temp/part-00000-of-00001.index; No such file or directory [Op:MergeV2Checkpoints]",
+     "checkpoint-save-race-between-ranks"),
+    ("ValueError: `--mixed_precision` arg cannot be set to `bf16` when `fp16` is set in the DeepSpeed config file.",
+     "deepspeed-fp16-bf16-both"),
+    ("[Errno 2] No such file or directory: 'llama_13b_pp/global_step001/zero_pp_rank_0_mp_rank_03_optim_states.pt'",
+     "deepspeed-resume-missing-engine-state"),
+    ("RuntimeError: Optimizer state has not been consolidated on this rank.                 Please call `consolidate_state_dict()` on all ranks beforehand if you meant to save the global state",
+     "sharded-optimizer-state-not-consolidated"),
 ]
 
 
