@@ -420,6 +420,8 @@ REFERENCE_ROWS = [
      "deepspeed-resume-missing-engine-state"),
     ("RuntimeError: Optimizer state has not been consolidated on this rank.                 Please call `consolidate_state_dict()` on all ranks beforehand if you meant to save the global state",
      "sharded-optimizer-state-not-consolidated"),
+    ("2023-11-18 03:39:16,283 WARNING services.py:1996 -- WARNING: The object store is using /tmp instead of /dev/shm "
+     "because /dev/shm has only 67108864 bytes available. This will harm performance!", "nccl-shared-memory"),
 ]
 
 
@@ -448,6 +450,17 @@ def test_a_specific_reading_hides_the_generic_one():
     first_collective = REFERENCE_ROWS[25][0]
     ids = [m.id for m in match_catalogue(first_collective)]
     assert "hang-after-nccl-init" in ids and "nccl-watchdog-timeout" not in ids
+
+
+def test_syncbatchnorm_asking_a_run_without_a_group_for_its_size_is_one_answer():
+    # SyncBatchNorm's forward asks for the world size; with no process group that raises the generic
+    # "Default process group has not been initialized", which is not a second cause beside it.
+    log = ("  File \"/usr/local/lib/python3.8/site-packages/torch/nn/modules/batchnorm.py\", line 731, in forward\n"
+           "    world_size = torch.distributed.get_world_size(process_group)\n"
+           "RuntimeError: Default process group has not been initialized, please make sure to call init_process_group.\n")
+    assert [m.id for m in match_catalogue(log)] == ["syncbn-error"]
+    # the same message with no SyncBatchNorm in the traceback is the generic reading
+    assert [m.id for m in match_catalogue(log.split("\n", 2)[2])] == ["default-pg-not-initialized"]
 
 
 def test_a_specific_reading_hides_the_generic_ones_below_it_even_when_the_middle_one_is_absent():
