@@ -822,3 +822,32 @@ def _project(project, script: str):
     path = project / "train.py"
     path.write_text(HEAD + textwrap.dedent(script))
     return path
+
+
+def test_a_helper_redefined_later_in_its_module_is_judged_by_the_definition_that_stands(tmp_path):
+    # utils.py defines load_checkpoint twice; only the second (which maps onto the CPU) is ever called.
+    _write(tmp_path, "utils.py", """
+        import torch
+        def load_checkpoint(model, ckpt_path):
+            model.load_state_dict(torch.load(ckpt_path))
+        def load_checkpoint(config, model, optimizer):
+            checkpoint = torch.load(config.resume, map_location="cpu")
+            model.load_state_dict(checkpoint["model"])
+        """)
+    script = """
+    from utils import load_checkpoint
+    dist.init_process_group("nccl")
+    load_checkpoint(config, model, optimizer)
+    dist.destroy_process_group()
+    """
+    assert [r for r in _lint(tmp_path, script) if r[0] == "torch-load-without-map-location"] == []
+    # the other order: the definition that stands reads without map_location
+    _write(tmp_path, "utils.py", """
+        import torch
+        def load_checkpoint(config, model, optimizer):
+            checkpoint = torch.load(config.resume, map_location="cpu")
+        def load_checkpoint(model, ckpt_path):
+            model.load_state_dict(torch.load(ckpt_path))
+        """)
+    assert [r for r in _lint(tmp_path, script) if r[0] == "torch-load-without-map-location"] == [
+        ("torch-load-without-map-location", 7)]

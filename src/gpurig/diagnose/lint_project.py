@@ -86,14 +86,29 @@ def _inits(modules: list) -> dict[int, str]:
             for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"}
 
 
+def _shadowed(module: ast.AST) -> set[int]:
+    """The functions and classes a later one of the same name in the same body replaces: `def
+    load_checkpoint(model, path)` then `def load_checkpoint(config, model, ...)` in one module, whose
+    callers only ever reach the last."""
+    out: set[int] = set()
+    for node in ast.walk(module):
+        last: dict[str, ast.AST] = {}
+        for stmt in getattr(node, "body", None) if isinstance(getattr(node, "body", None), list) else ():
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if stmt.name in last:
+                    out.add(id(last[stmt.name]))
+                last[stmt.name] = stmt
+    return out
+
+
 def _functions_calling(modules: list, what: str, matches) -> dict[str, str]:
     """Functions of the project's own modules with a call `matches(call, fn)` accepts: name -> "<what> at
     <file>:N" (the first such call). A class's `__init__` stands under the class's name."""
     out: dict[str, str] = {}
     for module in modules:
-        init_of = _inits([module])
+        init_of, shadowed = _inits([module]), _shadowed(module)
         for fn in ast.walk(module):
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and id(fn) not in shadowed:
                 hit = next((n for n in ast.walk(fn) if isinstance(n, ast.Call) and matches(n, fn)), None)
                 if hit is not None:
                     out[init_of.get(id(fn), fn.name)] = f"{what} at {_at(module, hit.lineno)}"
@@ -284,9 +299,9 @@ def _downloading_functions(modules: list) -> dict[str, str]:
     out: dict[str, str] = {}
     for module in modules:
         imports = [n for n in ast.walk(module) if isinstance(n, (ast.Import, ast.ImportFrom))]
-        fetchers, datasets = _library_fetchers(imports), _dataset_classes(imports)
+        fetchers, datasets, shadowed = _library_fetchers(imports), _dataset_classes(imports), _shadowed(module)
         for fn in ast.walk(module):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or _rank_zero_first(fn):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or _rank_zero_first(fn) or id(fn) in shadowed:
                 continue
             guarded_lines = _guarded_lines(fn)
             # parameters that default to a path of this machine (`tokenizer_path='../model'`)
@@ -381,8 +396,9 @@ def _saving_functions(modules: list) -> dict[str, str]:
     out: dict[str, str] = {}
     init_of = _inits(modules)
     for module in modules:
+        shadowed = _shadowed(module)
         for fn in ast.walk(module):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or id(fn) in shadowed:
                 continue
             name = init_of.get(id(fn), fn.name)
             params = [a.arg for a in fn.args.args]
@@ -485,7 +501,10 @@ def _loading_functions(modules: list) -> dict[str, str]:
     every rank, each loads it onto the GPU it was saved from."""
     out: dict[str, str] = {}
     for module in modules:
+        shadowed = _shadowed(module)
         for node in ast.walk(module):
+            if id(node) in shadowed:
+                continue
             if isinstance(node, ast.ClassDef):
                 if any(_name_of(_dotted(b)).endswith("Dataset") for b in node.bases):
                     continue  # a Dataset's torch.load reads its data, not a checkpoint
