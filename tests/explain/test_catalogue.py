@@ -422,6 +422,7 @@ REFERENCE_ROWS = [
      "sharded-optimizer-state-not-consolidated"),
     ("2023-11-18 03:39:16,283 WARNING services.py:1996 -- WARNING: The object store is using /tmp instead of /dev/shm "
      "because /dev/shm has only 67108864 bytes available. This will harm performance!", "nccl-shared-memory"),
+    ("ibv_create_cq(cqe=4096) failed: Cannot allocate memory", "ib-memlock-limit"),
 ]
 
 
