@@ -851,3 +851,29 @@ def test_a_helper_redefined_later_in_its_module_is_judged_by_the_definition_that
         """)
     assert [r for r in _lint(tmp_path, script) if r[0] == "torch-load-without-map-location"] == [
         ("torch-load-without-map-location", 7)]
+
+
+def test_a_helper_is_the_one_of_the_module_the_script_imports_it_from(tmp_path):
+    # Two modules define load_model; the script's comes from utils.py, which maps onto the CPU.
+    _write(tmp_path, "utils.py", """
+        import torch
+        def load_model(model, path):
+            model.load_state_dict(torch.load(path, map_location="cpu"))
+        """)
+    _write(tmp_path, "other/__init__.py", "")
+    _write(tmp_path, "other/tools.py", """
+        import torch
+        def load_model(model, path):
+            model.load_state_dict(torch.load(path))
+        """)
+    script = """
+    from utils import load_model
+    import other.tools
+    dist.init_process_group("nccl")
+    load_model(model, "ckpt.pt")
+    dist.destroy_process_group()
+    """
+    assert [r for r in _lint(tmp_path, script) if r[0] == "torch-load-without-map-location"] == []
+    # imported from the module whose load_model reads without map_location: reported, naming that file
+    found = _lint(tmp_path, script.replace("from utils import", "from other.tools import"))
+    assert [r for r in found if r[0] == "torch-load-without-map-location"] == [("torch-load-without-map-location", 8)]

@@ -539,13 +539,37 @@ def _buffer_names(fn: ast.AST) -> set[str]:
     return names
 
 
-def _project_helpers(modules: list, name_aliases: dict[str, set[str]]) -> tuple[dict[str, str], ...]:
+def _imported_definitions(modules: list, imports) -> dict[str, str]:
+    """Names the script imports from a project module that defines them itself (`from utils import
+    load_model`, utils.py holding `def load_model`): name -> that module's file, as `_at` names it."""
+    out: dict[str, str] = {}
+    for node in imports:
+        if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+            continue
+        found = [m for m in modules if _module_name(m) == node.module or _module_name(m).endswith("." + node.module)]
+        if len(found) != 1 or not getattr(found[0], "gpurig_where", None):
+            continue
+        defined = {n.name for n in found[0].body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        out.update({a.asname or a.name: found[0].gpurig_where for a in node.names if a.name in defined})
+    return out
+
+
+_FIRST_FILE = re.compile(r"([\w.-][\w./-]*\.py):\d+")
+
+
+def _project_helpers(modules: list, name_aliases: dict[str, set[str]], imports=()) -> tuple[dict[str, str], ...]:
     """What the project's own functions and classes do on every rank that a rule judges at their
     call: (download, save, load without map_location, DataParallel, global rank as device), each
     name -> where. A class or function picked by a name first (`Exp = Exp_Informer` ... `Exp(args)`)
-    stands under that name too."""
+    stands under that name too. A name the script imports from a module defining it is that
+    module's: another module's function of the same name says nothing of it."""
     found = (_downloading_functions(modules), _saving_functions(modules), _loading_functions(modules),
              _data_parallel_functions(modules), _global_rank_device_functions(modules))
+    for name, file in _imported_definitions(modules, imports).items():
+        for helpers in found:
+            first = _FIRST_FILE.search(helpers.get(name, ""))
+            if first is not None and first.group(1) != file:
+                del helpers[name]
     for helpers in found:
         for alias, targets in name_aliases.items():
             target = next((t for t in sorted(targets) if t in helpers), None)
