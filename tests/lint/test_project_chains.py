@@ -814,14 +814,8 @@ def test_set_epoch_given_a_value_the_epoch_loop_never_changes(tmp_path):
         Trainer().train(args, sampler, val_sampler)
         dist.destroy_process_group()
         """
-    found = [f for f in lint_file(str(_project(tmp_path, script)), select={"sampler-without-set-epoch"})]
+    found = [f for f in lint_file(str(_script(tmp_path, script)), select={"sampler-without-set-epoch"})]
     assert [(f.line, f.related) for f in found] == [(10, []), (16, ["trainer.py:5", "trainer.py:8"])]
-
-
-def _project(project, script: str):
-    path = project / "train.py"
-    path.write_text(HEAD + textwrap.dedent(script))
-    return path
 
 
 def test_a_helper_redefined_later_in_its_module_is_judged_by_the_definition_that_stands(tmp_path):

@@ -92,8 +92,9 @@ def _shadowed(module: ast.AST) -> set[int]:
     callers only ever reach the last."""
     out: set[int] = set()
     for node in ast.walk(module):
+        body = getattr(node, "body", None)  # (a lambda's body is one expression, not a list)
         last: dict[str, ast.AST] = {}
-        for stmt in getattr(node, "body", None) if isinstance(getattr(node, "body", None), list) else ():
+        for stmt in body if isinstance(body, list) else ():
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 if stmt.name in last:
                     out.add(id(last[stmt.name]))

@@ -19,6 +19,8 @@ from gpurig.diagnose.lint_nodes import (
 )
 from gpurig.diagnose.lint_project import _grown
 
+_BUILDS_RENDEZVOUS = re.compile(r"tcp://|MASTER_PORT|MASTER_ADDR|init_method|master_port|dist_url")
+
 
 def option_uses(text: str, dest: str, here: str) -> str:
     """Where the script builds its rendezvous from option `dest` (`f"tcp://127.0.0.1:{args.port}"`,
@@ -29,9 +31,6 @@ def option_uses(text: str, dest: str, here: str) -> str:
     lines = [n for n, line in enumerate(text.splitlines(), 1)
              if uses.search(line) and _BUILDS_RENDEZVOUS.search(line) and "add_argument" not in line]
     return f" (used at {', '.join(f'{here}:{n}' for n in lines[:3])})" if lines else ""
-
-
-_BUILDS_RENDEZVOUS = re.compile(r"tcp://|MASTER_PORT|MASTER_ADDR|init_method|master_port|dist_url")
 
 
 def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int]]:
