@@ -423,6 +423,22 @@ REFERENCE_ROWS = [
     ("2023-11-18 03:39:16,283 WARNING services.py:1996 -- WARNING: The object store is using /tmp instead of /dev/shm "
      "because /dev/shm has only 67108864 bytes available. This will harm performance!", "nccl-shared-memory"),
     ("ibv_create_cq(cqe=4096) failed: Cannot allocate memory", "ib-memlock-limit"),
+    ("slurmstepd: error: execve(): torchrun: No such file or directory", "launcher-executable-missing"),
+    ("Tue Jun  9 20:10:40 2020[1]<stderr>:  what():  [horovod/common/gloo/http_store.cc:53] "
+     "[horovod/common/gloo/http_store.cc:53] Wait timeout for key(s): 0", "rendezvous-timeout-too-short-at-scale"),
+    ("misc/ibvwrap.cc:288 NCCL WARN Call to ibv_reg_dmabuf_mr failed with error Operation not supported", "nccl-dmabuf-unsupported"),
+    ("it raise an error: ZeRO-2 and ZeRO-3 are incompatible with pipline parallelism.", "zero-stage-incompatible-with-feature"),
+    ("ModuleNotFoundError: No module named 'megatron.optimizer'", "megatron-lm-not-importable"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/home/s2/Documents/segmentation/mmsegmentation/work_dirs/"
+     "segformer_mit-b5_512x512_160k_es/.eval_hook/part_2.pkl'", "output-dir-not-shared-across-nodes"),
+    ("megatron/fused_kernels/scaled_upper_triang_masked_softmax.o: file not recognized: File format not recognized "
+     "collect2: error: ld returned 1 exit status", "stale-extension-build-artifacts"),
+    ("AssertionError: Device compute capability 8.9 or higher required for FP8 execution.", "gpu-too-old-for-library"),
+    ("ValueError: FP8 quantized models is only supported on GPUs with compute capability >= 9.0 (e.g H100).", "gpu-too-old-for-library"),
+    ("AttributeError: module 'transformer_engine' has no attribute 'pytorch'", "extension-not-built"),
+    ("`fused_weight_gradient_mlp_cuda` module not found. gradient accumulation fusion with weight gradient computation disabled.",
+     "extension-not-built"),
+    ("assert self.data_parallel_size % self.zero1_parallel_size == 0", "parallel-size-not-divisible"),
 ]
 
 

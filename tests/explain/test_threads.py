@@ -72,10 +72,15 @@ FRAMEWORKS = {"pytorch", "tensorflow", "keras", "accelerate", "deepspeed", "ligh
 # across ranks, evaluation and metrics, Windows and notebooks, mixed precision): 19 (37%). 27 joined
 # the test part (12 right first), which went 62.8% -> 62.2% first and 66.2% -> 65.7% within three
 # (its 468 older threads: 62.8% -> 63.2%); the floors follow.
-FLOOR_TEST_FIRST = 0.62
-FLOOR_TEST_TOP3 = 0.65
+# On 2026-12-05, 44 more (b29: networks between nodes, Slurm and Kubernetes jobs, large-model
+# frameworks, vision toolkits) were answered before they joined: 9 first right (20%; most of them a
+# single pasted line of a kind the index had not met). 7 joined the test part (1 right first), which
+# went 62.2% -> 61.6% first and 65.7% -> 64.9% within three (its 468 older threads unchanged at
+# 63.2%); the development part, 37 threads larger, 74.2% -> 73.9% first; the floors follow.
+FLOOR_TEST_FIRST = 0.61
+FLOOR_TEST_TOP3 = 0.64
 CEILING_TEST_CONFIDENTLY_WRONG = 0.05
-FLOOR_DEV_FIRST = 0.74
+FLOOR_DEV_FIRST = 0.73
 MIN_THREADS, MIN_TEST = 600, 120
 
 
