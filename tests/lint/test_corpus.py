@@ -22,7 +22,7 @@ MANIFEST = lc.load_manifest()
 CACHED = [name for name, entry in MANIFEST.items() if lc.present(entry)]
 
 # Targets: precision >= 90%, recall >= 85%. Recall is met on the development part; the test part
-# meets neither (docs/lint.md: 663 scripts since the ninth round of 2026-12-03); these floors keep
+# meets neither (docs/lint.md: 695 scripts since the thirteenth round of 2026-12-05); these floors keep
 # both parts from losing ground. In the seventh round the count became stricter (a finding stands
 # only for the project places it names: about one point lower on both parts) and 37 development
 # scripts first met at 55-94% precision joined: the development floor went from 91% to 89%
@@ -39,6 +39,9 @@ CACHED = [name for name, entry in MANIFEST.items() if lc.present(entry)]
 # branch of one if / elif / else became one finding (one branch runs): development precision 87.7%
 # -> 89.3%, held-out 78.7% -> 80.7%, recall unchanged on development and one held-out mistake
 # fewer (82.2% -> 81.9%); the precision floors went to 89% and 80%.
+# In the thirteenth round 28 development scripts first met at 72.0% / 68.8% and 4 held-out ones at
+# 6 of 7 / 6 of 8 joined; after what the development ones taught, development 90.1% / 86.4%, held
+# out 80.7% / 82.3% (its 160 older scripts 80.7% / 81.9% -> 80.5% / 82.2%): the floors hold.
 DEV_PRECISION, DEV_RECALL = 0.89, 0.85
 TEST_PRECISION, TEST_RECALL = 0.80, 0.81
 

@@ -201,7 +201,8 @@ def _rank_check(test: ast.AST) -> bool:
             zero = any(isinstance(x, ast.Constant) and x.value in (0, -1) for x in sides) or any(
                 isinstance(x, (ast.List, ast.Tuple, ast.Set)) and any(isinstance(e, ast.Constant) and e.value in (0, -1) for e in x.elts)
                 for x in sides)
-            if zero and any((_leaf_name(x) or "").lower() in GPU_NAMES for x in sides):
+            # (`self.device == 0`: a device held as its index, the local rank; a torch.device never equals 0)
+            if zero and any((_leaf_name(x) or "").lower() in GPU_NAMES | {"device"} for x in sides):
                 return True
     return False
 

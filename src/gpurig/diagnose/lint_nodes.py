@@ -348,11 +348,16 @@ _EVAL_DATA = re.compile(r"(?:^|[._])(?:val|valid|validation|test|eval|evaluation
                         r"|^(?:val|valid|test|eval)(?:set|_?data(?:set)?)$|(?:val|test)set$", re.IGNORECASE)
 
 
-def _set_to_local_path(call: ast.Call, settings: dict) -> bool:
+def _set_to_local_path(call: ast.Call, settings: dict, with_defaults: dict | None = None) -> bool:
     """from_pretrained(model_name) where the script sets that name only ever to paths of this
-    machine (`model_name = "/scratch/llama3.2-3B-HF"`, passed on to the helper that loads it)."""
+    machine (`model_name = "/scratch/llama3.2-3B-HF"`, passed on to the helper that loads it); or,
+    set nowhere, where its option defaults to an absolute path of this machine (`--model_name` default
+    "/root/data/pretrained/t5"; a relative default is often replaced by a Hub id in the README)."""
     leaf = _leaf_name(call.args[0]) if call.args and _name_of(_dotted(call.func)) == "from_pretrained" else None
     values = settings.get(leaf) if leaf else None
+    if not values and leaf and with_defaults:
+        values = {v for v in with_defaults.get(leaf, ()) if isinstance(v, str) and v.startswith(("/", "~"))} \
+            if all(isinstance(v, str) and v.startswith(("/", "~")) for v in with_defaults.get(leaf, ())) else None
     return bool(values) and all(_local_path(v) for v in values)
 
 

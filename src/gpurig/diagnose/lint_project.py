@@ -24,7 +24,6 @@ from gpurig.diagnose.lint_modules import (
 from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
     _SILENCERS,
-    GPU_NAMES,
     _calls_barrier,
     _constant_defaults,
     _data_file,
@@ -39,6 +38,7 @@ from gpurig.diagnose.lint_nodes import (
     _reads_local_files,
     _sampler_shuffle,
 )
+from gpurig.diagnose.lint_paths import _mentions_rank_value, _names_a_file_in, own_file_written
 
 # --- what the script's own project does elsewhere -------------------------------------------
 
@@ -359,14 +359,6 @@ def _reachable_call(modules: list, name: str, script_calls: set[str]) -> bool:
     return any(fn in script_calls for fn in _grown(modules, callers))
 
 
-def _mentions_rank_value(node: ast.AST) -> bool:
-    """A file name that contains the rank (`f"ckpt_{rank}.pt"`): every rank writes its own file."""
-    return _mentions_rank(node) or any(
-        isinstance(n, ast.Name) and n.id.lower() in GPU_NAMES for n in ast.walk(node))
-
-
-
-
 def _sampler_functions(modules: list) -> dict:
     """Functions of the project's own modules that build a DistributedSampler: name -> (how the first
     shuffles (`_sampler_shuffle`), where each is: "file.py:N, file.py:M")."""
@@ -405,9 +397,16 @@ def _saving_functions(modules: list) -> dict[str, str]:
             params = [a.arg for a in fn.args.args]
             # `self.filename = filename` then `open(self.filename, "a")`: still the path it is given
             kept = _kept_on_self(fn, set(params))
-            if any(isinstance(stmt, ast.If) and _mentions_rank(stmt.test) for stmt in fn.body):
-                continue  # `if not is_main_process(): return` and the like: it decides itself
+            # `if not is_main_process(): return` and the like: it decides itself what comes after
+            # (a rank check after the write, `if rank > 0: logger.setLevel(...)`, does not guard it)
+            decides = min((stmt.lineno for stmt in fn.body if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)), default=None)
             guarded_lines = _guarded_lines(fn, with_else=True)
+            if decides is not None:
+                guarded_lines = set(guarded_lines) | set(range(decides, (fn.end_lineno or decides) + 1))
+            # (a function defined inside runs where it is called: it is judged as a function of its own)
+            for inner in ast.walk(fn):
+                if inner is not fn and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    guarded_lines = set(guarded_lines) | set(range(inner.lineno, (inner.end_lineno or inner.lineno) + 1))
             buffers = _buffer_names(fn)
             # a file name held in a local variable (`save_path = ...{dist.get_rank()}...`)
             per_rank = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and _mentions_rank_value(n.value)
@@ -433,21 +432,12 @@ def _saving_functions(modules: list) -> dict[str, str]:
                 if isinstance(n, ast.Call) and _dotted(n.func) == "open" and n.lineno not in guarded_lines \
                         and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and str(n.args[1].value)[:1] in ("w", "a") \
                         and (isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str) and n.args[1].value[:1] == "w"
-                             or _names_a_file_in(n.args[0], params) and not _mentions_rank_value(n.args[0])):
-                    out[name] = f"a write of {ast.unparse(n.args[0])[:60]} at {_at(module, n.lineno)}"
+                             or _names_a_file_in(n.args[0], params) and not _mentions_rank_value(n.args[0])
+                             or own_file_written(n.args[0], fn) is not None):
+                    written = own_file_written(n.args[0], fn) or n.args[0]  # (`dump`: the file it holds)
+                    out[name] = f"a write of {ast.unparse(written)[:60]} at {_at(module, n.lineno)}"
                     break
     return out
-
-
-def _names_a_file_in(path: ast.AST, params: list[str]) -> bool:
-    """A file name of its own joined to a folder the function is given: f"{save_path}/train.log",
-    os.path.join(out_dir, "args.json"), out_dir + "/log.txt"."""
-    if not isinstance(path, (ast.JoinedStr, ast.BinOp, ast.Call)) or isinstance(path, ast.Call) and _name_of(_dotted(path.func)) != "join":
-        return False
-    parts = list(ast.walk(path))
-    return any(isinstance(n, ast.Name) and n.id in params for n in parts) and any(
-        isinstance(n, ast.Constant) and isinstance(n.value, str) and re.search(r"\w\.(?:log|txt|json|ya?ml|csv)$", n.value)
-        for n in parts)
 
 
 def _path_given(call: ast.Call, helper: str) -> list[ast.AST]:
@@ -566,11 +556,20 @@ def _project_helpers(modules: list, name_aliases: dict[str, set[str]], imports=(
     module's: another module's function of the same name says nothing of it."""
     found = (_downloading_functions(modules), _saving_functions(modules), _loading_functions(modules),
              _data_parallel_functions(modules), _global_rank_device_functions(modules))
-    for name, file in _imported_definitions(modules, imports).items():
+    imported = _imported_definitions(modules, imports)
+    for name, file in imported.items():
         for helpers in found:
             first = _FIRST_FILE.search(helpers.get(name, ""))
             if first is not None and first.group(1) != file:
                 del helpers[name]
+    # `from src.train import main as app_main`: the module's function under the name it was given
+    renamed = {a.asname: a.name for node in imports if isinstance(node, ast.ImportFrom) for a in node.names
+               if a.asname and a.asname != a.name and a.asname in imported}
+    for helpers in found:
+        for alias, name in renamed.items():
+            first = _FIRST_FILE.search(helpers.get(name, ""))
+            if alias not in helpers and first is not None and first.group(1) == imported[alias]:
+                helpers[alias] = helpers[name]
     for helpers in found:
         for alias, targets in name_aliases.items():
             target = next((t for t in sorted(targets) if t in helpers), None)

@@ -98,6 +98,7 @@ class _Scanner(_AssignScan, _Walker):
         self.flag_guarded: dict[int, str] = {}  # `if not args.multiprocessing_distributed or rank == 0:` -> the flag
         self._hooks: set[int] = set()  # methods a framework calls in every process
         self._flag_guards: list[str] = []
+        self._asserted_off: set[str] = set()  # `assert not opt.evolve, '--evolve is not compatible with DDP'`
         self._first = 0
         self._prefetched: list[set[str]] = []  # per open block: what rank 0 called alone before a barrier
         self._states: list[list] = []  # the open blocks' states (see block_start)
@@ -309,6 +310,12 @@ class _Scanner(_AssignScan, _Walker):
         self.visit(node.orelse)
         self._guard -= all_but_one
 
+    def visit_Assert(self, node: ast.Assert) -> None:
+        test = node.test
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, (ast.Name, ast.Attribute)):
+            self._asserted_off.add(_dotted(test.operand))
+        self.generic_visit(node)
+
     def visit_If(self, node: ast.If) -> None:
         if id(node) in self._elifs:
             self._elifs.discard(id(node))
@@ -335,6 +342,12 @@ class _Scanner(_AssignScan, _Walker):
         main = _is_main_test(node.test) and not self._functions
         self._main += main
         one_body, one_else = _single_process_branch(node.test)
+        # `if not opt.evolve: train() else: ...` after `assert not opt.evolve` in the distributed set-up:
+        # the branch that needs the option runs in a run of one process only
+        flag = node.test.operand if isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not) else node.test
+        if not (one_body or one_else) and self._asserted_off and isinstance(flag, (ast.Name, ast.Attribute)) \
+                and _dotted(flag) in self._asserted_off:
+            one_body, one_else = flag is node.test, flag is not node.test
         self._guard += one_body
         self._flag_guards.append(_flag_bypass(node.test))
         # `if not os.path.exists(cache): ... save(cache)`: in a section one rank goes through first,

@@ -1,0 +1,108 @@
+"""Which file a project function writes: the path of an `open(..., "w")`, read through the
+function's own variables (`dump = os.path.join(folder, "params.yaml")`) and the defaults of its
+parameters (`def write_config(cfg, output_dir, name="config.yaml")`)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+
+from gpurig.diagnose.lint_guards import _mentions_rank
+from gpurig.diagnose.lint_nodes import GPU_NAMES, _constant_defaults, _dotted, _name_of
+
+# a file name of its own: a log, a config, a table (not a folder, not a checkpoint's parts)
+_OWN_FILE = re.compile(r"\w\.(?:log|txt|json|ya?ml|csv)$")
+_DEPTH = 3  # how many assignments a path is followed back through
+
+
+# a name made unique for each process: `f"batch-{uuid4()}.pt"`, `f"tmp_{os.getpid()}"`, `mkstemp()`
+_PER_PROCESS = {"uuid1", "uuid4", "getpid", "mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryDirectory"}
+
+
+def _mentions_rank_value(node: ast.AST) -> bool:
+    """A file name that contains the rank (`f"ckpt_{rank}.pt"`), or is unique to the process (a uuid,
+    the process id, a temporary file): every rank writes its own file."""
+    return _mentions_rank(node) or any(
+        isinstance(n, ast.Name) and n.id.lower() in GPU_NAMES
+        or isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in _PER_PROCESS for n in ast.walk(node))
+
+
+def _names_a_file_in(path: ast.AST, params: list[str]) -> bool:
+    """A file name of its own joined to a folder the function is given: f"{save_path}/train.log",
+    os.path.join(out_dir, "args.json"), out_dir + "/log.txt"."""
+    if not isinstance(path, (ast.JoinedStr, ast.BinOp, ast.Call)) or isinstance(path, ast.Call) and _name_of(_dotted(path.func)) != "join":
+        return False
+    parts = list(ast.walk(path))
+    return any(isinstance(n, ast.Name) and n.id in params for n in parts) and any(
+        isinstance(n, ast.Constant) and isinstance(n.value, str) and _OWN_FILE.search(n.value) for n in parts)
+
+
+def _assigned_once(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.AST]:
+    """The function's local names bound exactly once, by a plain `name = value`: name -> value. A
+    name bound again (or by a loop, a `with ... as`, an augmented assignment) may hold anything."""
+    bound: Counter = Counter()
+    values: dict[str, ast.AST] = {}
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                bound.update(x.id for x in ast.walk(t) if isinstance(x, ast.Name))
+            if len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+                values[n.targets[0].id] = n.value
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.comprehension, ast.NamedExpr)):
+            bound.update(x.id for x in ast.walk(n.target) if isinstance(x, ast.Name))
+        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
+            bound.update(x.id for x in ast.walk(n.optional_vars) if isinstance(x, ast.Name))
+    return {name: value for name, value in values.items() if bound[name] == 1}
+
+
+def own_file_written(path: ast.AST, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST | None:
+    """The path of `open(path, "w")` in `fn` read through its local names and parameter defaults,
+    where that names a file of its own (config.json, args.yaml, train.log) in a folder, the same on
+    every rank: the expression it comes to, else None. A name bound more than once, a parameter with
+    no default or a rank anywhere in it leaves the file unknown or per rank."""
+    if not isinstance(path, ast.Name):
+        return None  # (a literal or an expression in place is judged where the open is)
+    local = _assigned_once(fn)
+    defaults = {k: v for k, v in _constant_defaults(fn).items() if isinstance(v, str)}
+    seen: set[str] = set()
+
+    def expand(node: ast.AST, depth: int) -> ast.AST:
+        if isinstance(node, ast.Name) and node.id not in seen:
+            if node.id in local and depth < _DEPTH:
+                seen.add(node.id)
+                return expand(local[node.id], depth + 1)
+            if node.id in defaults:
+                return ast.Constant(defaults[node.id])
+            return node
+        if isinstance(node, (ast.Call, ast.JoinedStr, ast.BinOp, ast.FormattedValue)):
+            node = _copy(node)
+            for field, value in ast.iter_fields(node):
+                if isinstance(value, list):
+                    setattr(node, field, [expand(v, depth) if isinstance(v, ast.expr) else v for v in value])
+                elif isinstance(value, ast.expr):
+                    setattr(node, field, expand(value, depth))
+        return node
+
+    resolved = expand(path, 0)
+    if resolved is path or _mentions_rank_value(resolved):
+        return None
+    if isinstance(resolved, ast.Constant):
+        own = isinstance(resolved.value, str) and _OWN_FILE.search(resolved.value)
+    else:
+        joins = isinstance(resolved, (ast.JoinedStr, ast.BinOp)) or (
+            isinstance(resolved, ast.Call) and _name_of(_dotted(resolved.func)) == "join")
+        own = joins and any(isinstance(n, ast.Constant) and isinstance(n.value, str) and _OWN_FILE.search(n.value)
+                            for n in ast.walk(resolved))
+    return resolved if own else None
+
+
+def _copy(node: ast.AST) -> ast.AST:
+    """A shallow copy (the expansion never changes the script's own tree)."""
+    new = type(node)()
+    for field, value in ast.iter_fields(node):
+        setattr(new, field, list(value) if isinstance(value, list) else value)
+    for attr in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
+        if hasattr(node, attr):
+            setattr(new, attr, getattr(node, attr))
+    return new
