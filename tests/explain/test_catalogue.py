@@ -439,6 +439,14 @@ REFERENCE_ROWS = [
     ("`fused_weight_gradient_mlp_cuda` module not found. gradient accumulation fusion with weight gradient computation disabled.",
      "extension-not-built"),
     ("assert self.data_parallel_size % self.zero1_parallel_size == 0", "parallel-size-not-divisible"),
+    ("ModuleNotFoundError: No module named 'torch.distributed.device_mesh'", "framework-older-than-project-requires"),
+    ("ImportError: cannot import name 'fully_shard' from 'torch.distributed.fsdp'", "framework-older-than-project-requires"),
+    ("There is an imbalance between your GPUs. You may want to exclude GPU 0 which\n"
+     "has less than 75% of the memory or cores of GPU 1.", "weak-gpu-included-in-multi-gpu-run"),
+    ("ncclInvalidArgument: Invalid value for an argument.\nLast error:\nInvalid config blocking attribute value -2147483648",
+     "nccl-library-conflict"),
+    ("INFO[0000] Found 3 CDI devices\nnvidia.com/gpu=0\nnvidia.com/gpu=all\n\nError: setting up CDI devices: "
+     "unresolvable CDI devices nvidia.com/gpu=0", "container-engine-cdi-too-old"),
 ]
 
 

@@ -250,7 +250,8 @@ HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": 
          "host-oom-loading-weights": "host-out-of-memory-killed", "timeout-while-rank0-busy": "nccl-watchdog-timeout",
          "torch-not-compiled-with-cuda": "extension-abi-mismatch",
          "stale-extension-build-lock": "hang-after-nccl-init",  # (the first collective waited on rank 0's build)
-         "syncbn-error": "default-pg-not-initialized"}  # (SyncBatchNorm asked a run with no group for its size)
+         "syncbn-error": "default-pg-not-initialized",  # (SyncBatchNorm asked a run with no group for its size)
+         "container-engine-cdi-too-old": "cdi-spec-missing-or-stale"}  # (the spec is listed; the engine cannot read it)
 
 
 # An entry -> one whose pattern misreads the same lines when both match: a refused bind (errno 13) is
