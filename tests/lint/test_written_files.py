@@ -196,3 +196,22 @@ def test_from_pretrained_of_an_option_whose_default_is_an_absolute_path_reads_fi
 
     assert lint("/root/data/pretrained/t5") == []
     assert lint("t5-base") == [12]
+
+
+def test_torchvision_weights_held_in_a_name_are_fetched_by_every_rank(tmp_path):
+    # a tutorial's model class: `weights = ResNet50_Weights.IMAGENET1K_V2` then `resnet50(weights=weights)`
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "__init__.py").write_text("")
+    (tmp_path / "src" / "train.py").write_text(textwrap.dedent("""
+        import torch.nn as nn
+        from torchvision.models import resnet50, ResNet50_Weights
+        class ResNet50(nn.Module):
+            def __init__(self, num_classes=10):
+                super().__init__()
+                weights = ResNet50_Weights.IMAGENET1K_V2
+                self.model = resnet50(weights=weights, progress=False)
+        """))
+    script = tmp_path / "main.py"
+    script.write_text(SPAWN.format(imports="from src.train import ResNet50", call="model = ResNet50().cuda(rank)"))
+    found = [f for f in lint_file(str(script), select=set(RULES)) if f.id == "download-on-every-rank"]
+    assert [f.line for f in found] == [9] and "src/train.py:8" in found[0].title

@@ -1,6 +1,7 @@
-"""Which file a project function writes: the path of an `open(..., "w")`, read through the
-function's own variables (`dump = os.path.join(folder, "params.yaml")`) and the defaults of its
-parameters (`def write_config(cfg, output_dir, name="config.yaml")`)."""
+"""What a project function writes or fetches, read through its own variables: the path of an
+`open(..., "w")` (`dump = os.path.join(folder, "params.yaml")`, or a parameter's default: `def
+write_config(cfg, output_dir, name="config.yaml")`), and torchvision weights held in a name
+(`weights = ResNet50_Weights.IMAGENET1K_V2`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ import re
 from collections import Counter
 
 from gpurig.diagnose.lint_guards import _mentions_rank
-from gpurig.diagnose.lint_nodes import GPU_NAMES, _constant_defaults, _dotted, _name_of
+from gpurig.diagnose.lint_nodes import (
+    GPU_NAMES,
+    _constant_defaults,
+    _dotted,
+    _kw,
+    _name_of,
+    _pretrained_weights,
+)
 
 # a file name of its own: a log, a config, a table (not a folder, not a checkpoint's parts)
 _OWN_FILE = re.compile(r"\w\.(?:log|txt|json|ya?ml|csv)$")
@@ -106,3 +114,12 @@ def _copy(node: ast.AST) -> ast.AST:
         if hasattr(node, attr):
             setattr(new, attr, getattr(node, attr))
     return new
+
+
+def weights_held_in(call: ast.Call, local: dict[str, ast.AST]) -> bool:
+    """torchvision's `weights=` given through a local name: `weights = ResNet50_Weights.IMAGENET1K_V2`
+    then `resnet50(weights=weights)` (`local`: the function's names bound once, `_assigned_once`)."""
+    kw = _kw(call, "weights")
+    if kw is None or not isinstance(kw.value, ast.Name) or kw.value.id not in local:
+        return False
+    return _pretrained_weights(ast.Call(func=call.func, args=[], keywords=[ast.keyword(arg="weights", value=local[kw.value.id])])) is not None

@@ -38,7 +38,13 @@ from gpurig.diagnose.lint_nodes import (
     _reads_local_files,
     _sampler_shuffle,
 )
-from gpurig.diagnose.lint_paths import _mentions_rank_value, _names_a_file_in, own_file_written
+from gpurig.diagnose.lint_paths import (
+    _assigned_once,
+    _mentions_rank_value,
+    _names_a_file_in,
+    own_file_written,
+    weights_held_in,
+)
 
 # --- what the script's own project does elsewhere -------------------------------------------
 
@@ -307,10 +313,12 @@ def _downloading_functions(modules: list) -> dict[str, str]:
             guarded_lines = _guarded_lines(fn)
             # parameters that default to a path of this machine (`tokenizer_path='../model'`)
             local = {name for name, value in _constant_defaults(fn).items() if _local_path(value)}
+            bound = _assigned_once(fn)  # (`weights = ResNet50_Weights.IMAGENET1K_V2` ... `resnet50(weights=weights)`)
             # every fetch of the function, each a thing its callers do on every rank
             sites = [f"{_name_of(_dotted(n.func)) or ast.unparse(n.func)[:40]} at {_at(module, n.lineno)}"
                      for n in ast.walk(fn) if isinstance(n, ast.Call) and (_is_download_call(n) or _fetches_by_library(n, fetchers)
-                                                                          or _builds_dataset(_dotted(n.func), datasets))
+                                                                          or _builds_dataset(_dotted(n.func), datasets)
+                                                                          or weights_held_in(n, bound))
                      and n.lineno not in guarded_lines
                      and _name_of(_dotted(n.func)) not in own and not (
                          _name_of(_dotted(n.func)) == "from_pretrained" and n.args and getattr(n.args[0], "id", None) in local)]
