@@ -271,3 +271,34 @@ def test_a_fixed_port_option_names_where_the_script_builds_its_address_from_it(t
     [f] = [f for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"]
     assert (f.line, f.related) == (5, ["train.py:10"])
     assert "(used at train.py:10)" in f.title
+
+
+def test_a_fixed_address_in_the_scripts_config_class_passed_to_a_helper(tmp_path):
+    # `class MNISTConfig: init_method: str = 'tcp://127.0.0.1:23456'`, then utils.dist_setup_launch(args)
+    # calls init_process_group(args.backend, args.init_method, ...): the script fixes the address
+    (tmp_path / "utils.py").write_text(textwrap.dedent("""
+        import os
+        import torch.distributed as dist
+        def dist_setup_launch(args):
+            args.rank = int(os.environ["RANK"])
+            dist.init_process_group(args.backend, args.init_method, rank=args.rank, world_size=args.world_size)
+        """))
+    script = tmp_path / "main_launch.py"
+    script.write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+        import torch.distributed as dist
+        from utils import dist_setup_launch
+
+        @dataclass
+        class MNISTConfig:
+            backend: str = "nccl"
+            init_method: str = "tcp://127.0.0.1:23456"
+            world_size: int = 2
+
+        if __name__ == "__main__":
+            args = MNISTConfig()
+            dist_setup_launch(args)
+            dist.destroy_process_group()
+        """))
+    found = [f for f in lint_file(str(script)) if f.id == "hard-coded-rendezvous"]
+    assert [f.line for f in found] == [14] and "main_launch.py:9" in found[0].related

@@ -23,7 +23,7 @@ from gpurig.diagnose.lint_nodes import (
 _NULL_OBJECT = re.compile(r"(?:NoOp|Noop|Null|Dummy)\w*")
 _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
 _FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute, ast.IfExp)
-_SETTING = re.compile(r"device|gpu|pretrained|download|model|path|ckpt|checkpoint|tokenizer|weight", re.IGNORECASE)
+_SETTING = re.compile(r"device|gpu|pretrained|download|model|path|ckpt|checkpoint|tokenizer|weight|init_method|dist_?url", re.IGNORECASE)
 _VARIES = object()  # a setting assigned something other than a constant
 
 

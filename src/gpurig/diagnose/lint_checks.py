@@ -540,7 +540,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             add("hard-coded-rendezvous", assign, f"MASTER_PORT comes from {function}()'s default {param}: a fixed port, "
                 "two jobs on one machine collide", "Take the port from the environment (MASTER_PORT set by the launcher) "
                 "or pick a free one; drop the fixed default.")
-    rendezvous.report_helpers(modules, configs, text, names, calls, scan.defined, add)
+    rendezvous.report_helpers(modules, configs, text, names, calls, scan.defined, add, scan.settings, here)
 
     # DistributedSampler whose epoch is never set: the same shuffle every epoch. A sampler that does not shuffle needs
     # none; a set_epoch under any name (loader.sampler.set_epoch, a helper given the sampler) counts. A script that

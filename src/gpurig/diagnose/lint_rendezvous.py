@@ -200,13 +200,23 @@ def _module_constants(modules: list) -> dict[str, tuple]:
             if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) for t in n.targets if isinstance(t, ast.Name)}
 
 
-def report_helpers(modules: list, configs, text: str, names: set[str], calls: list, defined: set[str], add) -> None:
+def report_helpers(modules: list, configs, text: str, names: set[str], calls: list, defined: set[str], add,
+                   settings: dict[str, set] | None = None, here: str = "") -> None:
     """The project's own functions called by the script that start the group on a fixed address (a
-    literal, or a setting every shipped config fixes) or set MASTER_PORT to a fixed default: one
-    finding each, at the first call. `configs()` reads the shipped configs (only where needed)."""
+    literal, a setting every shipped config fixes, or one the script itself fixes: a config class's
+    `init_method: str = 'tcp://127.0.0.1:23456'`, `settings`) or set MASTER_PORT to a fixed default:
+    one finding each, at the first call. `configs()` reads the shipped configs (only where needed)."""
     port_helpers = _fixed_port_functions(modules) if "MASTER_PORT" not in text else {}
-    init_helpers = _fixed_init_functions(modules, _fixed_rendezvous_settings(modules, configs())) \
-        if "init_process_group" not in names else {}
+    init_helpers = {}
+    if "init_process_group" not in names:
+        fixed = _fixed_rendezvous_settings(modules, configs())
+        for key, values in (settings or {}).items():
+            if _RENDEZVOUS_KEY.fullmatch(key) and key not in fixed and values and all(
+                    isinstance(v, str) and _TCP_FIXED.match(v) for v in values):
+                value = sorted(values)[0]
+                at = text.find(repr(value)[1:-1])  # (the line the script fixes it at, named in the finding)
+                fixed[key] = f"{value!r} at {here}:{text.count(chr(10), 0, at) + 1}" if at >= 0 and here else f"{value!r} in the script"
+        init_helpers = _fixed_init_functions(modules, fixed)
     for call, func, _ in calls:
         short = _name_of(func)
         if short in init_helpers and short not in defined:
