@@ -6,6 +6,7 @@ write_config(cfg, output_dir, name="config.yaml")`), and torchvision weights hel
 from __future__ import annotations
 
 import ast
+import copy
 import re
 from collections import Counter
 
@@ -84,7 +85,7 @@ def own_file_written(path: ast.AST, fn: ast.FunctionDef | ast.AsyncFunctionDef) 
                 return ast.Constant(defaults[node.id])
             return node
         if isinstance(node, (ast.Call, ast.JoinedStr, ast.BinOp, ast.FormattedValue)):
-            node = _copy(node)
+            node = copy.copy(node)  # (the expansion never changes the script's own tree)
             for field, value in ast.iter_fields(node):
                 if isinstance(value, list):
                     setattr(node, field, [expand(v, depth) if isinstance(v, ast.expr) else v for v in value])
@@ -103,17 +104,6 @@ def own_file_written(path: ast.AST, fn: ast.FunctionDef | ast.AsyncFunctionDef) 
         own = joins and any(isinstance(n, ast.Constant) and isinstance(n.value, str) and _OWN_FILE.search(n.value)
                             for n in ast.walk(resolved))
     return resolved if own else None
-
-
-def _copy(node: ast.AST) -> ast.AST:
-    """A shallow copy (the expansion never changes the script's own tree)."""
-    new = type(node)()
-    for field, value in ast.iter_fields(node):
-        setattr(new, field, list(value) if isinstance(value, list) else value)
-    for attr in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
-        if hasattr(node, attr):
-            setattr(new, attr, getattr(node, attr))
-    return new
 
 
 def weights_held_in(call: ast.Call, local: dict[str, ast.AST]) -> bool:
