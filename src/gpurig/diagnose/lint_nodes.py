@@ -319,16 +319,18 @@ def _refetch_key(call: ast.Call, inside: tuple[str, ...]) -> tuple | None:
 _WEIGHTS_NAME = re.compile(r"DEFAULT|[A-Z0-9]+(?:_[A-Z0-9]+)*_V\d+")
 
 
+def _names_weights(value: ast.AST) -> bool:
+    """An expression naming torchvision's pretrained weights: `ResNet50_Weights.IMAGENET1K_V2`, "DEFAULT"."""
+    if isinstance(value, ast.Attribute) and "_Weights" in _dotted(value):
+        return True
+    return isinstance(value, ast.Constant) and isinstance(value.value, str) and _WEIGHTS_NAME.fullmatch(value.value) is not None
+
+
 def _pretrained_weights(call: ast.Call) -> ast.keyword | None:
     """torchvision's `weights=` naming pretrained weights, fetched into the hub cache when the model
     is built: `resnet50(weights=ResNet50_Weights.IMAGENET1K_V2)`, `weights="DEFAULT"`."""
     kw = _kw(call, "weights")
-    if kw is None:
-        return None
-    if isinstance(kw.value, ast.Attribute) and "_Weights" in _dotted(kw.value):
-        return kw
-    value = kw.value.value if isinstance(kw.value, ast.Constant) else None
-    return kw if isinstance(value, str) and _WEIGHTS_NAME.fullmatch(value) else None
+    return kw if kw is not None and _names_weights(kw.value) else None
 
 
 # A model factory (create_model, build_model, create_model_and_transforms, get_model): given the name
@@ -356,8 +358,8 @@ def _set_to_local_path(call: ast.Call, settings: dict, with_defaults: dict | Non
     leaf = _leaf_name(call.args[0]) if call.args and _name_of(_dotted(call.func)) == "from_pretrained" else None
     values = settings.get(leaf) if leaf else None
     if not values and leaf and with_defaults:
-        values = {v for v in with_defaults.get(leaf, ()) if isinstance(v, str) and v.startswith(("/", "~"))} \
-            if all(isinstance(v, str) and v.startswith(("/", "~")) for v in with_defaults.get(leaf, ())) else None
+        defaults = with_defaults.get(leaf, set())
+        values = defaults if all(isinstance(v, str) and v.startswith(("/", "~")) for v in defaults) else None
     return bool(values) and all(_local_path(v) for v in values)
 
 

@@ -17,7 +17,7 @@ from gpurig.diagnose.lint_nodes import (
     _dotted,
     _kw,
     _name_of,
-    _pretrained_weights,
+    _names_weights,
 )
 
 # a file name of its own: a log, a config, a table (not a folder, not a checkpoint's parts)
@@ -110,6 +110,4 @@ def weights_held_in(call: ast.Call, local: dict[str, ast.AST]) -> bool:
     """torchvision's `weights=` given through a local name: `weights = ResNet50_Weights.IMAGENET1K_V2`
     then `resnet50(weights=weights)` (`local`: the function's names bound once, `_assigned_once`)."""
     kw = _kw(call, "weights")
-    if kw is None or not isinstance(kw.value, ast.Name) or kw.value.id not in local:
-        return False
-    return _pretrained_weights(ast.Call(func=call.func, args=[], keywords=[ast.keyword(arg="weights", value=local[kw.value.id])])) is not None
+    return kw is not None and isinstance(kw.value, ast.Name) and kw.value.id in local and _names_weights(local[kw.value.id])

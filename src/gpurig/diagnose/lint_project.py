@@ -408,13 +408,11 @@ def _saving_functions(modules: list) -> dict[str, str]:
             # `if not is_main_process(): return` and the like: it decides itself what comes after
             # (a rank check after the write, `if rank > 0: logger.setLevel(...)`, does not guard it)
             decides = min((stmt.lineno for stmt in fn.body if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)), default=None)
-            guarded_lines = _guarded_lines(fn, with_else=True)
-            if decides is not None:
-                guarded_lines = set(guarded_lines) | set(range(decides, (fn.end_lineno or decides) + 1))
-            # (a function defined inside runs where it is called: it is judged as a function of its own)
-            for inner in ast.walk(fn):
-                if inner is not fn and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    guarded_lines = set(guarded_lines) | set(range(inner.lineno, (inner.end_lineno or inner.lineno) + 1))
+            # (and a function defined inside runs where it is called: it is judged as a function of its own)
+            skipped = [(decides, fn.end_lineno or decides)] if decides is not None else []
+            skipped += [(inner.lineno, inner.end_lineno or inner.lineno) for inner in ast.walk(fn)
+                        if inner is not fn and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            guarded_lines = set(_guarded_lines(fn, with_else=True)).union(*(range(a, b + 1) for a, b in skipped))
             buffers = _buffer_names(fn)
             # a file name held in a local variable (`save_path = ...{dist.get_rank()}...`)
             per_rank = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and _mentions_rank_value(n.value)
@@ -438,13 +436,12 @@ def _saving_functions(modules: list) -> dict[str, str]:
                 # `with open('class_indices.json', 'w')`: a file the helper names itself, the same for every rank;
                 # or names in the folder it is given (`open(f"{save_path}/train.log", "a")`)
                 if isinstance(n, ast.Call) and _dotted(n.func) == "open" and n.lineno not in guarded_lines \
-                        and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and str(n.args[1].value)[:1] in ("w", "a") \
-                        and (isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str) and n.args[1].value[:1] == "w"
-                             or _names_a_file_in(n.args[0], params) and not _mentions_rank_value(n.args[0])
-                             or own_file_written(n.args[0], fn) is not None):
-                    written = own_file_written(n.args[0], fn) or n.args[0]  # (`dump`: the file it holds)
-                    out[name] = f"a write of {ast.unparse(written)[:60]} at {_at(module, n.lineno)}"
-                    break
+                        and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and str(n.args[1].value)[:1] in ("w", "a"):
+                    held = own_file_written(n.args[0], fn)  # (`open(dump, "w")`: the file `dump` holds)
+                    if isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str) and n.args[1].value[:1] == "w" \
+                            or _names_a_file_in(n.args[0], params) and not _mentions_rank_value(n.args[0]) or held is not None:
+                        out[name] = f"a write of {ast.unparse(held or n.args[0])[:60]} at {_at(module, n.lineno)}"
+                        break
     return out
 
 
