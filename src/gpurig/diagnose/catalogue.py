@@ -251,7 +251,8 @@ HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": 
          "torch-not-compiled-with-cuda": "extension-abi-mismatch",
          "stale-extension-build-lock": "hang-after-nccl-init",  # (the first collective waited on rank 0's build)
          "syncbn-error": "default-pg-not-initialized",  # (SyncBatchNorm asked a run with no group for its size)
-         "container-engine-cdi-too-old": "cdi-spec-missing-or-stale"}  # (the spec is listed; the engine cannot read it)
+         "container-engine-cdi-too-old": "cdi-spec-missing-or-stale",  # (the spec is listed; the engine cannot read it)
+         "ray-node-ip-mismatch": "ray-no-gpu-resources"}  # (the GPUs are there; the bundle is pinned to an unknown node IP)
 
 
 # An entry -> one whose pattern misreads the same lines when both match: a refused bind (errno 13) is
