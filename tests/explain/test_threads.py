@@ -83,9 +83,13 @@ FRAMEWORKS = {"pytorch", "tensorflow", "keras", "accelerate", "deepspeed", "ligh
 # scheduling, InfiniBand/RoCE, Ray-based inference): 5 first right (11%) before they joined, 25 of them
 # causes the index had never met. 10 joined the test part (1 right first), which went 61.7% -> 60.7%
 # first and 65.1% -> 64.2% within three (its 507 older threads unchanged: 61.7%); the floors follow.
+# Then an entry's record stopped counting the development threads its source cites (it was written
+# from them): 121 entries matched only such threads and are no longer sure. Sure answers on the test
+# part 232 -> 202, right 91.8% -> 93.1%; confidently wrong 3.7% -> 2.7% (the target is at most 3%),
+# first right 60.7% -> 60.9%; the development part unchanged at 73.4% first. The ceiling follows.
 FLOOR_TEST_FIRST = 0.60
 FLOOR_TEST_TOP3 = 0.63
-CEILING_TEST_CONFIDENTLY_WRONG = 0.05
+CEILING_TEST_CONFIDENTLY_WRONG = 0.035
 FLOOR_DEV_FIRST = 0.73
 MIN_THREADS, MIN_TEST = 600, 120
 
@@ -446,3 +450,25 @@ def test_a_refused_bind_is_not_a_port_in_use_and_does_not_borrow_its_threads():
     for held in ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address.\n",
                  log.replace("13 - Permission denied", "98 - Address already in use")):
         assert explain_text(held).matches[0].id == "rendezvous-port-in-use"
+
+
+def test_an_entry_is_not_proven_by_the_threads_it_was_written_from(tmp_path):
+    """A thread the entry cites as its source matched it because the entry was written from it: the
+    record counts only the other development threads, so such a match cannot make the entry sure."""
+    from gpurig.diagnose.catalogue import match_catalogue
+
+    assert th.source_urls("https://github.com/a/b/issues/12; https://x.org/p/, NVIDIA/nccl docs") == {
+        "https://github.com/a/b/issues/12", "https://x.org/p"}
+    assert "https://github.com/a/b/issues/1" not in th.source_urls("https://github.com/a/b/issues/12")
+    entry = next(e for e in load_catalogue() if e.id == "ray-version-mismatch-across-processes")
+    written_from = next(iter(th.source_urls(entry.source)))
+    log = entry.examples[0]
+    assert [m.id for m in match_catalogue(log)][:1] == [entry.id]
+    as_thread = dict(id="t-1", title="Ray refuses the worker", framework="other", cls=entry.id, log=log, cause="c",
+                     fix="f", established_by="maintainer", found_by="test")
+    cited = th.Case(url=written_from, **as_thread)
+    other = th.Case(url="https://github.com/someone/else/issues/7", **{**as_thread, "id": "t-2"})
+    for case in (cited, other):
+        case.tokens = case.compute_tokens()
+    assert entry.id not in th.write_entry_record(tmp_path / "a.toml", [cited])
+    assert th.write_entry_record(tmp_path / "b.toml", [cited, other])[entry.id] == (1, 1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -275,9 +276,19 @@ def load_entry_record() -> dict[str, tuple[int, int]]:
     return {e["id"]: (int(e["answered"]), int(e["right"])) for e in data.get("entry", [])}
 
 
+@lru_cache(maxsize=1024)
+def source_urls(source: str) -> frozenset[str]:
+    """The URLs a catalogue entry's `source` cites, without a trailing slash and lower-cased."""
+    return frozenset(u.rstrip("/.").lower() for u in re.findall(r"https?://[^\s;,()<>'\"]+", source))
+
+
 def write_entry_record(path, cases: Sequence[Case]) -> dict[str, tuple[int, int]]:
     """How often each catalogue entry named the cause of the development threads it matched (each
-    thread left out of the index while answered; the entries' own calibration switched off)."""
+    thread left out of the index while answered; the entries' own calibration switched off).
+
+    The threads an entry cites as its source are not counted for it: the entry was written from
+    them, so its matching them says nothing of how it does on logs it was not written from. An entry
+    matched only by those keeps its stated confidence, short of sure (`catalogue.UNPROVEN`)."""
     from gpurig.diagnose import catalogue, explain
 
     dev = [c for c in cases if c.split == "dev"]
@@ -291,7 +302,8 @@ def write_entry_record(path, cases: Sequence[Case]) -> dict[str, tuple[int, int]
             # Every entry that matched, not only the first: which entry comes first depends on the
             # confidences this record sets, and an entry's record must not depend on itself.
             for m in found:
-                if m.kind == "catalogue":
+                # A thread the entry was written from (cited in its source) proves nothing about it.
+                if m.kind == "catalogue" and case.url.rstrip("/").lower() not in source_urls(m.source):
                     row = record.setdefault(m.id, [0, 0])
                     row[0] += 1
                     row[1] += canonical(m.cls or m.id) == case.cls
