@@ -466,6 +466,26 @@ REFERENCE_ROWS = [
     ("RuntimeError: Version mismatch: The cluster was started with:\n    Ray: 2.9.0\n    Python: 3.10.12\nThis process",
      "ray-version-mismatch-across-processes"),
     ("[HAMI-core ERROR (utils.c:160)]: host pid is error!", "gpu-sharing-layer-bug"),
+    # 2026-12-05 (b32): GPU servers' daemons, resets and installation; data-parallel run-time faults
+    ("level=fatal msg=\"Failed to watch metrics: Error watching fields: The third-party Profiling module returned an "
+     "unrecoverable error\"", "dcgm-profiling-counters-held-by-other-hostengine"),
+    ("nvidia-persistenced[77]: NUMA: Failed to enable NUMA memory Auto-Online", "persistenced-unprivileged-numa-online"),
+    ("GPU 00000000:1B:00.0 is currently in use by another process.", "gpu-reset-blocked-by-device-holder"),
+    ("[ERROR] not all local fabric manager instances finished their configuration", "fabric-manager-started-too-early"),
+    ("E: Failed to fetch https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/Packages  404  Not Found",
+     "cuda-repo-missing-for-os-release"),
+    ("NVRM: installed in this system requires use of the NVIDIA open kernel modules.",
+     "proprietary-kernel-module-unsupported-gpu"),
+    ("[  12.1] NVRM: GPU 0000:41:00.0: RmInitAdapter failed! (0x22:0x56:762)", "faulty-gpu-hardware"),
+    ("Compiler version check failed:\nThe major and minor number of the compiler used to compile the kernel",
+     "driver-build-kernel-incompatible"),
+    ("Last error:\nFailed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152 : CUDA error 401",
+     "fabric-manager-state-stale"),
+    ("Thread 12 received signal SIGBUS, Bus error.\n0x00007f in ncclShmOpen(char*, unsigned long, void**) ()",
+     "shared-memory-bus-error"),
+    ("An MPI process has executed an operation involving a call to the\n\"fork()\" system call to create a child "
+     "process.  Open MPI is currently", "dataloader-fork-under-mpi"),
+    ("RuntimeError: Parent directory /ckpt/run7 does not exist.", "main-process-only-state"),
 ]
 
 
