@@ -486,6 +486,10 @@ REFERENCE_ROWS = [
     ("An MPI process has executed an operation involving a call to the\n\"fork()\" system call to create a child "
      "process.  Open MPI is currently", "dataloader-fork-under-mpi"),
     ("RuntimeError: Parent directory /ckpt/run7 does not exist.", "main-process-only-state"),
+    # 2026-12-05 (b33): the watchdog's desync report names the rank that never joined
+    ("[rank0]:[E515 ProcessGroupNCCL.cpp:1937] Rank 0\n - [0] Timeout at collective: ALLREDUCE, #315\n"
+     " - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:\n"
+     "     [3] joined but didn't finish collective #315 (count from 1)", "collective-desync-lagging-rank"),
 ]
 
 
@@ -536,7 +540,7 @@ def test_a_specific_reading_hides_the_generic_ones_below_it_even_when_the_middle
            "timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600062 "
            "milliseconds before timing out.")
     assert [m.id for m in match_catalogue(log)] == ["stale-extension-build-lock"]
-    assert hidden_by("stale-extension-build-lock") == {"hang-after-nccl-init", "nccl-watchdog-timeout"}
+    assert hidden_by("stale-extension-build-lock") == {"hang-after-nccl-init", "nccl-watchdog-timeout", "nccl-watchdog-teardown"}
 
 
 def test_own_fault_comes_before_consequences():
