@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from gpurig.diagnose.loglines import clean
+
 ROLES = ("primary", "timeout", "secondary", "benign")
 # A secondary match ("connection closed by peer") is a consequence of another rank's failure:
 # it goes after anything that says what actually happened.
@@ -300,6 +302,7 @@ def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = No
     """The entries `text` matches, best first; harmless notices (role "benign") only when asked.
     A message the paste wrapped over two lines is read whole (`unwrap`), its line the first of them."""
     catalogue = catalogue if catalogue is not None else load_catalogue()
+    text = clean(text)
     lowered = text.lower()
     found = [m for e in catalogue
              if (benign or e.role != "benign") and (m := match_entry(e, text, lowered)) is not None]

@@ -23,6 +23,7 @@ from gpurig.diagnose.catalogue import (
     match_catalogue,
     rank_matches,
 )
+from gpurig.diagnose.loglines import clean
 
 # --- pasted reports ---------------------------------------------------------------------------
 
@@ -304,6 +305,7 @@ def explain_text(text: str, index: Any = "default", exclude: str | None = None) 
         what = "the input is empty" if kind == "empty" else "the input is not text (a binary file?)"
         steps = ["Pass the log as text: a file, or '-' to read it from stdin (e.g. `gpurig explain - < train.log`)."]
         return Explanation(notes=[what], next_steps=steps, input=kind, world="unknown")
+    text = clean(text)  # colour codes, typographic quotes, non-breaking spaces, CRLF: as the program printed it
     whole, text = text, focus(text)
     root_matches, notes = _torchrun_root_cause(text)
     seen = {m.id for m in root_matches}

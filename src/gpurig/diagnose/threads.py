@@ -27,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gpurig.diagnose.loglines import TOKEN, distinctive, line_tokens, tokens_of, tokens_of_title
+from gpurig.diagnose.loglines import TOKEN, clean, distinctive, line_tokens, tokens_of, tokens_of_title
 
 FIELDS = ("id", "url", "title", "framework", "class", "log", "cause", "fix", "established_by", "found_by")
 ESTABLISHED_BY = ("maintainer", "reporter-confirmed", "accepted-answer", "several-users")
@@ -78,7 +78,7 @@ class Case:
         return case
 
     def compute_tokens(self) -> list[str]:
-        return tokens_of(self.log, fallback=True) + tokens_of_title(self.title)  # every thread is of a failure
+        return tokens_of(clean(self.log), fallback=True) + tokens_of_title(clean(self.title))  # every thread is of a failure
 
 
 def split_of(url: str) -> str:

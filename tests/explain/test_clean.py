@@ -1,0 +1,54 @@
+"""A log as it reaches gpurig is not always as the program printed it: colour codes from a terminal
+(captured with `tee`, rich or loguru output), typographic quotes and non-breaking spaces from text
+copied out of a web page, a chat or a document, zero-width characters, Windows line ends. None of
+that may change what `explain` reads."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpurig.diagnose.catalogue import match_catalogue
+from gpurig.diagnose.explain import explain_text
+from gpurig.diagnose.loglines import clean
+
+from tests.explain.test_catalogue import REFERENCE_ROWS
+
+PASTED = {
+    "colour": lambda t: re.sub(r"(Error|ERROR|error|WARN|Warning|NCCL|CUDA)", "\x1b[1;31m\\1\x1b[0m", t),
+    "typographic quotes": lambda t: t.replace("'", "\u2019").replace('"', "\u201c"),
+    "non-breaking spaces": lambda t: t.replace(" ", "\u00a0"),
+    "zero-width and BOM": lambda t: "\ufeff" + t.replace("Error", "Er\u200bror"),
+    "CRLF": lambda t: t.replace("\n", "\r\n") + "\r\n",
+}
+
+
+@pytest.mark.parametrize("how", sorted(PASTED))
+def test_every_reference_message_reads_the_same_however_it_was_pasted(how):
+    changed = []
+    for message, entry_id in REFERENCE_ROWS:
+        first = [m.id for m in match_catalogue(message)][:1]
+        if [m.id for m in match_catalogue(PASTED[how](message))][:1] != first:
+            changed.append(entry_id)
+    assert not changed, f"{how}: {changed}"
+
+
+def test_a_coloured_windows_log_keeps_its_line_numbers_and_a_readable_evidence():
+    log = ("Epoch 1:  10%|\u2588 | 1/10\r\n"
+           "\x1b[33mWARNING\x1b[0m: something harmless\r\n"
+           "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total "
+           "capacity of 79.10 GiB of which 1.2 GiB is free. Process 77 has 78 GiB memory in use\r\n")
+    coloured = log.replace("torch.OutOfMemoryError", "\x1b[31mtorch.OutOfMemoryError\x1b[0m")
+    first = explain_text(coloured).matches[0]
+    assert first.id == "cuda-out-of-memory" and first.line == 3
+    assert "\x1b" not in first.evidence and "\r" not in first.evidence
+
+
+def test_clean_changes_nothing_a_program_prints_and_keeps_every_line():
+    plain = "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1333, unhandled cuda error\n  File \"x.py\", line 3\n"
+    assert clean(plain) is plain
+    chinese = "错误: RuntimeError: CUDA error: out of memory\n进度 ━━━━ 100%\n"
+    assert clean(chinese) == chinese
+    messy = "a\x1b[31mb\x1b[0m\r\nc\u00a0d \u2018e\u2019\r\n\x1b]0;title\x07f"
+    assert clean(messy) == "ab\nc d 'e'\nf" and clean(messy).count("\n") == messy.count("\r\n")
