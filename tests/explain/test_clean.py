@@ -11,7 +11,7 @@ import pytest
 
 from gpurig.diagnose.catalogue import match_catalogue
 from gpurig.diagnose.explain import explain_text
-from gpurig.diagnose.loglines import clean
+from gpurig.diagnose.loglines import bare, clean
 
 from tests.explain.test_catalogue import REFERENCE_ROWS
 
@@ -52,3 +52,34 @@ def test_clean_changes_nothing_a_program_prints_and_keeps_every_line():
     assert clean(chinese) == chinese
     messy = "a\x1b[31mb\x1b[0m\r\nc\u00a0d \u2018e\u2019\r\n\x1b]0;title\x07f"
     assert clean(messy) == "ab\nc d 'e'\nf" and clean(messy).count("\n") == messy.count("\r\n")
+
+
+PREFIXED = {
+    "a quoted reply": "> ",
+    "torchrun's rank prefix": "[rank3]: ",
+    "mpirun's output tag": "[1,3]<stderr>:",
+    "srun -l": "3: ",
+    "a logger's time and level": "2024-05-01 10:00:00,123 - root - ERROR - ",
+}
+
+
+@pytest.mark.parametrize("how", sorted(PREFIXED))
+def test_every_reference_message_reads_the_same_with_a_prefix_on_every_line(how):
+    prefix = PREFIXED[how]
+    changed = []
+    for message, entry_id in REFERENCE_ROWS:
+        first = [m.id for m in match_catalogue(message)][:1]
+        prefixed = "\n".join(prefix + line for line in message.split("\n"))
+        if [m.id for m in match_catalogue(prefixed)][:1] != first:
+            changed.append(entry_id)
+    assert not changed, f"{how}: {changed}"
+
+
+def test_a_message_of_several_lines_is_read_through_rank_prefixes_and_keeps_its_line():
+    log = ("[rank1]: Traceback (most recent call last):\n"
+           "[rank1]: RuntimeError: Version mismatch: The cluster was started with:\n"
+           "[rank1]:     Ray: 2.43.0\n"
+           "[rank1]:     Python: 3.11.10\n")
+    first = explain_text(log).matches[0]
+    assert first.id == "ray-version-mismatch-across-processes" and first.line == 2
+    assert bare("RuntimeError: CUDA error: out of memory\n") is None  # an exception's name is no prefix

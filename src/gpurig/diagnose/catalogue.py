@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from gpurig.diagnose.loglines import clean
+from gpurig.diagnose.loglines import bare, clean
 
 ROLES = ("primary", "timeout", "secondary", "benign")
 # A secondary match ("connection closed by peer") is a consequence of another rank's failure:
@@ -313,6 +313,12 @@ def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = No
             if e.id not in done and (benign or e.role != "benign") and (m := match_entry(e, whole, whole_lowered)):
                 m.line = joined[m.line - 1][0] if m.line else None
                 found.append(m)
+    # Prefixes on every line ("[rank3]: ", "> ", a logger's time and level) split a message of several
+    # lines and hide a line's start: the entries not found are read again without them.
+    if (plain := bare(text)) is not None:
+        done, plain_lowered = {m.id for m in found}, plain.lower()
+        found += [m for e in catalogue
+                  if e.id not in done and (benign or e.role != "benign") and (m := match_entry(e, plain, plain_lowered))]
     # A specific explanation hides a generic one read from the same line (the first collective
     # timing out is a more useful reading than "a collective timed out").
     hidden = set().union(*(hidden_by(m.id) for m in found), {MISREADS[m.id] for m in found if m.id in MISREADS})

@@ -72,6 +72,24 @@ _PLAIN = {
 _NOT_PLAIN = re.compile("[" + "".join(_PLAIN) + "]")  # one pass finds them (str.translate is 20x slower)
 
 
+# What a launcher, a logger or a quoted reply puts before every line: "> " (a reply quoting the log),
+# "[rank3]: " / "[default0]:" (torchrun), "[1,3]<stderr>:" (mpirun), "3: " (srun -l), "rank3: ", a
+# logger's date, time and level, glog's "E0101 12:00:00.123 77 file.cc:12] ". Repeated, in any order.
+_LINE_PREFIX = re.compile(
+    r"^(?:[ \t]*(?:>[ \t]?|\[(?:rank|default|stderr|stdout)?\s*\d+\]:?[ \t]?|\[\d+,\s*\d+\]<\w+>:[ \t]?|rank\d+:[ \t]?|"
+    r"\d{1,4}:[ \t]|\d{4}-\d\d-\d\d[T ][\d:.,]+(?:[ \t]+-[ \t]+[\w.]+)?[ \t]+-?[ \t]*"
+    r"(?:\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?[ \t]+-?[ \t]*)?|[EWIF]\d{4} [\d:.]+ +\d+ [\w.-]+:\d+\][ \t]?))+",
+    re.M,
+)
+
+
+def bare(text: str) -> str | None:
+    """`text` without the prefixes a launcher, a logger or a quoted reply put before its lines (None
+    when no line has one). Line for line: the numbers stay the same."""
+    out, n = _LINE_PREFIX.subn("", text)
+    return out if n else None
+
+
 def clean(text: str) -> str:
     """`text` as the program printed it: without colour codes, with plain quotes and spaces, and with
     "\\n" line ends. The lines stay where they were (a line's number is the same in both)."""
