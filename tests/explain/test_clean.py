@@ -8,12 +8,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from tests.explain.test_catalogue import REFERENCE_ROWS
 
 from gpurig.diagnose.catalogue import match_catalogue
 from gpurig.diagnose.explain import explain_text
 from gpurig.diagnose.loglines import bare, clean
-
-from tests.explain.test_catalogue import REFERENCE_ROWS
 
 PASTED = {
     "colour": lambda t: re.sub(r"(Error|ERROR|error|WARN|Warning|NCCL|CUDA)", "\x1b[1;31m\\1\x1b[0m", t),
