@@ -254,9 +254,9 @@ HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": 
          "stale-extension-build-lock": "hang-after-nccl-init",  # (the first collective waited on rank 0's build)
          "syncbn-error": "default-pg-not-initialized",  # (SyncBatchNorm asked a run with no group for its size)
          "container-engine-cdi-too-old": "cdi-spec-missing-or-stale",  # (the spec is listed; the engine cannot read it)
-         "ray-node-ip-mismatch": "ray-no-gpu-resources",
+         "ray-node-ip-mismatch": "ray-no-gpu-resources",  # (the GPUs are there; the bundle is pinned to an unknown node IP)
          "proprietary-kernel-module-unsupported-gpu": "faulty-gpu-hardware",  # (RmInitAdapter failed: the module, not the card)
-         "nccl-watchdog-timeout": "nccl-watchdog-teardown"}  # (the teardown only points back at the timeout read)  # (the GPUs are there; the bundle is pinned to an unknown node IP)
+         "nccl-watchdog-timeout": "nccl-watchdog-teardown"}  # (the teardown only points back at the timeout read)
 
 
 # An entry -> one whose pattern misreads the same lines when both match: a refused bind (errno 13) is

@@ -102,6 +102,8 @@ def clean(text: str) -> str:
     if not text.isascii() and _NOT_PLAIN.search(text):
         text = _NOT_PLAIN.sub(lambda m: _PLAIN[m.group(0)], text)
     return text
+
+
 _STOP = frozenset(
     "the a an of to in on at is was be for and or it this that with as by from are not but if you your please "
     "consider using use see more set line file most recent call last 0 i we my me have has had can will would should "
