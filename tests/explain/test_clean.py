@@ -82,3 +82,21 @@ def test_a_message_of_several_lines_is_read_through_rank_prefixes_and_keeps_its_
     first = explain_text(log).matches[0]
     assert first.id == "ray-version-mismatch-across-processes" and first.line == 2
     assert bare("RuntimeError: CUDA error: out of memory\n") is None  # an exception's name is no prefix
+
+
+def test_a_json_log_is_read_through_its_records_and_keeps_its_lines():
+    """Docker's json-file driver and JSON loggers write each line as a record: the message is the
+    "log" / "msg" / "message" string, with its newlines, quotes and colour codes escaped."""
+    import json
+
+    records = [json.dumps({"log": "Epoch 1/10\n", "stream": "stdout", "time": "2024-01-01T00:00:00Z"}),
+               json.dumps({"log": "\x1b[31mRuntimeError: Distributed package doesn't have NCCL built in\x1b[0m\n",
+                           "stream": "stderr", "time": "2024-01-01T00:00:01Z"}),
+               json.dumps({"level": "error", "msg": "RuntimeError: Version mismatch: The cluster was started with:\n"
+                           "    Ray: 2.43.0\n    Python: 3.11.10", "ts": 1733400000.1})]
+    log = "\n".join(records) + "\n"
+    matches = explain_text(log).matches
+    read = {(m.id, m.line) for m in matches}
+    assert {("nccl-not-built-in", 2), ("ray-version-mismatch-across-processes", 3)} <= read, read
+    assert clean(log).count("\n") == log.count("\n") and '"stream"' not in clean(log)
+    assert clean('{"a": 1}\n{"msg": 5}\n') == '{"a": 1}\n{"msg": 5}\n'  # not a log record: left as it is

@@ -5,6 +5,7 @@ resolved threads (`threads.py`) and for `explain` (does a log report a failure a
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 
@@ -90,11 +91,33 @@ def bare(text: str) -> str | None:
     return out if n else None
 
 
+# A line a JSON logger or Docker's json-file driver wrote: the program's line is the "log", "msg" or
+# "message" string, with its quotes, newlines and colour codes escaped.
+_JSON_LINE = re.compile(r'^[ \t]*\{[^\n]*"(?:log|msg|message)"[ \t]*:[ \t]*"[^\n]*\}[ \t]*$', re.M)
+
+
+def _json_message(m: re.Match) -> str:
+    """The message of one JSON log line, on one line (its own newlines as spaces: the lines of the
+    log stay where they were), or the line unchanged when it is not such a record."""
+    try:
+        record = json.loads(m.group(0))
+    except ValueError:
+        return m.group(0)
+    if isinstance(record, dict):
+        for key in ("log", "msg", "message"):
+            if isinstance(value := record.get(key), str):
+                return " ".join(value.replace("\r", "").splitlines()) if "\n" in value.rstrip("\n") else value.rstrip("\r\n")
+    return m.group(0)
+
+
 def clean(text: str) -> str:
-    """`text` as the program printed it: without colour codes, with plain quotes and spaces, and with
-    "\\n" line ends. The lines stay where they were (a line's number is the same in both)."""
-    if text.isascii() and "\x1b" not in text and "\r" not in text:
+    """`text` as the program printed it: without colour codes, with plain quotes and spaces, with
+    "\\n" line ends, and a JSON log line's message in place of the record. The lines stay where
+    they were (a line's number is the same in both)."""
+    if text.isascii() and "\x1b" not in text and "\r" not in text and '{"' not in text:
         return text
+    if '{"' in text and _JSON_LINE.search(text):
+        text = _JSON_LINE.sub(_json_message, text)
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     if "\r\n" in text:
