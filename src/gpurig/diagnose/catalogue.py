@@ -298,27 +298,27 @@ def unwrap(text: str) -> list[tuple[int, str]]:
     return joined
 
 
+def _matches(catalogue: tuple[CatalogueEntry, ...], text: str, done: set[str]) -> list[Match]:
+    """The first match in `text` of every entry not in `done`."""
+    lowered = text.lower()
+    return [m for e in catalogue if e.id not in done and (m := match_entry(e, text, lowered)) is not None]
+
+
 def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = None, benign: bool = False) -> list[Match]:
     """The entries `text` matches, best first; harmless notices (role "benign") only when asked.
     A message the paste wrapped over two lines is read whole (`unwrap`), its line the first of them."""
     catalogue = catalogue if catalogue is not None else load_catalogue()
+    catalogue = tuple(e for e in catalogue if benign or e.role != "benign")
     text = clean(text)
-    lowered = text.lower()
-    found = [m for e in catalogue
-             if (benign or e.role != "benign") and (m := match_entry(e, text, lowered)) is not None]
+    found = _matches(catalogue, text, set())
     if joined := unwrap(text):  # only the joined lines are read again: every other line was read above
-        whole = "\n".join(line for _, line in joined)
-        done, whole_lowered = {m.id for m in found}, whole.lower()
-        for e in catalogue:
-            if e.id not in done and (benign or e.role != "benign") and (m := match_entry(e, whole, whole_lowered)):
-                m.line = joined[m.line - 1][0] if m.line else None
-                found.append(m)
+        for m in (again := _matches(catalogue, "\n".join(line for _, line in joined), {m.id for m in found})):
+            m.line = joined[m.line - 1][0] if m.line else None
+        found += again
     # Prefixes on every line ("[rank3]: ", "> ", a logger's time and level) split a message of several
-    # lines and hide a line's start: the entries not found are read again without them.
+    # lines and hide a line's start: the entries not found are read again without them, line for line.
     if (plain := bare(text)) is not None:
-        done, plain_lowered = {m.id for m in found}, plain.lower()
-        found += [m for e in catalogue
-                  if e.id not in done and (benign or e.role != "benign") and (m := match_entry(e, plain, plain_lowered))]
+        found += _matches(catalogue, plain, {m.id for m in found})
     # A specific explanation hides a generic one read from the same line (the first collective
     # timing out is a more useful reading than "a collective timed out").
     hidden = set().union(*(hidden_by(m.id) for m in found), {MISREADS[m.id] for m in found if m.id in MISREADS})

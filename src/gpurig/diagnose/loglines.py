@@ -44,10 +44,6 @@ _BOILERPLATE = re.compile(
 _EXIT_CODE = re.compile(r"(?:exit ?code|return code|exit status)\s*[:=]?\s*(-?\d+)|(?:exited on|with) signal (\d+|SIG[A-Z]+)", re.I)
 _SIGNALS = {"SIGHUP": "1", "SIGINT": "2", "SIGABRT": "6", "SIGBUS": "7", "SIGKILL": "9", "SIGSEGV": "11", "SIGTERM": "15"}
 _INFO = re.compile(r"\bNCCL INFO\b|\bI\d{4} \d\d:\d\d|^\s*\d+%\|")
-_PREFIXES = re.compile(
-    r"^\s*(?:\[(?:rank|default|stderr|stdout)?\s*\d+\]:?\s*|\d+:\s+|rank\d+:\s*|\[\d+,\s*\d+\]<\w+>:\s*|"
-    r"\[?[\w.-]+:\d+:\d+\]?\s+|(?:[EWIF]\d{4} [\d:.]+ \d+ \S+\]\s*))+"
-)
 _MASKS = [
     (re.compile(r"https?://\S+"), " url "),
     (re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.@+~-]+){2,}[\\/]?"), lambda m: " " + m.group(0).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] + " "),
@@ -73,13 +69,15 @@ _PLAIN = {
 _NOT_PLAIN = re.compile("[" + "".join(_PLAIN) + "]")  # one pass finds them (str.translate is 20x slower)
 
 
-# What a launcher, a logger or a quoted reply puts before every line: "> " (a reply quoting the log),
-# "[rank3]: " / "[default0]:" (torchrun), "[1,3]<stderr>:" (mpirun), "3: " (srun -l), "rank3: ", a
-# logger's date, time and level, glog's "E0101 12:00:00.123 77 file.cc:12] ". Repeated, in any order.
+# What a launcher, a logger or a quoted reply puts before every line, repeated and in any order:
+# "> " (a reply quoting the log), "[rank3]: " / "[default0]:" (torchrun), "[1,3]<stderr>:" (mpirun),
+# "3: " (srun -l), "rank3: ", NCCL's "host:pid:tid ", a logger's date, time and level, glog's
+# "E0101 12:00:00.123 77 file.cc:12] ". Never across a line end: it serves whole texts and single lines.
 _LINE_PREFIX = re.compile(
-    r"^(?:[ \t]*(?:>[ \t]?|\[(?:rank|default|stderr|stdout)?\s*\d+\]:?[ \t]?|\[\d+,\s*\d+\]<\w+>:[ \t]?|rank\d+:[ \t]?|"
-    r"\d{1,4}:[ \t]|\d{4}-\d\d-\d\d[T ][\d:.,]+(?:[ \t]+-[ \t]+[\w.]+)?[ \t]+-?[ \t]*"
-    r"(?:\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?[ \t]+-?[ \t]*)?|[EWIF]\d{4} [\d:.]+ +\d+ [\w.-]+:\d+\][ \t]?))+",
+    r"^(?:[ \t]*(?:>[ \t]?|\[(?:rank|default|stderr|stdout)?[ \t]*\d+\]:?[ \t]*|\d+:[ \t]+|rank\d+:[ \t]*|"
+    r"\[\d+,[ \t]*\d+\]<\w+>:[ \t]*|\[?[\w.-]+:\d+:\d+\]?[ \t]+|[EWIF]\d{4} [\d:.]+ +\d+ \S+\][ \t]*|"
+    r"\d{4}-\d\d-\d\d[T ][\d:.,]+(?:[ \t]+-[ \t]+[\w.]+)?[ \t]+-?[ \t]*"
+    r"(?:\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?[ \t]+-?[ \t]*)?))+",
     re.M,
 )
 
@@ -106,7 +104,7 @@ def _json_message(m: re.Match) -> str:
     if isinstance(record, dict):
         for key in ("log", "msg", "message"):
             if isinstance(value := record.get(key), str):
-                return " ".join(value.replace("\r", "").splitlines()) if "\n" in value.rstrip("\n") else value.rstrip("\r\n")
+                return " ".join(value.splitlines())
     return m.group(0)
 
 
@@ -150,7 +148,7 @@ def has_failure(text: str) -> bool:
 
 
 def normalise_line(line: str) -> str:
-    line = _PREFIXES.sub("", line)
+    line = _LINE_PREFIX.sub("", line)
     for pattern, repl in _MASKS:
         line = pattern.sub(repl, line)
     return " ".join(line.lower().split())
