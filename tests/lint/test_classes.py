@@ -53,6 +53,33 @@ def test_a_rendezvous_default_for_runs_without_a_launcher_is_not_hard_coded():
     """)
 
 
+def test_a_rendezvous_set_where_no_launcher_set_the_world_is_a_single_process_default():
+    # `if "WORLD_SIZE" not in os.environ:` (or RANK, LOCAL_RANK, SLURM_PROCID) holds only in a run
+    # nobody launched: the port set there is the local fallback of one process, as for MASTER_PORT.
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "SLURM_PROCID"):
+        body = f"""
+        if "{key}" not in os.environ:
+            os.environ["RANK"] = "0"
+            os.environ["WORLD_SIZE"] = "1"
+            os.environ["MASTER_ADDR"] = "localhost"
+            os.environ["MASTER_PORT"] = "1234"
+        dist.init_process_group("nccl")
+        """
+        assert "hard-coded-rendezvous" not in rules(body), key
+    # where the launcher did set the world, a fixed port is still fixed
+    assert "hard-coded-rendezvous" in rules("""
+    if "WORLD_SIZE" in os.environ:
+        os.environ["MASTER_PORT"] = "1234"
+    dist.init_process_group("nccl")
+    """)
+    # and a test of some other variable is no launcher's absence
+    assert "hard-coded-rendezvous" in rules("""
+    if "DEBUG" not in os.environ:
+        os.environ["MASTER_PORT"] = "1234"
+    dist.init_process_group("nccl")
+    """)
+
+
 def test_a_name_holding_the_local_rank_is_a_fine_device_even_with_a_global_fallback():
     body = """
     def worker(rank, world_size):

@@ -10,6 +10,7 @@ import re
 from gpurig.diagnose.lint_devices import global_rank_sum
 from gpurig.diagnose.lint_guards import _all_but_one, _holds_global_rank, _mentions_rank, note_one_rank_value
 from gpurig.diagnose.lint_nodes import (
+    _LAUNCHER_KEYS,
     _constant_defaults,
     _dotted,
     _gpu_key,
@@ -22,6 +23,7 @@ from gpurig.diagnose.lint_nodes import (
 # A null object: a class whose methods do nothing (`NoOp()`, `DummyWriter()`, `NullLogger()`).
 _NULL_OBJECT = re.compile(r"(?:NoOp|Noop|Null|Dummy)\w*")
 _RENDEZVOUS_TARGET = re.compile(r"dist_url|init_method|master_port")
+_RENDEZVOUS_KEYS = frozenset({"MASTER_ADDR", "MASTER_PORT"})
 _FLAG_VALUES = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Name, ast.Attribute, ast.IfExp)
 _SETTING = re.compile(r"device|gpu|pretrained|download|model|path|ckpt|checkpoint|tokenizer|weight|init_method|dist_?url", re.IGNORECASE)
 _VARIES = object()  # a setting assigned something other than a constant
@@ -64,8 +66,9 @@ class _AssignScan:
             self.silenced = True
         for t in node.targets:
             if isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant) \
-                    and any(t.slice.value in keys for keys in self._env_absent):
-                self.env_fallback.add(id(node))
+                    and any(t.slice.value in keys or t.slice.value in _RENDEZVOUS_KEYS and keys & _LAUNCHER_KEYS
+                            for keys in self._env_absent):
+                self.env_fallback.add(id(node))  # (also `if "WORLD_SIZE" not in os.environ:`: a run nobody launched)
             elif isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant) \
                     and t.slice.value == "MASTER_PORT" and self._functions:
                 param = _port_param(node.value, _constant_defaults(self._defaults[-1]))
