@@ -490,6 +490,19 @@ REFERENCE_ROWS = [
     ("[rank0]:[E515 ProcessGroupNCCL.cpp:1937] Rank 0\n - [0] Timeout at collective: ALLREDUCE, #315\n"
      " - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:\n"
      "     [3] joined but didn't finish collective #315 (count from 1)", "collective-desync-lagging-rank"),
+    # 2026-12-06 (b34): a framework's worker that sees one GPU; a task registered twice; PS without a chief;
+    # a truncated downloaded NCCL; vLLM's symmetric-memory all-reduce; a script fixed to 8 GPUs
+    ("(RayTrainWorker pid=812, ip=10.0.0.4) gpu7:812:901 [1] NCCL WARN failed to open CUDA IPC handle : 217 "
+     "peer access is not supported between these two devices", "per-process-gpu-masking-breaks-nccl-p2p"),
+    ("E0101 coordination_service.cc:962] /job:jax_worker/replica:0/task:3 unexpectedly tried to connect with a "
+     "different incarnation. It has likely restarted.", "distributed-init-rerun-in-data-worker-processes"),
+    ("  (0) Unavailable:  failed to connect to all addresses\nAdditional GRPC error information from remote target "
+     "/job:chief/replica:0/task:0/device:CPU:0:", "ps-strategy-cluster-missing-chief"),
+    ("INFO pynccl.py:58] Loading nccl from library /home/u/.config/vllm/nccl/cu12/libnccl.so.2.18.1\n"
+     "Bus error (core dumped)", "downloaded-library-incomplete"),
+    ("    handle = torch_symm_mem.rendezvous(self.buffer, self.group.group_name)\nRuntimeError: CUDA driver error: "
+     "invalid argument", "vllm-symm-mem-allreduce-setup"),
+    ("    assert ddp_world_size == 8\nAssertionError", "script-hardcodes-world-size"),
 ]
 
 

@@ -255,6 +255,8 @@ HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": 
          "syncbn-error": "default-pg-not-initialized",  # (SyncBatchNorm asked a run with no group for its size)
          "container-engine-cdi-too-old": "cdi-spec-missing-or-stale",  # (the spec is listed; the engine cannot read it)
          "ray-node-ip-mismatch": "ray-no-gpu-resources",  # (the GPUs are there; the bundle is pinned to an unknown node IP)
+         "per-process-gpu-masking-breaks-nccl-p2p": "p2p-not-supported",  # (the pair has P2P; each worker sees one GPU)
+         "downloaded-library-incomplete": "shared-memory-bus-error",  # (the bus error of mapping a truncated library)
          "proprietary-kernel-module-unsupported-gpu": "faulty-gpu-hardware",  # (RmInitAdapter failed: the module, not the card)
          "nccl-watchdog-timeout": "nccl-watchdog-teardown"}  # (the teardown only points back at the timeout read)
 
