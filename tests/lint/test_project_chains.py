@@ -689,6 +689,47 @@ def test_a_shuffling_sampler_built_two_calls_down_or_by_a_class(tmp_path):
     assert [line for rule, line in found if rule == "sampler-without-set-epoch"] == [6, 8]
 
 
+def test_a_shuffling_sampler_whose_loader_a_helper_cycles_for_ever(tmp_path):
+    # lightweight-gan's shape: a step-based script (no epoch loop of its own) asks the project's
+    # trainer to build its data, and the trainer wraps a shuffling sampler's loader in cycle():
+    # the loader is iterated epoch after epoch, each in the same order.
+    _write(tmp_path, "trainer.py", """\
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def cycle(iterable):
+            while True:
+                for i in iterable:
+                    yield i
+
+        class Trainer:
+            def set_data_src(self, data_set, rank, world_size):
+                sampler = DistributedSampler(data_set, rank=rank, num_replicas=world_size, shuffle=True)
+                self.loader = cycle(DataLoader(data_set, sampler=sampler))
+
+            def train(self):
+                return next(self.loader)
+        """)
+    script = """\
+        from trainer import Trainer
+        dist.init_process_group("nccl")
+        model = Trainer()
+        model.set_data_src(None, 0, 2)
+        for _ in range(100000):
+            model.train()
+        dist.destroy_process_group()
+        """
+    assert [line for rule, line in _lint(tmp_path, script) if rule == "sampler-without-set-epoch"] == [7]
+    # a helper that hands back a loader read once (no cycle) in a script with no epochs stays quiet
+    _write(tmp_path, "trainer.py", """\
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        class Trainer:
+            def set_data_src(self, data_set, rank, world_size):
+                self.loader = DataLoader(data_set, sampler=DistributedSampler(data_set, shuffle=True))
+        """)
+    assert "sampler-without-set-epoch" not in [rule for rule, _ in _lint(tmp_path, script)]
+
+
 def test_a_download_reached_through_helpers_names_each_step(tmp_path):
     # build-nanogpt's HellaSwag shape: iterate_examples() -> download() -> download_file() -> requests.get;
     # the finding names where each helper calls the next, so the user (and a reviewer who marked the

@@ -232,3 +232,25 @@ def test_a_streamed_script_keeps_output_calls_only_for_their_rule(tmp_path, monk
     assert run(True, **chosen) == run(False, **chosen)
     assert "print-on-every-rank" in {f for f, _ in run(True, **chosen)}
     assert run(True, select=list(L.RULES), ignore=["print-on-every-rank"]) == run(False, select=list(L.RULES), ignore=["print-on-every-rank"])
+
+
+def test_a_streamed_script_keeps_the_fetches_known_by_their_library(tmp_path, monkeypatch):
+    # llama2.c's tinystories.py: `requests.get(url, stream=True)` in a download helper, and gdown's and
+    # wget's download(): fetches by what they are, which a streamed scan must keep like the whole tree.
+    script = tmp_path / "fetches.py"
+    script.write_text(
+        "import gdown\nimport requests\nimport torch.distributed as dist\nimport wget\n\n\n"
+        "def download_file(url, fname):\n"
+        "    resp = requests.get(url, stream=True)\n"
+        "    with open(fname, 'wb') as f:\n"
+        "        f.write(resp.content)\n\n\n"
+        "def main():\n"
+        "    download_file('https://example.org/data.tar.gz', 'data.tar.gz')\n"
+        "    gdown.download(id='1abc', output='weights.pt')\n"
+        "    wget.download('https://example.org/vocab.txt')\n"
+        "    dist.init_process_group('nccl')\n"
+        "    dist.destroy_process_group()\n\n\n"
+        "main()\n")
+    whole = findings(script, False, monkeypatch)
+    assert [line for rule, line, _ in whole if rule == "download-on-every-rank"] == [8, 15, 16], whole
+    assert findings(script, True, monkeypatch) == whole

@@ -549,9 +549,13 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     # A sampler built by a helper (`data_sampler(dataset, shuffle=True, distributed=True)`, in this
     # file or the project's own modules) is found at the helper's call that asks it to shuffle.
     module_samplers = _sampler_functions(modules) if not set_epoch_anywhere else {}
-    if not set_epoch_anywhere and epochs:
+    # (Or none of its own, where the project's helper hands the sampler's loader to an endless iterator.)
+    endless = set() if epochs or not module_samplers else followups.endless_samplers(modules)
+    if not set_epoch_anywhere and (epochs or endless):
         for call, func, _ in calls:
             short = _name_of(func)
+            if not epochs and short not in endless:
+                continue
             # (A helper of this file that always shuffles is reported at its own DistributedSampler.)
             how, where = ((scan.sampler_functions[short] or "no"), "") if short in scan.sampler_functions and _calls_function(func, short) \
                 else module_samplers.get(short, ("no", "")) if short not in scan.defined else ("no", "")
@@ -571,11 +575,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     data = ast.Attribute(value=data.value, attr=data.slice.value)
                 if data is not None and _EVAL_DATA.search(_dotted(data) or ""):
                     continue
-                add(
-                    "sampler-without-set-epoch", call,
-                    "DistributedSampler without set_epoch(epoch) in the loop: every epoch sees the same order",
-                    "Call sampler.set_epoch(epoch) at the start of each epoch, before iterating the DataLoader.",
-                )
+                add("sampler-without-set-epoch", call, "DistributedSampler without set_epoch(epoch) in the loop: every epoch sees the same order",
+                    "Call sampler.set_epoch(epoch) at the start of each epoch, before iterating the DataLoader.")
 
     followups.report_fixed_epochs(scan, calls, modules, add, reported_helpers)
 

@@ -140,7 +140,8 @@ def fetch(manifest: dict[str, dict[str, Any]] | None = None, cache: Path = CACHE
         prefix = entry["file"][: -len(entry["path"])] if entry["file"].endswith(entry["path"]) else f"{name}/"
         for rel in [entry["file"], *entry.get("helpers", [])]:
             repo_path = rel[len(prefix):]
-            url = f"https://raw.githubusercontent.com/{entry['repo']}/{entry['commit']}/{repo_path}"
+            commit = entry.get("helpers_at", {}).get(rel, entry["commit"])  # (a helper judged at another commit)
+            url = f"https://raw.githubusercontent.com/{entry['repo']}/{commit}/{repo_path}"
             dest = cache / rel
             try:
                 with urllib.request.urlopen(url, timeout=60) as r:

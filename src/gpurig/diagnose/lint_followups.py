@@ -8,7 +8,7 @@ import ast
 
 from gpurig.diagnose.lint_guards import _mentions_rank
 from gpurig.diagnose.lint_modules import _at
-from gpurig.diagnose.lint_nodes import _EVAL_DATA, _calls_function, _dotted, _name_of
+from gpurig.diagnose.lint_nodes import _ENDLESS, _EVAL_DATA, _calls_function, _dotted, _name_of
 from gpurig.diagnose.lint_project import _mentions_rank_value
 
 
@@ -118,3 +118,17 @@ def report_fixed_epochs(scan, calls, modules, add, reported_helpers) -> None:
             add("sampler-without-set-epoch", call, f"{short}() calls set_epoch with a value its epoch loop never changes "
                 f"({fixed_in[short]}): every epoch sees the same order", "Pass the loop's epoch: sampler.set_epoch(epoch).",
                 fixed_in[short])
+
+
+def endless_samplers(modules: list) -> set[str]:
+    """Functions of the project's own modules that build a DistributedSampler and hand what reads it to an
+    endless iterator (`self.loader = cycle(DataLoader(data, sampler=sampler))`, lightweight-gan's trainer):
+    a run that steps through it goes over the data epoch after epoch, though the script has no epoch loop."""
+    out = set()
+    for module in modules:
+        for fn in ast.walk(module):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                called = {_name_of(_dotted(n.func)) for n in ast.walk(fn) if isinstance(n, ast.Call)}
+                if "DistributedSampler" in called and any(_ENDLESS.fullmatch(name) for name in called):
+                    out.add(fn.name)
+    return out

@@ -524,7 +524,9 @@ class _Scanner(_AssignScan, _Walker):
                 # a method of an object the project's own classes may have built (`runner.sample()`)
                 or (bool(self.local_roots) and isinstance(node.func, ast.Attribute))
                 or short in self.local_names or func.split(".")[0] in self.local_roots
-                or bool(node.keywords) and (any(k.arg in ("download", "pretrained") for k in node.keywords) or _pretrained_weights(node) is not None)
+                or bool(node.keywords) and (any(k.arg in ("download", "pretrained", "stream") for k in node.keywords)  # (requests.get(url, stream=True))
+                                            or _pretrained_weights(node) is not None)
+                or func in ("gdown.download", "wget.download")
                 or bool(node.args) and any("pretrained" in (_leaf_name(a) or "").lower() for a in node.args))
 
     def _note_local(self, node: ast.Import | ast.ImportFrom) -> None:
