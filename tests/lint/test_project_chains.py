@@ -912,3 +912,30 @@ def test_a_helper_is_the_one_of_the_module_the_script_imports_it_from(tmp_path):
     # imported from the module whose load_model reads without map_location: reported, naming that file
     found = _lint(tmp_path, script.replace("from utils import", "from other.tools import"))
     assert [r for r in found if r[0] == "torch-load-without-map-location"] == [("torch-load-without-map-location", 8)]
+
+
+def test_modules_found_through_a_folder_the_script_puts_on_sys_path(tmp_path):
+    # ECG pretraining's shape: pretrain/main.py does sys.path.append("../utils") and imports the trainer
+    # module from there; the trainer's shuffling sampler without set_epoch is the script's.
+    _write(tmp_path, "utils/utils_trainer.py", """\
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def train(data_set, epochs):
+            loader = DataLoader(data_set, sampler=DistributedSampler(data_set))
+            for epoch in range(epochs):
+                for batch in loader:
+                    pass
+        """)
+    (tmp_path / "pretrain").mkdir()
+    script = """\
+        import sys
+        sys.path.append("../utils")
+        from utils_trainer import train
+        dist.init_process_group("nccl")
+        train(None, epochs=10)
+        dist.destroy_process_group()
+        """
+    found = _lint(tmp_path / "pretrain", script)
+    assert [line for rule, line in found if rule == "sampler-without-set-epoch"] == [len(HEAD.splitlines()) + 5], found
+    # the same import with no such folder on the path is a library's: nothing to judge
+    assert "sampler-without-set-epoch" not in [rule for rule, _ in _lint(tmp_path / "pretrain", script.replace("../utils", "../lib"))]

@@ -9,7 +9,7 @@ import ast
 import os
 from functools import cache
 
-from gpurig.diagnose.lint_nodes import _AUTO_DATASETS, _positional_open
+from gpurig.diagnose.lint_nodes import _AUTO_DATASETS, _dotted, _positional_open
 
 
 def _at(module: ast.AST, line: int) -> str:
@@ -147,6 +147,13 @@ def _path_folders_of(folder, files: tuple) -> tuple:
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "join" and len(n.args) > 1 \
                     and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in n.args[1:]):
                 cand = (folder / os.path.join(*[a.value for a in n.args[1:]])).resolve()
+                if cand.is_dir() and cand not in found:
+                    found.append(cand)
+            # `sys.path.append("../utils")`, `sys.path.insert(0, "..")`: a folder named from where the script is run
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "insert") \
+                    and _dotted(n.func.value) == "sys.path" and n.args and isinstance(n.args[-1], ast.Constant) \
+                    and isinstance(n.args[-1].value, str) and n.args[-1].value:
+                cand = (folder / n.args[-1].value).resolve()
                 if cand.is_dir() and cand not in found:
                     found.append(cand)
     return tuple(found)
