@@ -1064,3 +1064,27 @@ def test_a_check_of_the_machine_that_raises_is_no_rank_guard():
     one_rank = body.replace("local_rank >= torch.cuda.device_count()", "dist.get_rank() != 0").replace(
         'raise RuntimeError("more processes than GPUs")', "raise SystemExit(0)")
     assert "no-destroy-process-group" in rules(one_rank, end="")
+
+
+def test_a_rank_flag_handed_to_a_function_guards_what_the_function_does_under_it():
+    # a graph-network simulator's shape: `verbose = dist.get_rank() == 0` in main, passed to train(),
+    # which saves under `if verbose:`: one rank saves.
+    body = """
+    def train(rank, flags, world_size, verbose):
+        for step in range(10):
+            if verbose:
+                torch.save({"step": step}, "train_state.pt")
+
+    def main():
+        dist.init_process_group("nccl")
+        verbose = dist.get_rank() == 0
+        train(0, {}, 2, verbose)
+        train(0, {}, 2, verbose=dist.get_rank() == 0)
+
+    main()
+    """
+    assert "save-on-every-rank" not in rules(body)
+    # a call that passes something else (here the rank itself: true on every rank but 0) leaves it unguarded
+    assert "save-on-every-rank" in rules(body.replace("train(0, {}, 2, verbose)", "train(0, {}, 2, dist.get_rank())"))
+    # and so does a flag true everywhere
+    assert "save-on-every-rank" in rules(body.replace("train(0, {}, 2, verbose)", "train(0, {}, 2, True)"))

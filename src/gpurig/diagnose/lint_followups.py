@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import ast
 
-from gpurig.diagnose.lint_guards import _mentions_rank
+from gpurig.diagnose.lint_guards import _all_but_one, _mentions_rank
 from gpurig.diagnose.lint_modules import _at
 from gpurig.diagnose.lint_nodes import _ENDLESS, _EVAL_DATA, _calls_function, _dotted, _name_of
 from gpurig.diagnose.lint_project import _mentions_rank_value
 
 
-def _late_test(test: ast.AST) -> tuple[frozenset[str], str | None] | None:
+def _late_test(test: ast.AST, function: list = (), params: list = ()) -> tuple[frozenset[str], str | None] | None:
     """What of an `if` test may make it a rank check once the file is read: the attributes it tests
-    (one may be a flag set further down) and, in `not X or <rank check>`, the X (the flag the process
-    group may start under)."""
+    (one may be a flag set further down), a parameter of the enclosing function tested as it is
+    ("train#verbose": every call may hand it a rank flag) and, in `not X or <rank check>`, the X (the
+    flag the process group may start under)."""
     attrs = frozenset(_dotted(n) for n in ast.walk(test) if isinstance(n, ast.Attribute))
+    if function and isinstance(test, ast.Name) and test.id in params[0]:
+        attrs |= {f"{function[0]}#{test.id}"}
     gate = None
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
         nots = [v for v in test.values if isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not)
@@ -32,10 +35,33 @@ def resolve_late(scan) -> None:
     is_master(args)` in main(), tested in save_checkpoint() above it), and `not X or rank == 0`
     where X is the flag the process group starts under (`if distributed: init_process_group(...)`:
     without it there is one process)."""
+    handed = {}  # "train#verbose" -> whether every call of train() hands it a rank flag
     for i, tests in scan.late_calls:
-        if any(attrs & scan.flags or (gate is not None and gate in scan.group_gates) for attrs, gate in tests):
+        for attrs, _ in tests:
+            for key in attrs:
+                if "#" in key and key not in handed:
+                    handed[key] = _hands_rank_flag(scan, *key.split("#"))
+        if any(attrs & scan.flags or any(handed.get(a) for a in attrs) or (gate is not None and gate in scan.group_gates)
+               for attrs, gate in tests):
             scan.calls[i] = (scan.calls[i][0], True)
     scan.late_calls = []
+
+
+def _hands_rank_flag(scan, function: str, param: str) -> bool:
+    """Whether every call of the file's `function()` gives `param` a rank flag: a name set from a rank
+    check (`verbose = dist.get_rank() == 0`) or such a check itself, by position or by keyword."""
+    index = scan.params.get(function, []).index(param) if param in scan.params.get(function, []) else -1
+    values = []
+    for call, _ in scan.calls:
+        if isinstance(call.func, ast.Name) and call.func.id == function:
+            given = [k.value for k in call.keywords if k.arg == param]
+            if not given and 0 <= index < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:index + 1]):
+                given = [call.args[index]]
+            values.append(given[0] if given else None)
+    return bool(values) and all(
+        v is not None and (_dotted(v) in scan.flags if isinstance(v, (ast.Name, ast.Attribute))
+                           else isinstance(v, (ast.Compare, ast.BoolOp, ast.UnaryOp)) and _mentions_rank(v) and not _all_but_one(v))
+        for v in values)
 
 
 def _loop_names(loop: ast.For) -> set[str]:

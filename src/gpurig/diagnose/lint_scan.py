@@ -354,7 +354,7 @@ class _Scanner(_AssignScan, _Walker):
         # the others find what it wrote and skip the write.
         checks_file = bool(self._first) and _checks_a_file(node.test)
         self._cache_checks += checks_file
-        late = None if guarded or one_body else _late_test(node.test)
+        late = None if guarded or one_body else _late_test(node.test, self._functions[-1:], self._params[-1:])
         gate = _dotted(node.test) if isinstance(node.test, (ast.Name, ast.Attribute)) else None
         self._late += [late] if late else []
         self._gate_names += [gate] if gate else []
