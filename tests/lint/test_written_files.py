@@ -92,6 +92,21 @@ def test_a_write_after_an_early_return_of_the_other_ranks_is_not_a_finding(tmp_p
         """, "from src.train import main", "main({}, rank)") == []
 
 
+def test_a_rank_check_that_only_wraps_a_block_guards_that_block_alone(tmp_path):
+    # ECG pretraining's trainer: `if self.device == 0:` around some prints, then, after the epoch loop,
+    # torch.save of the final model on every rank (an early return would have guarded it, as above).
+    found = _project(tmp_path, """
+        import torch
+        def main(model, rank):
+            if rank == 0:
+                print("create the checkpoint folder")
+            for epoch in range(2):
+                pass
+            torch.save(model.state_dict(), "final_total.pth")
+        """, "from src.train import main", "main(torch.nn.Linear(2, 2), rank)")
+    assert [f.line for f in found] == [9]
+
+
 def test_a_function_defined_inside_a_helper_runs_where_it_is_called(tmp_path):
     # YOLOv6's calibrate(): the nested save is called only under `if self.main_process:`
     assert _project(tmp_path, """

@@ -407,7 +407,9 @@ def _saving_functions(modules: list) -> dict[str, str]:
             kept = _kept_on_self(fn, set(params))
             # `if not is_main_process(): return` and the like: it decides itself what comes after
             # (a rank check after the write, `if rank > 0: logger.setLevel(...)`, does not guard it)
-            decides = min((stmt.lineno for stmt in fn.body if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)), default=None)
+            # (one that only wraps a block, `if self.device == 0: print(...)`, guards that block alone)
+            decides = min((stmt.lineno for stmt in fn.body if isinstance(stmt, ast.If) and _mentions_rank(stmt.test)
+                           and any(isinstance(s, (ast.Return, ast.Raise)) for s in stmt.body + stmt.orelse)), default=None)
             # (and a function defined inside runs where it is called: it is judged as a function of its own)
             skipped = [(decides, fn.end_lineno or decides)] if decides is not None else []
             skipped += [(inner.lineno, inner.end_lineno or inner.lineno) for inner in ast.walk(fn)
