@@ -12,37 +12,37 @@ from gpurig.diagnose.lint_nodes import _ENDLESS, _EVAL_DATA, _calls_function, _d
 from gpurig.diagnose.lint_project import _mentions_rank_value
 
 
-def _late_test(test: ast.AST, function: list = (), params: list = ()) -> tuple[frozenset[str], str | None] | None:
-    """What of an `if` test may make it a rank check once the file is read: the attributes it tests
-    (one may be a flag set further down), a parameter of the enclosing function tested as it is
-    ("train#verbose": every call may hand it a rank flag) and, in `not X or <rank check>`, the X (the
-    flag the process group may start under)."""
+def _late_test(test: ast.AST, function: str | None = None, params: list[str] = ()) -> tuple | None:
+    """What of an `if` test may make it a rank check once the file is read: (the attributes it tests,
+    one may be a flag set further down; in `not X or <rank check>`, the X, the flag the process group
+    may start under; a parameter of the enclosing `function` tested as it is, `(function, name)`, which
+    every call may hand a rank flag)."""
     attrs = frozenset(_dotted(n) for n in ast.walk(test) if isinstance(n, ast.Attribute))
-    if function and isinstance(test, ast.Name) and test.id in params[0]:
-        attrs |= {f"{function[0]}#{test.id}"}
+    handed = (function, test.id) if function and isinstance(test, ast.Name) and test.id in params else None
     gate = None
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
         nots = [v for v in test.values if isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not)
                 and isinstance(v.operand, (ast.Name, ast.Attribute))]
         if len(nots) == 1 and all(_mentions_rank(v) for v in test.values if v is not nots[0]):
             gate = _dotted(nots[0].operand)
-    return (attrs, gate) if attrs or gate else None
+    return (attrs, gate, handed) if attrs or gate or handed else None
 
 
 def resolve_late(scan) -> None:
     """Once the whole file is scanned: a call under a test that became a rank check further down
     is guarded. An attribute flag set later from a rank check (`args.save_logs = args.logs and
-    is_master(args)` in main(), tested in save_checkpoint() above it), and `not X or rank == 0`
+    is_master(args)` in main(), tested in save_checkpoint() above it), `not X or rank == 0`
     where X is the flag the process group starts under (`if distributed: init_process_group(...)`:
-    without it there is one process)."""
-    handed = {}  # "train#verbose" -> whether every call of train() hands it a rank flag
+    without it there is one process), and a parameter every call hands a rank flag."""
+    handed: dict[tuple[str, str], bool] = {}  # (function, parameter) -> every call hands it a rank flag
+
+    def hands(key) -> bool:
+        if key is not None and key not in handed:
+            handed[key] = _hands_rank_flag(scan, *key)
+        return key is not None and handed[key]
+
     for i, tests in scan.late_calls:
-        for attrs, _ in tests:
-            for key in attrs:
-                if "#" in key and key not in handed:
-                    handed[key] = _hands_rank_flag(scan, *key.split("#"))
-        if any(attrs & scan.flags or any(handed.get(a) for a in attrs) or (gate is not None and gate in scan.group_gates)
-               for attrs, gate in tests):
+        if any(attrs & scan.flags or (gate is not None and gate in scan.group_gates) or hands(key) for attrs, gate, key in tests):
             scan.calls[i] = (scan.calls[i][0], True)
     scan.late_calls = []
 

@@ -144,18 +144,18 @@ def _path_folders_of(folder, files: tuple) -> tuple:
         except (SyntaxError, ValueError, OSError):
             continue
         for n in ast.walk(tree) if tree is not None else ():
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "join" and len(n.args) > 1 \
-                    and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in n.args[1:]):
-                cand = (folder / os.path.join(*[a.value for a in n.args[1:]])).resolve()
-                if cand.is_dir() and cand not in found:
-                    found.append(cand)
+            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.args):
+                continue
+            named = None
+            if n.func.attr == "join" and len(n.args) > 1 and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in n.args[1:]):
+                named = os.path.join(*[a.value for a in n.args[1:]])
             # `sys.path.append("../utils")`, `sys.path.insert(0, "..")`: a folder named from where the script is run
-            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "insert") \
-                    and _dotted(n.func.value) == "sys.path" and n.args and isinstance(n.args[-1], ast.Constant) \
-                    and isinstance(n.args[-1].value, str) and n.args[-1].value:
-                cand = (folder / n.args[-1].value).resolve()
-                if cand.is_dir() and cand not in found:
-                    found.append(cand)
+            elif n.func.attr in ("append", "insert") and _dotted(n.func.value) == "sys.path" \
+                    and isinstance(n.args[-1], ast.Constant) and isinstance(n.args[-1].value, str) and n.args[-1].value:
+                named = n.args[-1].value
+            cand = (folder / named).resolve() if named else None
+            if cand is not None and cand.is_dir() and cand not in found:
+                found.append(cand)
     return tuple(found)
 
 

@@ -24,6 +24,7 @@ from gpurig.diagnose.lint_modules import (
 from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
     _SILENCERS,
+    NAMED_FETCHES,
     _calls_barrier,
     _constant_defaults,
     _data_file,
@@ -137,7 +138,7 @@ def _named_fetch(call: ast.Call) -> bool:
     gdown and wget, a streamed `requests.get`, a Keras dataset's load_data() (unless the path it is
     given holds the rank: one file per rank)."""
     func = _dotted(call.func)
-    if func in ("evaluate.load", "torch.hub.load", "torch.hub.list", "clip.load", "gdown.download", "wget.download"):
+    if func in NAMED_FETCHES:
         return True
     if func == "requests.get" and _is_const(getattr(_kw(call, "stream"), "value", None), True):
         return True

@@ -31,6 +31,7 @@ from gpurig.diagnose.lint_nodes import (
     _LAUNCHER_KEYS,
     _RULE_CALLS,
     _SILENCERS,
+    NAMED_FETCHES,
     _calls_barrier,
     _checks_a_file,
     _device_arg,
@@ -92,7 +93,7 @@ class _Scanner(_AssignScan, _Walker):
         # Tests read again once the whole file is scanned (a flag set further down; see lint_followups.resolve_late):
         self.group_gates: set[str] = set()  # flags the process group starts under (`if args.distributed: init_process_group`)
         self._gate_names: list[str] = []  # the plain-flag tests of the `if` bodies being visited
-        self._late: list[tuple[frozenset[str], str | None]] = []  # enclosing tests that were no rank check when visited
+        self._late: list[tuple] = []  # enclosing tests that were no rank check when visited
         self.late_calls: list[tuple[int, tuple]] = []  # (index in `calls`, those tests)
         self.guard_bound: set[str] = set()
         self.flag_guarded: dict[int, str] = {}  # `if not args.multiprocessing_distributed or rank == 0:` -> the flag
@@ -354,7 +355,7 @@ class _Scanner(_AssignScan, _Walker):
         # the others find what it wrote and skip the write.
         checks_file = bool(self._first) and _checks_a_file(node.test)
         self._cache_checks += checks_file
-        late = None if guarded or one_body else _late_test(node.test, self._functions[-1:], self._params[-1:])
+        late = None if guarded or one_body else _late_test(node.test, *((self._functions[-1], self._params[-1]) if self._functions else ()))
         gate = _dotted(node.test) if isinstance(node.test, (ast.Name, ast.Attribute)) else None
         self._late += [late] if late else []
         self._gate_names += [gate] if gate else []
@@ -526,7 +527,7 @@ class _Scanner(_AssignScan, _Walker):
                 or short in self.local_names or func.split(".")[0] in self.local_roots
                 or bool(node.keywords) and (any(k.arg in ("download", "pretrained", "stream") for k in node.keywords)  # (requests.get(url, stream=True))
                                             or _pretrained_weights(node) is not None)
-                or func in ("gdown.download", "wget.download")
+                or func in NAMED_FETCHES  # (gdown.download, wget.download: by what they are)
                 or bool(node.args) and any("pretrained" in (_leaf_name(a) or "").lower() for a in node.args))
 
     def _note_local(self, node: ast.Import | ast.ImportFrom) -> None:
