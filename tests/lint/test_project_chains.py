@@ -939,3 +939,80 @@ def test_modules_found_through_a_folder_the_script_puts_on_sys_path(tmp_path):
     assert [line for rule, line in found if rule == "sampler-without-set-epoch"] == [len(HEAD.splitlines()) + 5], found
     # the same import with no such folder on the path is a library's: nothing to judge
     assert "sampler-without-set-epoch" not in [rule for rule, _ in _lint(tmp_path / "pretrain", script.replace("../utils", "../lib"))]
+
+
+def test_a_method_of_a_trainer_object_built_in_a_project_function_is_followed(tmp_path):
+    # train.py -> engine.run_training() builds `trainer = DDPTrainer(...)` (one per branch) and calls
+    # trainer.train(), which ends the group (an anomaly-detection repository's engine.py) and fetches
+    # a dataset on every rank: both are seen through the object's method.
+    _write(tmp_path, "engine.py", """
+        from datasets import load_dataset
+        from torch.distributed import destroy_process_group
+        class DDPTrainer:
+            def __init__(self, model, dist):
+                self.model, self.dist = model, dist
+            def train(self):
+                self.data = load_dataset("imdb")
+                if self.dist:
+                    destroy_process_group()
+        def run_training(model, dist):
+            if dist:
+                trainer = DDPTrainer(model, dist=True)
+                trainer.train()
+            else:
+                trainer = DDPTrainer(model, dist=False)
+                trainer.train()
+        """)
+    _write(tmp_path, "setup.py", """
+        import torch.distributed as dist
+        def ddp_setup(rank, world_size):
+            dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        """)
+    findings = _lint(tmp_path, """
+    import os
+    from setup import ddp_setup
+    from engine import run_training
+    def main():
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        ddp_setup(local_rank, int(os.environ["WORLD_SIZE"]))
+        model = DDP(torch.nn.Linear(2, 2).cuda(), device_ids=[local_rank])
+        run_training(model, dist=True)
+    if __name__ == "__main__":
+        main()
+    """)
+    rules = {rule for rule, _ in findings}
+    assert "no-destroy-process-group" not in rules
+    assert ("download-on-every-rank", 13) in findings
+
+
+def test_a_name_that_may_hold_something_else_is_not_taken_for_the_trainer(tmp_path):
+    # `trainer = DDPTrainer(...)` in one branch, `trainer = load_trainer()` in the other: its
+    # `trainer.train()` may be anything's, so DDPTrainer.train's fetch is not put on this call.
+    _write(tmp_path, "engine.py", """
+        from datasets import load_dataset
+        class DDPTrainer:
+            def train(self):
+                self.data = load_dataset("imdb")
+        def load_trainer():
+            return None
+        def run_training(resume):
+            if resume:
+                trainer = load_trainer()
+            else:
+                trainer = DDPTrainer()
+            trainer.train()
+        """)
+    findings = _lint(tmp_path, """
+    import os
+    from engine import run_training
+    def main():
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl")
+        run_training(resume=False)
+        dist.destroy_process_group()
+    if __name__ == "__main__":
+        main()
+    """)
+    assert "download-on-every-rank" not in {rule for rule, _ in findings}

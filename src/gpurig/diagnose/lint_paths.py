@@ -65,6 +65,20 @@ def _assigned_once(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.
     return {name: value for name, value in values.items() if bound[name] == 1}
 
 
+def objects_built(fn: ast.FunctionDef | ast.AsyncFunctionDef, classes: set[str]) -> set[str]:
+    """The function's local names that only ever hold an object of one of `classes` (every plain
+    assignment of the name builds one: `trainer = DDPTrainer(...)` in each branch). A method called
+    on one (`trainer.train()`) is a call of that class's method."""
+    built: dict[str, bool] = {}
+    for n in ast.walk(fn):
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For)) else []):
+            for x in ast.walk(t):
+                if isinstance(x, ast.Name):
+                    built[x.id] = built.get(x.id, True) and t is x and isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) \
+                        and isinstance(n.value.func, ast.Name) and n.value.func.id in classes
+    return {name for name, ok in built.items() if ok}
+
+
 def own_file_written(path: ast.AST, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST | None:
     """The path of `open(path, "w")` in `fn` read through its local names and parameter defaults,
     where that names a file of its own (config.json, args.yaml, train.log) in a folder, the same on

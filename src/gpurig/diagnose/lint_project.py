@@ -43,6 +43,7 @@ from gpurig.diagnose.lint_paths import (
     _assigned_once,
     _mentions_rank_value,
     _names_a_file_in,
+    objects_built,
     own_file_written,
     weights_held_in,
 )
@@ -244,11 +245,11 @@ def _through(callee: str, what: str, where: str) -> str:
 
 def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_through) -> dict[str, str]:
     """`out` (function name -> what it does; a class's `__init__` under its class name) grown through
-    the project's own code: a function that calls one of them (by name or as `self.`/`cls.` method)
-    does it too (find_model -> download_model -> download_url), and so does building a class whose
-    `__init__` calls one, or whose base does when it has no `__init__` or calls `super().__init__`
-    (`WATrainer(Trainer)` -> `Trainer.__init__` -> `create_model()`). Calls under a rank check are not
-    followed; `skip` leaves functions out (a helper that lets rank 0 go first). A function found
+    the project's own code: a function that calls one of them (by name, as `self.`/`cls.` method, or on
+    an object of the project's class it builds: `trainer.train()`) does it too (find_model ->
+    download_model -> download_url), and so does building a class whose `__init__` calls one, or whose
+    base does when it has no `__init__` or calls `super().__init__` (`WATrainer(Trainer)` ->
+    `Trainer.__init__` -> `create_model()`). Calls under a rank check are not followed; `skip` leaves functions out (a helper that lets rank 0 go first). A function found
     so is said as `through(callee, what the callee does, where it calls it)`: by default
     "through callee() at file.py:N: ...", so that a finding names every place of the chain."""
     functions = [(fn, module) for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
@@ -263,10 +264,10 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
     # Each function's calls of the project's names, read once: (name called, where) in order, unguarded only.
     called: dict[int, list[tuple[str, int]]] = {}
     for fn, module in functions:
-        guarded = _guarded_lines(fn)
+        guarded, built = _guarded_lines(fn), objects_built(fn, {cls.name for cls, _ in classes})
         called[id(fn)] = [(_name_of(_dotted(n.func)), n.lineno) for n in ast.walk(fn)
                           if isinstance(n, ast.Call) and n.lineno not in guarded and isinstance(n.func, (ast.Name, ast.Attribute))
-                          and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls", *imported[id(module)]))]
+                          and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls", *imported[id(module)], *built))]
         # and the workers it starts (`mp.spawn(run, ...)`, `Process(target=run)`): they run them
         called[id(fn)] += [(_dotted(w), n.lineno) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
                            for w in _started_workers(n) if isinstance(w, ast.Name)]
@@ -578,7 +579,6 @@ def _project_helpers(modules: list, name_aliases: dict[str, set[str]], imports=(
             first = _FIRST_FILE.search(helpers.get(name, ""))
             if alias not in helpers and first is not None and first.group(1) == imported[alias]:
                 helpers[alias] = helpers[name]
-    for helpers in found:
         for alias, targets in name_aliases.items():
             target = next((t for t in sorted(targets) if t in helpers), None)
             if alias not in helpers and target is not None:
