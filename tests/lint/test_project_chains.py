@@ -1016,3 +1016,80 @@ def test_a_name_that_may_hold_something_else_is_not_taken_for_the_trainer(tmp_pa
         main()
     """)
     assert "download-on-every-rank" not in {rule for rule, _ in findings}
+
+
+def _click_project(project, cleanup: bool) -> None:
+    # main.py -> cli() (a click group); its `train` command, which nothing in the script calls by
+    # name, starts the group with utils.setup() and ends it with utils.cleanup() (a segmentation
+    # repository's sngp_segmentation/cli.py)
+    _write(project, "seg/__init__.py", "")
+    _write(project, "seg/utils.py", """
+        import os
+        import torch.distributed as dist
+        def setup():
+            dist.init_process_group("nccl", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+        def cleanup():
+            dist.destroy_process_group()
+        """)
+    _write(project, "seg/cli.py", f"""
+        import click
+        from .utils import cleanup, setup
+        @click.group()
+        def cli():
+            pass
+        @cli.command("train")
+        @click.option("--epochs", default=10)
+        def train(epochs):
+            setup()
+            print("training", epochs)
+            {"cleanup()" if cleanup else "pass"}
+        """)
+
+
+def test_a_group_a_click_command_starts_and_ends_is_ended(tmp_path):
+    _click_project(tmp_path, cleanup=True)
+    findings = _lint(tmp_path, """
+    from seg.cli import cli
+    if __name__ == "__main__":
+        cli()
+    """)
+    assert "no-destroy-process-group" not in {rule for rule, _ in findings}
+
+
+def test_a_group_a_click_command_starts_and_never_ends_is_still_found(tmp_path):
+    _click_project(tmp_path, cleanup=False)
+    findings = _lint(tmp_path, """
+    from seg.cli import cli
+    if __name__ == "__main__":
+        cli()
+    """)
+    assert "no-destroy-process-group" in {rule for rule, _ in findings}
+
+
+def test_a_lightning_script_does_not_own_a_group_its_other_entry_points_start(tmp_path):
+    # utils.setup_dist() starts a group for another entry point; this script hands DDP to
+    # Lightning's Trainer, which starts and ends the group itself.
+    _write(tmp_path, "utils.py", """
+        import torch
+        import torch.distributed as dist
+        def instantiate(config):
+            return torch.nn.Linear(2, 2)
+        def setup_dist(local_rank):
+            torch.cuda.set_device(local_rank)
+            dist.init_process_group("nccl", init_method="env://")
+        """)
+    script = """
+    import pytorch_lightning as pl
+    from utils import instantiate
+    def main():
+        model = instantiate({})
+        trainer = pl.Trainer(accelerator="gpu", devices=4, strategy="ddp")
+        trainer.fit(model)
+    if __name__ == "__main__":
+        main()
+    """
+    assert "no-destroy-process-group" not in {rule for rule, _ in _lint(tmp_path, script)}
+    # the same script calling the helper itself starts the group it must end
+    reached = script.replace("        model = instantiate({})", "        setup_dist(0)\n        model = instantiate({})")
+    reached = reached.replace("from utils import instantiate", "from utils import instantiate, setup_dist")
+    assert "no-destroy-process-group" in {rule for rule, _ in _lint(tmp_path, reached)}

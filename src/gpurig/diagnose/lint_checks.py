@@ -61,7 +61,6 @@ from gpurig.diagnose.lint_project import (
     _origin,
     _path_given,
     _project_helpers,
-    _reachable_call,
     _sampler_functions,
     _silences_output,
     _worker_calls,
@@ -156,7 +155,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     set_epoch_anywhere = scan.set_epoch_call or "set_epoch" in module_calls
     if _never_destroys(scan, calls):
         names = names - {"destroy_process_group"}
-    destroys_in_modules = _reachable_call(modules, "destroy_process_group", names | {f for _, f, _ in calls})
+    destroys_in_modules = followups.ends_group(modules, names | {f for _, f, _ in calls})
     # Calls of the project that start a group or workers that do (`train_ext()`): they run in every rank.
     joins_group = set() if distributed else _group_joiners(modules)
     any_set_device = scan.set_device_call or "set_device" in module_calls  # a setup helper of the project may set it
@@ -587,7 +586,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     launchers = _worker_starters(modules)
     launcher = any(isinstance(c.func, ast.Name) and c.func.id in launchers and c.func.id not in scan.defined
                    and c.args and isinstance(c.args[0], ast.Name) and c.args[0].id in scan.defined for c, _, _ in calls)
-    if "init_process_group" not in names and "init_process_group" in module_calls and \
+    if "init_process_group" not in names and "init_process_group" in module_calls and not followups.left_to_framework(modules, names | {f for _, f, _ in calls}, text) and \
             "destroy_process_group" not in names and not destroys_in_modules and not launcher:
         add("no-destroy-process-group", scan.first_stmt if scan.first_stmt is not None else ast.Pass(),
             "the process group starts in this project's own module and nothing ever calls destroy_process_group",

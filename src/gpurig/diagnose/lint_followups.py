@@ -5,11 +5,12 @@ and set_epoch given a value its epoch loop never changes."""
 from __future__ import annotations
 
 import ast
+import re
 
 from gpurig.diagnose.lint_guards import _all_but_one, _mentions_rank
 from gpurig.diagnose.lint_modules import _at
 from gpurig.diagnose.lint_nodes import _ENDLESS, _EVAL_DATA, _calls_function, _dotted, _name_of
-from gpurig.diagnose.lint_project import _mentions_rank_value
+from gpurig.diagnose.lint_project import _group_joiners, _mentions_rank_value, _reachable_call
 
 
 def _late_test(test: ast.AST, function: str | None = None, params: list[str] = ()) -> tuple | None:
@@ -158,3 +159,21 @@ def endless_samplers(modules: list) -> set[str]:
                 if "DistributedSampler" in called and any(_ENDLESS.fullmatch(name) for name in called):
                     out.add(fn.name)
     return out
+
+
+def ends_group(modules: list, script_calls: set[str]) -> bool:
+    """Whether the project's own modules end the process group where the script gets to it: a
+    destroy_process_group the script's calls reach, or, where the script's calls do not reach the
+    group's start either (a click or fire command the script hands over to, `cli()` -> `train()`),
+    one reached from a function that starts the group (`train()`: setup() ... cleanup())."""
+    if _reachable_call(modules, "destroy_process_group", script_calls):
+        return True
+    return not _reachable_call(modules, "init_process_group", script_calls) and \
+        _reachable_call(modules, "destroy_process_group", _group_joiners(modules))
+
+
+def left_to_framework(modules: list, script_calls: set[str], text: str) -> bool:
+    """Whether a Lightning or Accelerate script leaves its process group to the framework: the
+    project's own init_process_group (a helper of another entry point) is not where it gets to."""
+    return re.search(r"^\s*(?:from|import)\s+(?:lightning|pytorch_lightning|accelerate)\b", text, re.M) is not None \
+        and not _reachable_call(modules, "init_process_group", script_calls)
