@@ -941,6 +941,34 @@ def test_modules_found_through_a_folder_the_script_puts_on_sys_path(tmp_path):
     assert "sampler-without-set-epoch" not in [rule for rule, _ in _lint(tmp_path / "pretrain", script.replace("../utils", "../lib"))]
 
 
+def test_a_folder_put_on_sys_path_from_the_project_root_is_found(tmp_path):
+    # A chemistry repository's demo/train_multigpus/train_inp.py, run from the repository's root,
+    # does sys.path.append('src') and imports the training package from there; its spawned worker
+    # fixes MASTER_PORT.
+    _write(tmp_path, "src/train/__init__.py", "from train.train_func import main\n")
+    _write(tmp_path, "src/train/train_func.py", """\
+        import os
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+        def train_spawn(rank, world_size):
+            os.environ["MASTER_ADDR"] = "localhost"
+            os.environ["MASTER_PORT"] = "12355"
+            dist.init_process_group("gloo", rank=rank, world_size=world_size)
+            dist.destroy_process_group()
+        def main(world_size):
+            mp.spawn(train_spawn, args=(world_size,), nprocs=world_size)
+        """)
+    (tmp_path / "demo" / "train_multigpus").mkdir(parents=True)
+    script = """\
+        import sys
+        sys.path.append('src')
+        from train import main
+        main(4)
+        """
+    found = _lint(tmp_path / "demo" / "train_multigpus", script)
+    assert "hard-coded-rendezvous" in [rule for rule, _ in found], found
+
+
 def test_a_method_of_a_trainer_object_built_in_a_project_function_is_followed(tmp_path):
     # train.py -> engine.run_training() builds `trainer = DDPTrainer(...)` (one per branch) and calls
     # trainer.train(), which ends the group (an anomaly-detection repository's engine.py) and fetches

@@ -146,15 +146,16 @@ def _path_folders_of(folder, files: tuple) -> tuple:
         for n in ast.walk(tree) if tree is not None else ():
             if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.args):
                 continue
-            named = None
+            named, bases = None, (folder,)
             if n.func.attr == "join" and len(n.args) > 1 and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in n.args[1:]):
                 named = os.path.join(*[a.value for a in n.args[1:]])
-            # `sys.path.append("../utils")`, `sys.path.insert(0, "..")`: a folder named from where the script is run
+            # `sys.path.append("../utils")`, `sys.path.insert(0, "src")`: a folder named from where the
+            # script is run, its own folder or the project's root above it (`python demo/train.py`)
             elif n.func.attr in ("append", "insert") and _dotted(n.func.value) == "sys.path" \
                     and isinstance(n.args[-1], ast.Constant) and isinstance(n.args[-1].value, str) and n.args[-1].value:
-                named = n.args[-1].value
-            cand = (folder / named).resolve() if named else None
-            if cand is not None and cand.is_dir() and cand not in found:
+                named, bases = n.args[-1].value, _folders_up(folder)
+            cand = next((c for c in ((b / named).resolve() for b in bases) if c.is_dir()), None) if named else None
+            if cand is not None and cand not in found:
                 found.append(cand)
     return tuple(found)
 
