@@ -969,6 +969,52 @@ def test_a_folder_put_on_sys_path_from_the_project_root_is_found(tmp_path):
     assert "hard-coded-rendezvous" in [rule for rule, _ in found], found
 
 
+def test_a_port_default_reached_through_a_library_of_the_projects_own_four_modules_deep(tmp_path):
+    # A small training library's shape: the test script builds Model and calls mdl.fit(devices=[0, 1]);
+    # model.py spawns `_fit._pipeline` (a worker named through its module), which calls
+    # _init_process_group(rank, world_size) without a port, so MASTER_PORT is its default '10086'.
+    _write(tmp_path, "lib/__init__.py", "from .model import Model\n")
+    _write(tmp_path, "lib/model.py", """\
+        import torch.multiprocessing as mp
+        from .core import _fit
+        class Model:
+            def fit(self, devices):
+                mp.spawn(_fit._pipeline, args=(len(devices),), nprocs=len(devices))
+        """)
+    _write(tmp_path, "lib/core/__init__.py", "")
+    _write(tmp_path, "lib/core/_fit.py", """\
+        from ._ddp import _init_process_group
+        def _pipeline(rank, world_size):
+            _init_process_group(rank, world_size)
+        """)
+    _write(tmp_path, "lib/core/_ddp.py", """\
+        import os
+        import torch.distributed as dist
+        def _init_process_group(rank, world_size, master_addr="localhost", master_port="10086"):
+            os.environ["MASTER_ADDR"] = master_addr
+            os.environ["MASTER_PORT"] = master_port
+            dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        """)
+    (tmp_path / "tests").mkdir()
+    script = """\
+        import sys
+        sys.path.append("..")
+        from lib import Model
+        mdl = Model()
+        mdl.fit(devices=[0, 1])
+        """
+    found = _lint(tmp_path / "tests", script)
+    assert [line for rule, line in found if rule == "hard-coded-rendezvous"] == [len(HEAD.splitlines()) + 5], found
+    # given a port of the caller's, the default is not used
+    _write(tmp_path, "lib/core/_fit.py", """\
+        import os
+        from ._ddp import _init_process_group
+        def _pipeline(rank, world_size):
+            _init_process_group(rank, world_size, master_port=os.environ["PORT"])
+        """)
+    assert "hard-coded-rendezvous" not in [rule for rule, _ in _lint(tmp_path / "tests", script)]
+
+
 def test_a_method_of_a_trainer_object_built_in_a_project_function_is_followed(tmp_path):
     # train.py -> engine.run_training() builds `trainer = DDPTrainer(...)` (one per branch) and calls
     # trainer.train(), which ends the group (an anomaly-detection repository's engine.py) and fetches

@@ -19,14 +19,16 @@ def _at(module: ast.AST, line: int) -> str:
 
 
 def _imported_names(nodes) -> list[tuple[int, str]]:
-    """(level, dotted name) of what import statements name: `from a.b import c` gives a.b and a.b.c."""
+    """(level, dotted name) of what import statements name: `from a.b import c` gives a.b and a.b.c
+    (and `from .core import _fit`, .core and .core._fit: c may be a module of the package)."""
     names: list[tuple[int, str]] = []
     for node in nodes:
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.append((0, node.module))
             names.extend((0, f"{node.module}.{a.name}") for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level:
-            names.extend((node.level, n) for n in ([node.module] if node.module else [a.name for a in node.names]))
+            names.extend((node.level, n) for n in ([node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                                                   if node.module else [a.name for a in node.names]))
         elif isinstance(node, ast.Import):
             names.extend((0, a.name) for a in node.names)
     return names
@@ -270,7 +272,7 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
 
     read(_imported_names(ast.walk(tree) if imports is None else imports), base)
     done = 0
-    for _ in range(2):  # what those modules (and the ones their packages re-export) import
+    for _ in range(3):  # what those modules (and the ones their packages re-export) import
         step, done = list(zip(paths[done:], found[done:], strict=True)), len(found)
         for cand, module in step:
             read(_imported_names(ast.walk(module)), cand.parent)

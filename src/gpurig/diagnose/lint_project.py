@@ -268,9 +268,9 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
         called[id(fn)] = [(_name_of(_dotted(n.func)), n.lineno) for n in ast.walk(fn)
                           if isinstance(n, ast.Call) and n.lineno not in guarded and isinstance(n.func, (ast.Name, ast.Attribute))
                           and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls", *imported[id(module)], *built))]
-        # and the workers it starts (`mp.spawn(run, ...)`, `Process(target=run)`): they run them
-        called[id(fn)] += [(_dotted(w), n.lineno) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
-                           for w in _started_workers(n) if isinstance(w, ast.Name)]
+        # and the workers it starts (`mp.spawn(run, ...)`, `Process(target=run)`, `mp.spawn(_fit._pipeline)`): they run them
+        called[id(fn)] += [(_name_of(_dotted(w)), n.lineno) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
+                           for w in _started_workers(n) if isinstance(w, ast.Name) or _dotted(w).partition(".")[0] in imported[id(module)]]
     grown = True
     while grown:
         grown = False

@@ -35,7 +35,7 @@ def option_uses(text: str, dest: str, here: str) -> str:
 
 def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int]]:
     """Functions of the project's own modules that set MASTER_PORT from a parameter with a fixed
-    default: name -> (parameter, its position, the line of the assignment)."""
+    default: name -> (parameter, its position, the line of the assignment, "file:line")."""
     out: dict[str, tuple[str, int, int]] = {}
     for module in modules:
         for fn in ast.walk(module):
@@ -49,7 +49,7 @@ def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int]]:
                         and t.slice.value == "MASTER_PORT" for t in n.targets):
                     param = _port_param(n.value, defaults)
                     if param is not None:
-                        out[fn.name] = (param, params.index(param), n.lineno)
+                        out[fn.name] = (param, params.index(param), n.lineno, _at(module, n.lineno))
     return out
 
 
@@ -86,6 +86,17 @@ def _fixed_init_functions(modules: list, settings: dict[str, str] | None = None)
                         isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant)
                         and t.slice.value == "MASTER_PORT" for t in n.targets):
                     out.setdefault(fn.name, f"MASTER_PORT = {n.value.value!r} at {_at(module, n.lineno)}")
+    # ... a call of a function that sets MASTER_PORT to its parameter's fixed default, not given the
+    # parameter (`_init_process_group(rank, world_size)` with `master_port='10086'`) ...
+    ports = _fixed_port_functions(modules)
+    for module in modules:
+        for fn in ast.walk(module):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name not in out:
+                call = next((n for n in ast.walk(fn) if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ports
+                             and not _passes(n, *ports[_name_of(_dotted(n.func))][:2])), None)
+                if call is not None:
+                    param, _, _, where = ports[_name_of(_dotted(call.func))]
+                    out[fn.name] = f"{_name_of(_dotted(call.func))}() at {_at(module, call.lineno)}: MASTER_PORT = its {param} default at {where}"
     # ... and the project's functions that call one or start workers that do (`train_abs()` ->
     # `mp.Process(target=run)` -> `distributed.multi_init()`).
     _grown(modules, out)
