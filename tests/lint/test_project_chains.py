@@ -1015,6 +1015,38 @@ def test_a_port_default_reached_through_a_library_of_the_projects_own_four_modul
     assert "hard-coded-rendezvous" not in [rule for rule, _ in _lint(tmp_path / "tests", script)]
 
 
+def test_master_port_from_an_option_whose_default_the_projects_own_parser_fixes(tmp_path):
+    # A trajectory-prediction repository's shape: run.py sets MASTER_PORT from args.master_port, and
+    # the parser in utils.py gives --master_port the default '12355'.
+    _write(tmp_path, "utils.py", """\
+        import argparse
+        def add_argument(parser):
+            parser.add_argument("--master_port", default='12355')
+            parser.add_argument("--num_workers", default=4)
+        """)
+    script = """\
+        import argparse
+        import os
+        import torch.multiprocessing as mp
+        import utils
+        def setup(rank, world_size, args):
+            os.environ['MASTER_ADDR'] = 'localhost'
+            os.environ['MASTER_PORT'] = args.master_port
+            dist.init_process_group("nccl", rank=rank, world_size=world_size)
+            dist.destroy_process_group()
+        if __name__ == "__main__":
+            parser = argparse.ArgumentParser()
+            utils.add_argument(parser)
+            args = parser.parse_args()
+            mp.spawn(setup, args=(2, args), nprocs=2)
+        """
+    found = _lint(tmp_path, script)
+    assert [line for rule, line in found if rule == "hard-coded-rendezvous"] == [len(HEAD.splitlines()) + 7], found
+    # a port the script finds free at run time is no fixed setting
+    free = script.replace("os.environ['MASTER_PORT'] = args.master_port", "os.environ['MASTER_PORT'] = str(find_free_port())")
+    assert "hard-coded-rendezvous" not in [rule for rule, _ in _lint(tmp_path, free)]
+
+
 def test_a_method_of_a_trainer_object_built_in_a_project_function_is_followed(tmp_path):
     # train.py -> engine.run_training() builds `trainer = DDPTrainer(...)` (one per branch) and calls
     # trainer.train(), which ends the group (an anomaly-detection repository's engine.py) and fetches

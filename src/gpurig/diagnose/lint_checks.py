@@ -523,7 +523,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                         where)
                 elif isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and _setting_name(assign.value):
                     setting = _setting_name(assign.value)  # `= hps.train.port`, `= str(config["port"])`
-                    ports = rendezvous._json_ports(configs())
+                    ports = rendezvous.port_settings(modules, configs, assign.value)
                     if setting in ports:
                         add("hard-coded-rendezvous", assign,
                             f"MASTER_PORT comes from the {setting} setting, fixed to {ports[setting]}: "

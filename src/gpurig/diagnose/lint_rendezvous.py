@@ -16,6 +16,7 @@ from gpurig.diagnose.lint_nodes import (
     _passes,
     _port_param,
     _setting_name,
+    _unwrapped,
 )
 from gpurig.diagnose.lint_project import _grown
 
@@ -202,6 +203,26 @@ def _json_ports(configs) -> dict[str, str]:
     starts every run on the same port."""
     return _fixed_in_configs(configs, lambda k, v: _PORT_KEY.fullmatch(k) is not None,
                              lambda v: not isinstance(v, bool) and re.fullmatch(r"\d{4,5}", str(v)) is not None)
+
+
+def port_settings(modules: list, configs, value: ast.AST) -> dict[str, str]:
+    """The port settings the project fixes, for a MASTER_PORT given `value`: setting -> the port, as
+    said: in every shipped config (`_json_ports`), or, for an option read as an attribute
+    (`args.master_port`), as the default of the option its own modules' parser gives
+    (`parser.add_argument("--master_port", default='12355')` in utils.py)."""
+    out = _json_ports(configs())
+    if isinstance(_unwrapped(value), ast.Attribute):
+        for m in modules:
+            for n in ast.walk(m):
+                if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "add_argument" and _kw(n, "default") is not None:
+                    default = _kw(n, "default").value
+                    port = default.value if isinstance(default, ast.Constant) else None
+                    if not isinstance(port, bool) and re.fullmatch(r"\d{4,5}", str(port)) is not None:
+                        for a in n.args:
+                            if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--"):
+                                out.setdefault(a.value[2:].replace("-", "_"),
+                                               f"{port!r} (the default of its {a.value} option at {_at(m, n.lineno)})")
+    return out
 
 
 def _module_constants(modules: list) -> dict[str, tuple]:
