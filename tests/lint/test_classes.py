@@ -1088,3 +1088,21 @@ def test_a_rank_flag_handed_to_a_function_guards_what_the_function_does_under_it
     assert "save-on-every-rank" in rules(body.replace("train(0, {}, 2, verbose)", "train(0, {}, 2, dist.get_rank())"))
     # and so does a flag true everywhere
     assert "save-on-every-rank" in rules(body.replace("train(0, {}, 2, verbose)", "train(0, {}, 2, True)"))
+
+
+def test_a_model_loaded_with_local_files_only_is_read_from_this_machine_with_its_tokenizer():
+    # An LLM fine-tuning script's shape: the model is loaded with local_files_only=True (the Hub is
+    # never asked), so its name is a folder of this machine, and the config and tokenizer read from
+    # the same name read that folder too.
+    body = """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    dist.init_process_group("nccl")
+    config = AutoConfig.from_pretrained(model_args.model_name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_args.model_name_or_path if resume is None else resume, local_files_only=True, config=config)
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, use_fast=False)
+    """
+    assert "download-on-every-rank" not in rules(body)
+    # without it, each of the three asks the Hub in every rank
+    online = found(body.replace(", local_files_only=True", ""))
+    assert [r for r, _ in online].count("download-on-every-rank") == 3

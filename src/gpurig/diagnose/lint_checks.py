@@ -343,7 +343,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             own = (head, short) in scan.own_methods or (head in ("self", "cls") and short in scan.defined)
             fetches = (short in _DOWNLOADERS and not own and func not in project_names
                        and (not _reads_local_files(call) or _set_to_hub_id(call, settings_with_launch(True)))
-                       and not (short == "from_pretrained" and _set_to_local_path(call, settings_with_launch(), settings_with_launch(True)))) \
+                       and not (short == "from_pretrained" and (_set_to_local_path(call, settings_with_launch(), settings_with_launch(True))
+                                                                or bool(call.args) and _leaf_name(call.args[0]) in scan.offline_sources))) \
                 or _named_fetch(call) or (mods._builds_dataset(func, dataset_classes) and short not in scan.defined and short not in parent_built) \
                 or (short not in scan.defined and mods._fetches_by_library(call, lib_fetchers))
             # (`pretrained=pretrained` where the script only ever sets `pretrained = False`: off)

@@ -296,6 +296,8 @@ def _reads_local_files(call: ast.Call) -> bool:
             or any(k.arg == "streaming" and _is_const(k.value, True) for k in call.keywords)
     if short != "from_pretrained" or not call.args:
         return False
+    if any(k.arg == "local_files_only" and _is_const(k.value, True) for k in call.keywords):
+        return True  # (the Hub is never asked)
     # (PEFT's `PeftModel.from_pretrained(model, adapter_path)`: the adapter is the second argument)
     where = call.args[1] if len(call.args) > 1 and _dotted(call.func).endswith("PeftModel.from_pretrained") else call.args[0]
     # A path, not a hub id: "../model", "./out/ckpt", "/data/llama", "~/weights".

@@ -37,6 +37,7 @@ from gpurig.diagnose.lint_nodes import (
     _device_arg,
     _dotted,
     _if_chain,
+    _is_const,
     _kw,
     _leaf_name,
     _name_of,
@@ -153,6 +154,9 @@ class _Scanner(_AssignScan, _Walker):
         # Calls in a rank-first section that fill a cache the others then read (under `except` after a
         # failed load, or under a check that the file exists): run by the first rank only.
         self.cache_fills: set[int] = set()
+        # what from_pretrained(..., local_files_only=True) reads (`model_args.model_name_or_path`): a
+        # folder of this machine, for the tokenizer and config loaded from the same name too
+        self.offline_sources: set[str] = set()
         self.handled_destroys: set[int] = set()  # destroy_process_group calls in an except handler
         self.run_in_handlers, self.run_outside_handlers = set[str](), set[str]()  # called (or handed on) in, out of them
         self.summed_ranks: set[str] = set()  # `args.rank = args.node_rank * ngpus_per_node + gpu`
@@ -453,6 +457,8 @@ class _Scanner(_AssignScan, _Walker):
         self.short_names.add(short)
         if short == "barrier":
             self.barriers += 1
+        if short == "from_pretrained" and node.args and any(k.arg == "local_files_only" and _is_const(k.value, True) for k in node.keywords):
+            self.offline_sources |= {_leaf_name(n) for n in ast.walk(node.args[0]) if isinstance(n, (ast.Name, ast.Attribute))}
         if short == "destroy_process_group" and self._handlers:  # (never run where the run ends normally)
             self.handled_destroys.add(id(node))
         ran = self.run_in_handlers if self._handlers else self.run_outside_handlers
