@@ -1106,3 +1106,27 @@ def test_a_model_loaded_with_local_files_only_is_read_from_this_machine_with_its
     # without it, each of the three asks the Hub in every rank
     online = found(body.replace(", local_files_only=True", ""))
     assert [r for r, _ in online].count("download-on-every-rank") == 3
+
+
+def test_a_sampler_a_function_of_the_script_builds_is_named_where_it_is_built(tmp_path):
+    # A GAN training script's shape: data_sampler(dataset, shuffle, distributed) builds the
+    # DistributedSampler; the loader asks it to shuffle and loops for iterations without set_epoch.
+    # The finding is at the call that asks for shuffling and names the line that builds the sampler.
+    body = """
+    def data_sampler(dataset, shuffle, distributed):
+        if distributed:
+            return DistributedSampler(dataset, shuffle=shuffle)
+        return None
+    dist.init_process_group("nccl")
+    loader = DataLoader(dataset, sampler=data_sampler(dataset, shuffle=True, distributed=True))
+    for epoch in range(100):
+        for batch in loader:
+            pass
+    """
+    path = tmp_path / "train.py"
+    source = HEAD + textwrap.dedent(body) + "\ndist.destroy_process_group()\n"
+    path.write_text(source)
+    [finding] = [f for f in lint_source(source, str(path), path=str(path), select=set(RULES)) if f.id == "sampler-without-set-epoch"]
+    built = len(HEAD.splitlines()) + 4
+    assert finding.line == len(HEAD.splitlines()) + 7
+    assert f"train.py:{built}" in finding.related and f"train.py:{built}" in finding.title

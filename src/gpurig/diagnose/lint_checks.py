@@ -546,8 +546,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     # none; a set_epoch under any name (loader.sampler.set_epoch, a helper given the sampler) counts. A script that
     # iterates its loader once (no loop in a loop, no 'epoch' anywhere, no endless iterator) has no next epoch.
     epochs = scan.nested_loop or "epoch" in text.lower() or any(_ENDLESS.fullmatch(n) for n in scan.short_names)
-    # A sampler built by a helper (`data_sampler(dataset, shuffle=True, distributed=True)`, in this
-    # file or the project's own modules) is found at the helper's call that asks it to shuffle.
+    # A sampler a helper of this file or the project builds (`data_sampler(ds, shuffle=True)`): at the call asking it to shuffle.
     module_samplers = _sampler_functions(modules) if not set_epoch_anywhere else {}
     # (Or none of its own, where the project's helper hands the sampler's loader to an endless iterator.)
     endless = set() if epochs or not module_samplers else followups.endless_samplers(modules)
@@ -557,7 +556,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             if not epochs and short not in endless:
                 continue
             # (A helper of this file that always shuffles is reported at its own DistributedSampler.)
-            how, where = ((scan.sampler_functions[short] or "no"), "") if short in scan.sampler_functions and _calls_function(func, short) \
+            how, where = (scan.sampler_functions[short][0] or "no", f"{here}:{scan.sampler_functions[short][1]}") \
+                if short in scan.sampler_functions and _calls_function(func, short) \
                 else module_samplers.get(short, ("no", "")) if short not in scan.defined else ("no", "")
             if how != "no" and _shuffles_at(call, how) and ("sampler-without-set-epoch", where or short) not in reported_helpers:
                 reported_helpers.add(("sampler-without-set-epoch", where or short))  # one sampler, one finding

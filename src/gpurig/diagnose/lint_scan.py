@@ -164,8 +164,9 @@ class _Scanner(_AssignScan, _Walker):
         self._block_count = 0
         self.blocks_of: dict[int, tuple[int, ...]] = {}  # id(DDP or from_pretrained call) -> its open blocks
         self.referenced: set[str] = set()  # every name read, and every attribute named (a function used anywhere)
-        # Functions of this file that build a DistributedSampler: name -> how it shuffles (see `_sampler_shuffle`).
-        self.sampler_functions: dict[str, tuple[str, int] | None] = {}
+        # Functions of this file that build a DistributedSampler: name -> (how it shuffles (see
+        # `_sampler_shuffle`), the line of its first).
+        self.sampler_functions: dict[str, tuple[tuple[str, int] | None, int]] = {}
         self._params: list[list[str]] = []
         self._defaults: list[ast.FunctionDef | ast.AsyncFunctionDef] = []  # the open functions (for their defaults)
         # `os.environ["MASTER_PORT"] = str(port)` with `port=29500` a parameter's default: (assign, function, parameter, index)
@@ -508,7 +509,7 @@ class _Scanner(_AssignScan, _Walker):
         if short == "DistributedSampler" and self._functions:
             shuffle = _sampler_shuffle(node, self._params[-1])
             if shuffle != "no":
-                self.sampler_functions[self._functions[-1]] = shuffle
+                self.sampler_functions.setdefault(self._functions[-1], (shuffle, node.lineno))
         if short in ("set_device", "set_device_index"):
             self._set_devices += 1
             if self._functions:
