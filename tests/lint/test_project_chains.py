@@ -1047,6 +1047,30 @@ def test_master_port_from_an_option_whose_default_the_projects_own_parser_fixes(
     assert "hard-coded-rendezvous" not in [rule for rule, _ in _lint(tmp_path, free)]
 
 
+def test_a_file_a_helper_only_touches_is_named_where_it_is_written(tmp_path):
+    # A motion-prediction repository's shape: repeat_eval_ckpt() first makes sure its record file is
+    # there (`with open(record, 'a'): pass`), then appends each evaluated epoch to it, on every rank.
+    _write(tmp_path, "evaluate.py", """\
+        def repeat_eval_ckpt(model, out_dir, epochs):
+            record = out_dir / 'eval_list_val.txt'
+            with open(record, 'a'):
+                pass
+            for epoch in epochs:
+                with open(record, 'a') as f:
+                    print(epoch, file=f)
+        """)
+    script = """\
+        from evaluate import repeat_eval_ckpt
+        dist.init_process_group("nccl")
+        repeat_eval_ckpt(None, out_dir, range(3))
+        dist.destroy_process_group()
+        """
+    path = tmp_path / "train.py"
+    path.write_text(HEAD + textwrap.dedent(script))
+    [finding] = [f for f in lint_file(str(path), select=set(RULES)) if f.id == "save-on-every-rank"]
+    assert "evaluate.py:6" in finding.related and "evaluate.py:3" not in finding.related
+
+
 def test_a_method_of_a_trainer_object_built_in_a_project_function_is_followed(tmp_path):
     # train.py -> engine.run_training() builds `trainer = DDPTrainer(...)` (one per branch) and calls
     # trainer.train(), which ends the group (an anomaly-detection repository's engine.py) and fetches

@@ -63,7 +63,6 @@ from gpurig.diagnose.lint_project import (
     _project_helpers,
     _sampler_functions,
     _silences_output,
-    _worker_calls,
     _worker_starters,
 )
 from gpurig.diagnose.lint_rules import RULES, LintFinding, fold_alternatives
@@ -141,7 +140,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
          or isinstance(c.func, ast.Attribute) and _dotted(c.func.value) in one_rank_objects)
         for c, g in scan.calls
     ]
-    calls += _worker_calls(calls, scan.defined)
+    calls += followups.worker_calls(calls, scan.defined)
     names = set(scan.short_names)
     module_calls = {_name_of(_dotted(n.func)) for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)}
     downloading_helpers, saving_helpers, loading_helpers, data_parallel_helpers, rank_device_helpers = _project_helpers(modules, scan.name_aliases, scan.imports)

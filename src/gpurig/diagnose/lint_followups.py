@@ -9,7 +9,7 @@ import re
 
 from gpurig.diagnose.lint_guards import _all_but_one, _mentions_rank
 from gpurig.diagnose.lint_modules import _at
-from gpurig.diagnose.lint_nodes import _ENDLESS, _EVAL_DATA, _calls_function, _dotted, _name_of
+from gpurig.diagnose.lint_nodes import _ENDLESS, _EVAL_DATA, _calls_function, _dotted, _kw, _name_of
 from gpurig.diagnose.lint_project import _group_joiners, _mentions_rank_value, _reachable_call
 
 
@@ -177,3 +177,17 @@ def left_to_framework(modules: list, script_calls: set[str], text: str) -> bool:
     project's own init_process_group (a helper of another entry point) is not where it gets to."""
     return re.search(r"^\s*(?:from|import)\s+(?:lightning|pytorch_lightning|accelerate)\b", text, re.M) is not None \
         and not _reachable_call(modules, "init_process_group", script_calls)
+
+
+def worker_calls(calls: list, defined: set[str]) -> list:
+    """The project's function started as every rank's worker (`mp.spawn(train, ...)`,
+    `Process(target=train)`), as a call of it at that line: it runs on every rank."""
+    out = []
+    for c, func, _ in calls:
+        worker = c.args[0] if _name_of(func) == "spawn" and c.args else getattr(_kw(c, "target"), "value", None) \
+            if _name_of(func) == "Process" else None
+        if isinstance(worker, ast.Name) and worker.id not in defined:
+            out.append((ast.Call(func=ast.Name(id=worker.id, ctx=ast.Load()), args=[], keywords=[], lineno=c.lineno,
+                                 col_offset=c.col_offset, end_lineno=c.end_lineno, end_col_offset=c.end_col_offset),
+                        worker.id, False))
+    return out

@@ -417,6 +417,8 @@ def _saving_functions(modules: list) -> dict[str, str]:
             skipped += [(inner.lineno, inner.end_lineno or inner.lineno) for inner in ast.walk(fn)
                         if inner is not fn and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))]
             guarded_lines = set(_guarded_lines(fn, with_else=True)).union(*(range(a, b + 1) for a, b in skipped))
+            # (`with open(record, 'a'): pass` only makes sure the file is there: the write is the one after)
+            guarded_lines |= {w.lineno for w in ast.walk(fn) if isinstance(w, ast.With) and all(isinstance(b, ast.Pass) for b in w.body)}
             buffers = _buffer_names(fn)
             # a file name held in a local variable (`save_path = ...{dist.get_rank()}...`)
             per_rank = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and _mentions_rank_value(n.value)
@@ -585,16 +587,3 @@ def _project_helpers(modules: list, name_aliases: dict[str, set[str]], imports=(
                 helpers[alias] = f"through {target}(): {helpers[target]}"
     return found
 
-
-def _worker_calls(calls: list, defined: set[str]) -> list:
-    """The project's function started as every rank's worker (`mp.spawn(train, ...)`,
-    `Process(target=train)`), as a call of it at that line: it runs on every rank."""
-    out = []
-    for c, func, _ in calls:
-        worker = c.args[0] if _name_of(func) == "spawn" and c.args else getattr(_kw(c, "target"), "value", None) \
-            if _name_of(func) == "Process" else None
-        if isinstance(worker, ast.Name) and worker.id not in defined:
-            out.append((ast.Call(func=ast.Name(id=worker.id, ctx=ast.Load()), args=[], keywords=[], lineno=c.lineno,
-                                 col_offset=c.col_offset, end_lineno=c.end_lineno, end_col_offset=c.end_col_offset),
-                        worker.id, False))
-    return out
