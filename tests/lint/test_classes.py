@@ -1130,3 +1130,19 @@ def test_a_sampler_a_function_of_the_script_builds_is_named_where_it_is_built(tm
     built = len(HEAD.splitlines()) + 4
     assert finding.line == len(HEAD.splitlines()) + 7
     assert f"train.py:{built}" in finding.related and f"train.py:{built}" in finding.title
+
+
+def test_a_host_and_port_option_default_is_a_fixed_rendezvous():
+    # A SimCLR reimplementation's shape: --dist_address defaults to '127.0.0.1:1234' and the script
+    # starts the group on 'tcp://%s' % args.dist_address.
+    body = """
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--dist_address', default='127.0.0.1:1234', type=str)
+    args = parser.parse_args()
+    dist.init_process_group('nccl', init_method='tcp://%s' % args.dist_address, rank=0, world_size=2)
+    """
+    assert ("hard-coded-rendezvous", len(HEAD.splitlines()) + 4) in found(body)
+    # an address alone is no port: nothing collides on it
+    assert "hard-coded-rendezvous" not in rules(body.replace("'127.0.0.1:1234'", "'127.0.0.1'").replace(
+        "'tcp://%s' % args.dist_address", "'tcp://%s:%s' % (args.dist_address, os.environ['PORT'])"))

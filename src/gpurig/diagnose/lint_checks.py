@@ -318,7 +318,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         # A rendezvous option with a fixed default: --dist-url/--master-port/--init-method, or a plain
         # --port in a script that builds its own tcp:// address from it.
         if short == "add_argument" and any(isinstance(a, ast.Constant) and isinstance(a.value, str) and (
-                re.search(r"dist[-_](?:url|port)|master[-_](?:port|ip|addr)|init[-_]method", a.value)
+                re.search(r"dist[-_](?:url|port|addr)|master[-_](?:port|ip|addr)|init[-_]method", a.value)
                 or (re.fullmatch(r"--?(?:\w+[-_])?port", a.value) and _BUILDS_TCP.search(text))) for a in call.args):
             default = _kw(call, "default")  # ("tcp://127.0.0.1:23456", "29500", or the number 29500)
             # (an option nothing reads, `args.master_port` nowhere and no `vars(args)`: unused, whatever its default)
@@ -326,7 +326,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             if dest and dest not in scan.referenced and "vars" not in names and "__dict__" not in scan.referenced and not any(isinstance(n, ast.Attribute) and n.attr == dest for m in modules for n in ast.walk(m)):
                 default = None
             if default is not None and isinstance(default.value, ast.Constant) and not isinstance(default.value.value, bool) \
-                    and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$", str(default.value.value)):
+                    and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$|[\w.-]+:\d{4,5}$", str(default.value.value)):
                 add("hard-coded-rendezvous", default.value, f"the rendezvous default {default.value.value!r} is fixed: two jobs "
                     f"on one machine collide ('Address already in use'){rendezvous.option_uses(text, dest, here)}",
                     "Default to env:// and let the launcher choose the port (`gpurig launch` / torchrun --master-port 0).")
