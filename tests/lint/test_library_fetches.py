@@ -115,3 +115,29 @@ def test_a_pyg_dataset_built_in_a_helper_of_the_project(tmp_path):
                      "    return WordNet18RR(root)\n", "dataset = build('data/wn18rr')")
     [finding] = [f for f in lint_file(script) if f.id == "download-on-every-rank"]
     assert finding.line == 4 and finding.related == ["data.py:4"]
+
+
+def test_the_early_hugging_face_cached_path_downloads_in_a_project_helper(tmp_path):
+    # A dialogue fine-tuning script's shape: utils.get_dataset() fetches the dataset's URL with
+    # pytorch_pretrained_bert's cached_path on every rank.
+    (tmp_path / "utils.py").write_text(textwrap.dedent("""\
+        import json
+        from pytorch_pretrained_bert import cached_path
+        URL = "https://example.org/personachat.json"
+        def get_dataset(path=""):
+            with open(cached_path(path or URL)) as f:
+                return json.load(f)
+        """))
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""\
+        import torch.distributed as dist
+        from utils import get_dataset
+        dist.init_process_group("nccl", init_method="env://")
+        data = get_dataset()
+        dist.destroy_process_group()
+        """))
+    assert [(f.id, f.line) for f in lint_file(str(script), select={"download-on-every-rank"})] == [("download-on-every-rank", 4)]
+    # a project's own function of that name is judged by its body
+    (tmp_path / "utils.py").write_text((tmp_path / "utils.py").read_text().replace(
+        "from pytorch_pretrained_bert import cached_path", "def cached_path(p):\n    return p"))
+    assert lint_file(str(script), select={"download-on-every-rank"}) == []

@@ -45,6 +45,8 @@ LIBRARY_FETCHES = frozenset({
     ("torchmetrics", "CLIPScore"), ("whisper", "load_model"), ("sentence_transformers", "SentenceTransformer"),
     ("sentence_transformers", "CrossEncoder"), ("nltk", "download"), ("transformers", "pipeline"),
     ("datasets", "load_metric"),
+    # the Hugging Face libraries' download-to-cache helper of their first releases (a URL -> a cached file)
+    ("pytorch_pretrained_bert", "cached_path"), ("pytorch_transformers", "cached_path"), ("transformers", "cached_path"),
 })
 LIBRARY_FETCH_NAMES = frozenset(name for _, name in LIBRARY_FETCHES)
 
