@@ -1071,6 +1071,35 @@ def test_a_file_a_helper_only_touches_is_named_where_it_is_written(tmp_path):
     assert "evaluate.py:6" in finding.related and "evaluate.py:3" not in finding.related
 
 
+def test_a_dataset_whose_construction_saves_its_processed_split_saves_on_every_rank(tmp_path):
+    # An LLM fine-tuning repository's shape: MyDataset.__init__ calls self.process(), which
+    # torch.saves the processed split to one file; every rank builds the dataset.
+    _write(tmp_path, "mydatasets.py", """\
+        import torch
+        from torch.utils.data import Dataset
+        class MyDataset(Dataset):
+            def __init__(self, rows, save_file, rank=0):
+                self.data = self.process(rows, save_file)
+            def process(self, rows, save_file):
+                data = [r for r in rows]
+                torch.save(data, save_file)
+                return data
+        """)
+    script = """\
+        from mydatasets import MyDataset
+        dist.init_process_group("nccl")
+        train = MyDataset(rows, "data/train.pt")
+        dist.destroy_process_group()
+        """
+    found = _lint(tmp_path, script)
+    assert ("save-on-every-rank", len(HEAD.splitlines()) + 3) in found, found
+    # processed on the main rank only: its own check
+    guarded = (tmp_path / "mydatasets.py").read_text().replace(
+        "        self.data = self.process(rows, save_file)", "        if rank == 0:\n            self.data = self.process(rows, save_file)")
+    (tmp_path / "mydatasets.py").write_text(guarded)
+    assert "save-on-every-rank" not in [rule for rule, _ in _lint(tmp_path, script)]
+
+
 def test_a_method_of_a_trainer_object_built_in_a_project_function_is_followed(tmp_path):
     # train.py -> engine.run_training() builds `trainer = DDPTrainer(...)` (one per branch) and calls
     # trainer.train(), which ends the group (an anomaly-detection repository's engine.py) and fetches

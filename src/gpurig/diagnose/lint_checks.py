@@ -429,7 +429,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                 if not saving_helpers[short].startswith("open("):
                     reported_helpers.add(("save-on-every-rank", short))  # a file-writing helper: once per file it is given
                 add("save-on-every-rank", call,
-                    f"{short}() saves with {saving_helpers[short]} on every rank: they write the same file at once",
+                    f"{short}() saves {'(' + saving_helpers[short] + ')' if saving_helpers[short].startswith('through') else 'with ' + saving_helpers[short]} "
+                    "on every rank: they write the same file at once",
                     f"Call it from one rank: `if rank == 0: {short}(...)`, then dist.barrier() before anyone reads it.")
             if helper in downloading_helpers and short not in scan.defined and not goes_first \
                     and (not _is_download_call(call) or file_weights) \

@@ -448,6 +448,17 @@ def _saving_functions(modules: list) -> dict[str, str]:
                             or _names_a_file_in(n.args[0], params) and not _mentions_rank_value(n.args[0]) or held is not None:
                         out[name] = f"a write of {ast.unparse(held or n.args[0])[:60]} at {_at(module, n.lineno)}"
                         break
+    # A class whose `__init__` has one of its own methods save (`MyDataset.__init__` -> `self.process()`
+    # -> torch.save of the processed split): building it saves.
+    for module in modules:
+        for cls in (c for c in ast.walk(module) if isinstance(c, ast.ClassDef) and c.name not in out):
+            own = {fn.name for fn in cls.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            init = next((fn for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"), None)
+            guarded = _guarded_lines(init) if init is not None else set()
+            hit = next((n for n in ast.walk(init) if isinstance(n, ast.Call) and n.lineno not in guarded and isinstance(n.func, ast.Attribute)
+                        and _dotted(n.func.value) == "self" and n.func.attr in own & set(out)), None) if init is not None else None
+            if hit is not None:
+                out[cls.name] = _through(hit.func.attr, out[hit.func.attr], _at(module, hit.lineno))
     return out
 
 
