@@ -1100,6 +1100,33 @@ def test_a_dataset_whose_construction_saves_its_processed_split_saves_on_every_r
     assert "save-on-every-rank" not in [rule for rule, _ in _lint(tmp_path, script)]
 
 
+def test_from_pretrained_of_the_projects_model_class_names_what_building_it_downloads(tmp_path):
+    # A vision-language pretraining repository's shape: MyVLM.from_pretrained(hub id) fetches the
+    # language model, and building MyVLM (its __init__ makes a vision tower) fetches CLIP too.
+    _write(tmp_path, "vlm.py", """\
+        from transformers import CLIPVisionModel, Qwen2ForCausalLM, Qwen2Model
+        class VisionLM(Qwen2Model):
+            def __init__(self, config):
+                super().__init__(config)
+                self.vision = CLIPVisionModel.from_pretrained("openai/clip-vit-large-patch14")
+        class MyVLM(Qwen2ForCausalLM):
+            def __init__(self, config):
+                super().__init__(config)
+                self.model = VisionLM(config)
+        """)
+    script = """\
+        from vlm import MyVLM
+        dist.init_process_group("nccl")
+        model = MyVLM.from_pretrained("Qwen/Qwen2.5-7B-Instruct")
+        dist.destroy_process_group()
+        """
+    path = tmp_path / "train.py"
+    path.write_text(HEAD + textwrap.dedent(script))
+    [finding] = [f for f in lint_file(str(path), select=set(RULES)) if f.id == "download-on-every-rank"]
+    assert finding.line == len(HEAD.splitlines()) + 3
+    assert "vlm.py:5" in finding.related and "building MyVLM downloads" in finding.title
+
+
 def test_a_method_of_a_trainer_object_built_in_a_project_function_is_followed(tmp_path):
     # train.py -> engine.run_training() builds `trainer = DDPTrainer(...)` (one per branch) and calls
     # trainer.train(), which ends the group (an anomaly-detection repository's engine.py) and fetches

@@ -364,12 +364,11 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     fetched.setdefault(refetch, []).append(blocks)
                 what = "download=True" if on(download) else "fetching pretrained weights" if on(pretrained) or by_position or weights \
                     else f"the download command of {func}()" if func in _SHELL_CALLS else f"{short}()"
-                add(
-                    "download-on-every-rank", call,
-                    f"{what} runs in every rank at once: they race to write the same files",
+                # (`MyVLM.from_pretrained(...)` of the project's model class: building it fetches too, its vision tower)
+                also = f" (and building {head} downloads: {_listed(downloading_helpers[head])})" if head in downloading_helpers else ""
+                add("download-on-every-rank", call, f"{what} runs in every rank at once{also}: they race to write the same files",
                     "Download once before training: `if local_rank == 0: <download>` then dist.barrier(), and construct "
-                    "with download=False in every rank (or download ahead of the run).",
-                )
+                    "with download=False in every rank (or download ahead of the run).", downloading_helpers.get(head, ""))
             is_log = (
                 short in OUTPUT_LOG_METHODS
                 and "." in func
