@@ -1127,6 +1127,68 @@ def test_from_pretrained_of_the_projects_model_class_names_what_building_it_down
     assert "vlm.py:5" in finding.related and "building MyVLM downloads" in finding.title
 
 
+def test_a_library_dataset_built_inside_a_project_class_of_the_same_name_downloads(tmp_path):
+    # A diffusion repository's datasets.py: `class CIFAR10` of the project wraps torchvision's
+    # `datasets.CIFAR10(path, download=True)`; get_dataset() builds it on every rank.
+    _write(tmp_path, "datasets.py", """\
+        from torchvision import datasets
+        class CIFAR10:
+            def __init__(self, path):
+                self.train = datasets.CIFAR10(path, train=True, download=True)
+        def get_dataset(name, **kwargs):
+            if name == "cifar10":
+                return CIFAR10(**kwargs)
+        """)
+    script = """\
+        from datasets import get_dataset
+        dist.init_process_group("nccl")
+        data = get_dataset("cifar10", path="assets/cifar10")
+        dist.destroy_process_group()
+        """
+    assert ("download-on-every-rank", len(HEAD.splitlines()) + 3) in _lint(tmp_path, script)
+    # the project's own CIFAR10 called by its plain name is judged by its body (here: local files only)
+    _write(tmp_path, "datasets.py", """\
+        import numpy as np
+        class CIFAR10:
+            def __init__(self, path):
+                self.train = np.load(path + "/train.npy")
+        def get_dataset(name, **kwargs):
+            return CIFAR10(**kwargs)
+        """)
+    assert "download-on-every-rank" not in [rule for rule, _ in _lint(tmp_path, script)]
+
+
+def test_every_fetch_a_helper_makes_is_named_not_only_the_first(tmp_path):
+    # A VQ tokenizer's loss: LPIPS() builds a torchvision VGG with pretrained weights and then fetches
+    # its own linear layers' weights with a streamed requests.get; both are named.
+    _write(tmp_path, "perceptual.py", """\
+        import requests
+        from torchvision import models
+        def download(url, path):
+            with requests.get(url, stream=True) as r, open(path, "wb") as f:
+                f.write(r.content)
+        def get_ckpt_path(name):
+            download("https://example.org/" + name, name)
+            return name
+        class LPIPS:
+            def __init__(self):
+                self.net = models.vgg16(pretrained=True)
+                self.load_from_pretrained()
+            def load_from_pretrained(self):
+                self.ckpt = get_ckpt_path("vgg.pth")
+        """)
+    script = """\
+        from perceptual import LPIPS
+        dist.init_process_group("nccl")
+        loss = LPIPS()
+        dist.destroy_process_group()
+        """
+    path = tmp_path / "train.py"
+    path.write_text(HEAD + textwrap.dedent(script))
+    [finding] = [f for f in lint_file(str(path), select=set(RULES)) if f.id == "download-on-every-rank"]
+    assert "perceptual.py:11" in finding.related and "perceptual.py:4" in finding.related, finding.related
+
+
 def test_a_method_of_a_trainer_object_built_in_a_project_function_is_followed(tmp_path):
     # train.py -> engine.run_training() builds `trainer = DDPTrainer(...)` (one per branch) and calls
     # trainer.train(), which ends the group (an anomaly-detection repository's engine.py) and fetches

@@ -52,7 +52,6 @@ from gpurig.diagnose.lint_project import (
     _SHELL_CALLS,
     _group_joiners,
     _group_starters,
-    _import_time_fetches,
     _imports_trainer,
     _is_download_call,
     _listed,
@@ -488,7 +487,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     followups.report_param_writes(param_writes, scan, calls, add, named_path, never_run, here)
     # A project module whose own top-level code fetches (`train_dataset = MNIST(root, download=True)`
     # in utils.py) does so as the script imports it: in every rank at once.
-    for node, sites in _import_time_fetches(modules, scan.imports) if distributed else ():
+    for node, sites in followups.import_time_fetches(modules, scan.imports) if distributed else ():
         add("download-on-every-rank", node, f"importing it runs the downloads of the module's top-level code in every rank at once "
             f"({_listed(sites)}): they race to write the same files",
             "Move the download into a function the script calls on one rank first (`if rank == 0:` then "

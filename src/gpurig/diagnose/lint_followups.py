@@ -7,10 +7,16 @@ from __future__ import annotations
 import ast
 import re
 
-from gpurig.diagnose.lint_guards import _all_but_one, _mentions_rank
+from gpurig.diagnose.lint_guards import _all_but_one, _is_main_test, _mentions_rank
 from gpurig.diagnose.lint_modules import _at
 from gpurig.diagnose.lint_nodes import _ENDLESS, _EVAL_DATA, _calls_function, _dotted, _kw, _name_of
-from gpurig.diagnose.lint_project import _group_joiners, _mentions_rank_value, _reachable_call
+from gpurig.diagnose.lint_project import (
+    _group_joiners,
+    _is_download_call,
+    _mentions_rank_value,
+    _module_name,
+    _reachable_call,
+)
 
 
 def _late_test(test: ast.AST, function: str | None = None, params: list[str] = ()) -> tuple | None:
@@ -190,4 +196,34 @@ def worker_calls(calls: list, defined: set[str]) -> list:
             out.append((ast.Call(func=ast.Name(id=worker.id, ctx=ast.Load()), args=[], keywords=[], lineno=c.lineno,
                                  col_offset=c.col_offset, end_lineno=c.end_lineno, end_col_offset=c.end_col_offset),
                         worker.id, False))
+    return out
+
+
+def import_time_fetches(modules: list, imports: list) -> list[tuple[ast.AST, str]]:
+    """(an import of the script, "MNIST() at utils.py:6; ...") for each project module it imports
+    whose own top-level code fetches (`train_dataset = MNIST(root, download=True)` in utils.py): that
+    code runs as the module is imported, in every rank at once. Code under `if __name__ ==
+    "__main__":` or a rank check, and inside functions and classes, is not import-time code."""
+    out, named = [], {id(m): _module_name(m) for m in modules}
+    for node in imports:
+        if isinstance(node, ast.ImportFrom):
+            names = [node.module] if node.module else [a.name for a in node.names]
+        else:
+            names = [a.name for a in node.names]
+        for module in modules:
+            dotted = named.get(id(module))
+            if dotted is None or not any(dotted == n or dotted.endswith("." + n) for n in names if n):
+                continue
+            del named[id(module)]  # reported once, at the first import of it
+            todo, sites = list(module.body), []
+            while todo:
+                stmt = todo.pop(0)
+                if isinstance(stmt, ast.If):
+                    if not _is_main_test(stmt.test) and not _mentions_rank(stmt.test):
+                        todo[:0] = stmt.body + stmt.orelse
+                elif not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    sites += [f"{_name_of(_dotted(n.func))}() at {_at(module, n.lineno)}" for n in ast.walk(stmt)
+                              if isinstance(n, ast.Call) and _is_download_call(n)]
+            if sites:
+                out.append((node, "; ".join(sites)))
     return out

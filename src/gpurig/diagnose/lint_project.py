@@ -9,7 +9,6 @@ import os
 import re
 
 from gpurig.diagnose.lint_guards import (
-    _is_main_test,
     _mentions_rank,
     _single_process_branch,
     runs_on_main_only,
@@ -171,35 +170,6 @@ def _module_name(module: ast.AST) -> str:
     return ".".join(parts[:-1] if parts and parts[-1] == "__init__" else parts)
 
 
-def _import_time_fetches(modules: list, imports: list) -> list[tuple[ast.AST, str]]:
-    """(an import of the script, "MNIST() at utils.py:6; ...") for each project module it imports
-    whose own top-level code fetches (`train_dataset = MNIST(root, download=True)` in utils.py): that
-    code runs as the module is imported, in every rank at once. Code under `if __name__ ==
-    "__main__":` or a rank check, and inside functions and classes, is not import-time code."""
-    out, named = [], {id(m): _module_name(m) for m in modules}
-    for node in imports:
-        if isinstance(node, ast.ImportFrom):
-            names = [node.module] if node.module else [a.name for a in node.names]
-        else:
-            names = [a.name for a in node.names]
-        for module in modules:
-            dotted = named.get(id(module))
-            if dotted is None or not any(dotted == n or dotted.endswith("." + n) for n in names if n):
-                continue
-            del named[id(module)]  # reported once, at the first import of it
-            todo, sites = list(module.body), []
-            while todo:
-                stmt = todo.pop(0)
-                if isinstance(stmt, ast.If):
-                    if not _is_main_test(stmt.test) and not _mentions_rank(stmt.test):
-                        todo[:0] = stmt.body + stmt.orelse
-                elif not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    sites += [f"{_name_of(_dotted(n.func))}() at {_at(module, n.lineno)}" for n in ast.walk(stmt)
-                              if isinstance(n, ast.Call) and _is_download_call(n)]
-            if sites:
-                out.append((node, "; ".join(sites)))
-    return out
-
 
 def _rank_zero_first(fn: ast.AST) -> bool:
     """The helper makes the other ranks wait at a barrier while rank 0 works (`if args.local_rank not
@@ -271,17 +241,26 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
         # and the workers it starts (`mp.spawn(run, ...)`, `Process(target=run)`, `mp.spawn(_fit._pipeline)`): they run them
         called[id(fn)] += [(_name_of(_dotted(w)), n.lineno) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
                            for w in _started_workers(n) if isinstance(w, ast.Name) or _dotted(w).partition(".")[0] in imported[id(module)]]
+    # (each helper a function calls that does it, in order: a loss building a backbone that fetches
+    # its weights and fetching its own; said once the growth is done, from what each callee does)
+    own, via = dict(out), {}
+
+    def said(name: str, found: dict) -> str:  # what it does itself, then through each helper
+        return "; ".join(([own[name]] if name in own else []) + [through(c, out[c], at) for c, at in list(found.items())[:3]])
+
     grown = True
     while grown:
         grown = False
         for fn, module in functions:
             name = init_of.get(id(fn), fn.name)
-            if name in out or name == "__init__" or skip(fn):
+            if name == "__init__" or skip(fn):
                 continue
-            callee, line = next(((c, line) for c, line in called[id(fn)] if c in out and c != name), (None, 0))
-            if callee is not None:
-                out[name] = through(callee, out[callee], _at(module, line))
-                grown = True
+            found = via.setdefault(name, {})  # (functions of one name, in several classes or modules: one entry)
+            for c, line in called[id(fn)]:
+                if c in out and c != name and c not in found:
+                    found[c] = _at(module, line)
+                    out[name] = said(name, found)
+                    grown = True
         for cls, module in classes:
             base = next((b for b in (_name_of(_dotted(x)) for x in cls.bases) if b in out and b != cls.name), None)
             init = next((fn for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"), None)
@@ -289,6 +268,10 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
                     isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "__init__" for n in ast.walk(init))):
                 out[cls.name] = through(base, out[base], _at(module, cls.lineno))
                 grown = True
+    for _ in range(2):
+        for name, found in via.items():
+            if found:
+                out[name] = said(name, found)
     out.pop("__init__", None)
     return out
 
@@ -303,12 +286,17 @@ def _downloading_functions(modules: list) -> dict[str, str]:
     init_of = _inits(modules)
     # The project's own `resnet50(pretrained=True)` is judged by its body (it may read a local file),
     # not by the keyword: the growth below finds it if its body fetches.
+    # (called by its plain name or through a module of the project: `datasets.CIFAR10(download=True)` of
+    # torchvision inside the project's own `class CIFAR10` is torchvision's)
     own = {n.name for module in modules for n in ast.walk(module)
            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    own_modules = {part for m in modules for part in _module_name(m).split(".")}
     out: dict[str, str] = {}
     for module in modules:
         imports = [n for n in ast.walk(module) if isinstance(n, (ast.Import, ast.ImportFrom))]
         fetchers, datasets, shadowed = _library_fetchers(imports), _dataset_classes(imports), _shadowed(module)
+        foreign = {a.asname or a.name.split(".")[0] for n in imports for a in n.names if not getattr(n, "level", 0)
+                   and (n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0] not in own_modules}
         for fn in ast.walk(module):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or _rank_zero_first(fn) or id(fn) in shadowed:
                 continue
@@ -322,7 +310,8 @@ def _downloading_functions(modules: list) -> dict[str, str]:
                                                                           or _builds_dataset(_dotted(n.func), datasets)
                                                                           or weights_held_in(n, bound))
                      and n.lineno not in guarded_lines
-                     and _name_of(_dotted(n.func)) not in own and not (
+                     and not (_name_of(_dotted(n.func)) in own and _dotted(n.func).partition(".")[0] not in foreign - own)
+                     and not (
                          _name_of(_dotted(n.func)) == "from_pretrained" and n.args and getattr(n.args[0], "id", None) in local)]
             if sites:
                 out[init_of.get(id(fn), fn.name)] = "; ".join(sites[:_MAX_SITES])
