@@ -494,3 +494,25 @@ def test_not_the_flag_the_group_starts_under_or_rank_zero_is_a_guard():
     """
     assert "save-on-every-rank" not in ids(gate)
     assert "save-on-every-rank" in ids(other)
+
+
+def test_a_fault_of_the_linter_is_never_read_as_findings(monkeypatch, tmp_path):
+    # A bug of gpurig lint itself (any exception while reading a valid script) ends in one clear line
+    # and exit 3, with --json a document that says so: never a traceback with exit 1, which a CI gate
+    # would read as "findings".
+    from typer.testing import CliRunner
+
+    import gpurig.commands.lint as command
+    from gpurig.cli import app
+
+    def broken(*args, **kwargs):
+        raise KeyError("get_ckpt_path")
+
+    monkeypatch.setattr(command, "lint_file", broken)
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n")
+    plain = CliRunner().invoke(app, ["lint", str(script)])
+    assert plain.exit_code == 3 and "bug of gpurig lint" in plain.output and "Traceback" not in plain.output
+    as_json = CliRunner().invoke(app, ["lint", "--json", str(script)])
+    document = json.loads(as_json.stdout)
+    assert as_json.exit_code == 3 and "KeyError" in document["error"] and document["findings"] == []

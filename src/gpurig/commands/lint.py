@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 from rich.markup import escape
 
@@ -24,7 +26,8 @@ Quiet one line with `# gpurig: ignore\\[rule-id]` (or `# gpurig: ignore` for eve
 file with `# gpurig: ignore-file\\[rule-id]`.
 
 Exit code: 0 nothing found, 1 findings, 2 the file is missing, unreadable, not UTF-8 (or its declared
-encoding) or not valid Python (with --json, a JSON document that says so).
+encoding) or not valid Python (with --json, a JSON document that says so), 3 gpurig lint itself
+failed on the file (a bug to report; no finding was decided).
 
 Examples:
   [bold]gpurig lint train.py --json[/bold]
@@ -85,6 +88,14 @@ def register(app: typer.Typer) -> None:
                 emit_json({"script": script, "error": str(exc), "findings": []})
                 raise typer.Exit(2) from None
             raise
+        except Exception as exc:  # a fault of the linter, not of the script: never read as "findings" (1)
+            error = (f"gpurig lint failed on {script} ({type(exc).__name__}: {exc}): a bug of gpurig lint, not of the "
+                     "script; no finding was decided. Please report it with the script if you can.")
+            if json_out:
+                emit_json({"script": script, "error": error, "findings": []})
+            else:
+                print(error, file=sys.stderr)
+            raise typer.Exit(3) from None
         if json_out:
             emit_json({"script": script, "findings": [f.to_dict() for f in findings]})
         else:
