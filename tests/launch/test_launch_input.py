@@ -128,3 +128,22 @@ def test_trying_the_run_dir_leaves_nothing_when_the_launch_stops_early(run_cli, 
     out = run_cli("launch", "--strict", "--no-preflight", "--device", "cpu", "--run-dir", "new/run", "train.py", cwd=tmp_path)
     assert out.returncode == 1 and "--strict" in out.stdout
     assert not (tmp_path / "new").exists()
+
+
+def test_a_fault_of_the_preflight_lint_never_stops_the_run(monkeypatch, tmp_path):
+    # gpurig launch lints the script first; a bug of the linter says so on one line and the plan
+    # goes on (here --dry-run, which prints it), instead of a traceback that stops the user's run.
+    from typer.testing import CliRunner
+
+    import gpurig.diagnose.lint as lint
+    from gpurig.cli import app
+
+    def broken(*args, **kwargs):
+        raise KeyError("get_ckpt_path")
+
+    monkeypatch.setattr(lint, "lint_file", broken)
+    script = tmp_path / "train.py"
+    script.write_text("print('hello')\n")
+    out = CliRunner().invoke(app, ["launch", "--dry-run", "--run-dir", str(tmp_path / "run"), str(script)])
+    assert out.exit_code == 0, out.output
+    assert "preflight lint failed" in out.output and "Traceback" not in out.output

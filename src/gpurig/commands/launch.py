@@ -276,7 +276,13 @@ def register(app: typer.Typer) -> None:
                     raise BadInput(f"{exc} (use -m for a module)") from None
                 raise
             # A script Python cannot read or compile would only fail in every worker: stop here.
-            lint_findings = lint_file(script)
+            try:
+                lint_findings = lint_file(script)
+            except BadInput:
+                raise
+            except Exception as exc:  # a fault of the preflight lint never stops the user's run
+                print(f"gpurig: the preflight lint failed on {script} ({type(exc).__name__}: {exc}), a bug of "
+                      "gpurig lint; launching without it", file=sys.stderr)
         options = LaunchOptions(
             script=script,
             script_args=list(script_args or []),
