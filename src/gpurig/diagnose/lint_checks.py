@@ -48,6 +48,7 @@ from gpurig.diagnose.lint_nodes import (
     _shuffles_at,
     _written_file,
 )
+from gpurig.diagnose.lint_paths import path_given
 from gpurig.diagnose.lint_project import (
     _SHELL_CALLS,
     _group_joiners,
@@ -58,7 +59,6 @@ from gpurig.diagnose.lint_project import (
     _mentions_rank_value,
     _named_fetch,
     _origin,
-    _path_given,
     _project_helpers,
     _sampler_functions,
     _silences_output,
@@ -421,7 +421,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                     "save_pretrained(..., is_main_process=accelerator.is_main_process, save_function=accelerator.save)).")
             names_a_file = not saving_helpers.get(short, "").startswith("open(") or any(
                 any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(a)) and not _mentions_rank_value(a)
-                for a in _path_given(call, saving_helpers[short]))
+                for a in path_given(call, saving_helpers[short]))
             if helper in saving_helpers and short not in scan.defined and ("save-on-every-rank", short) not in reported_helpers \
                     and names_a_file:
                 if not saving_helpers[short].startswith("open("):
@@ -522,7 +522,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
                         where)
                 elif isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and _setting_name(assign.value):
                     setting = _setting_name(assign.value)  # `= hps.train.port`, `= str(config["port"])`
-                    ports = rendezvous.port_settings(modules, configs, assign.value)
+                    ports = rendezvous.port_settings(modules, configs, assign.value, rendezvous.script_options(calls))
                     if setting in ports:
                         add("hard-coded-rendezvous", assign,
                             f"MASTER_PORT comes from the {setting} setting, fixed to {ports[setting]}: "

@@ -174,8 +174,8 @@ def ends_group(modules: list, script_calls: set[str]) -> bool:
     one reached from a function that starts the group (`train()`: setup() ... cleanup())."""
     if _reachable_call(modules, "destroy_process_group", script_calls):
         return True
-    return not _reachable_call(modules, "init_process_group", script_calls) and \
-        _reachable_call(modules, "destroy_process_group", _group_joiners(modules))
+    return "init_process_group" not in script_calls and not _reachable_call(modules, "init_process_group", script_calls) \
+        and _reachable_call(modules, "destroy_process_group", _group_joiners(modules))
 
 
 def left_to_framework(modules: list, script_calls: set[str], text: str) -> bool:

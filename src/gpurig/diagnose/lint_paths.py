@@ -65,10 +65,10 @@ def _assigned_once(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.
     return {name: value for name, value in values.items() if bound[name] == 1}
 
 
-def objects_built(fn: ast.FunctionDef | ast.AsyncFunctionDef, classes: set[str]) -> set[str]:
+def objects_built(fn: ast.FunctionDef | ast.AsyncFunctionDef, classes: set[str]) -> dict[str, str]:
     """The function's local names that only ever hold an object of one of `classes` (every plain
-    assignment of the name builds one: `trainer = DDPTrainer(...)` in each branch). A method called
-    on one (`trainer.train()`) is a call of that class's method."""
+    assignment of the name builds one: `trainer = DDPTrainer(...)` in each branch): name -> class. A
+    method of that class called on one (`trainer.train()`) is a call of it."""
     built: dict[str, bool] = {}
     for n in ast.walk(fn):
         for t in (n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For)) else []):
@@ -76,7 +76,9 @@ def objects_built(fn: ast.FunctionDef | ast.AsyncFunctionDef, classes: set[str])
                 if isinstance(x, ast.Name):
                     built[x.id] = built.get(x.id, True) and t is x and isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) \
                         and isinstance(n.value.func, ast.Name) and n.value.func.id in classes
-    return {name for name, ok in built.items() if ok}
+    kinds = {t.id: n.value.func.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+             and isinstance(n.value.func, ast.Name) for t in n.targets if isinstance(t, ast.Name)}
+    return {name: kinds[name] for name, ok in built.items() if ok}  # name -> the class (the last assignment's)
 
 
 def own_file_written(path: ast.AST, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST | None:
@@ -125,3 +127,15 @@ def weights_held_in(call: ast.Call, local: dict[str, ast.AST]) -> bool:
     then `resnet50(weights=weights)` (`local`: the function's names bound once, `_assigned_once`)."""
     kw = _kw(call, "weights")
     return kw is not None and isinstance(kw.value, ast.Name) and kw.value.id in local and _names_weights(local[kw.value.id])
+
+
+def path_given(call: ast.Call, helper: str) -> list[ast.AST]:
+    """The arguments of a call of a file-writing helper that can be the path it opens: the one its
+    description names ("on the path it is given (filename, argument 3)"), else all of them."""
+    m = re.search(r"\((\w+)(?:, argument (\d+))?\)$", helper)
+    by_name = [k.value for k in call.keywords if m and k.arg == m.group(1)]
+    if by_name:
+        return by_name
+    if m and m.group(2) and len(call.args) >= int(m.group(2)):
+        return [call.args[int(m.group(2)) - 1]]
+    return [*call.args, *(k.value for k in call.keywords)]

@@ -233,20 +233,48 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
                         for a in n.names if "." not in a.name and a.name in own} for m in modules}
     # Each function's calls of the project's names, read once: (name called, where) in order, unguarded only.
     called: dict[int, list[tuple[str, int]]] = {}
+    methods = {cls.name: {f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))} for cls, _ in classes}
+    for cls, _ in classes:  # (and its project bases')
+        methods[cls.name] = methods[cls.name].union(*(methods.get(_name_of(_dotted(b)), set()) for b in cls.bases))
+    # A method called on `self` or on a built object is that class's (or its project bases'): where the
+    # project defines it, what is said of its name counts only where it names a place inside it (of
+    # two classes' `init_weight()`, the one loading pretrained weights is not the other's).
+    spans: dict[tuple[str, str], list] = {}
+    for cls, module in classes:
+        for f in cls.body:
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                spans.setdefault((cls.name, f.name), []).append((_at(module, 0).rpartition(":")[0], f.lineno, f.end_lineno or f.lineno))
+    own_spans = {key: list(where) for key, where in spans.items()}
+    for cls, _ in classes:  # (a base's method, and a subclass's override of what a base calls on self)
+        for b in (_name_of(_dotted(b)) for b in cls.bases):
+            for (owner, m), where in own_spans.items():
+                if owner == b and (cls.name, m) not in own_spans:
+                    spans.setdefault((cls.name, m), []).extend(where)
+                elif owner == cls.name:
+                    spans.setdefault((b, m), []).extend(where)
+    of_class = {id(f): cls.name for cls, _ in classes for f in cls.body}
     for fn, module in functions:
-        guarded, built = _guarded_lines(fn), objects_built(fn, {cls.name for cls, _ in classes})
-        called[id(fn)] = [(_name_of(_dotted(n.func)), n.lineno) for n in ast.walk(fn)
+        guarded, built = _guarded_lines(fn), objects_built(fn, set(methods))
+        owner = lambda n, me=of_class.get(id(fn)), built=built: me if _dotted(n.func.value) in ("self", "cls") else built.get(_dotted(n.func.value))  # noqa: E731
+        called[id(fn)] = [(_name_of(_dotted(n.func)), n.lineno, spans.get((owner(n), n.func.attr)) if isinstance(n.func, ast.Attribute) else None)
+                          for n in ast.walk(fn)
                           if isinstance(n, ast.Call) and n.lineno not in guarded and isinstance(n.func, (ast.Name, ast.Attribute))
-                          and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls", *imported[id(module)], *built))]
+                          and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls", *imported[id(module)])
+                               or n.func.attr in methods.get(built.get(_dotted(n.func.value)), ()))]
         # and the workers it starts (`mp.spawn(run, ...)`, `Process(target=run)`, `mp.spawn(_fit._pipeline)`): they run them
-        called[id(fn)] += [(_name_of(_dotted(w)), n.lineno) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
+        called[id(fn)] += [(_name_of(_dotted(w)), n.lineno, None) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
                            for w in _started_workers(n) if isinstance(w, ast.Name) or _dotted(w).partition(".")[0] in imported[id(module)]]
+
+    def inside(what: str, where: list | None) -> bool:
+        return where is None or any(f == file and a <= int(line) <= b for file, line in re.findall(r"([\w./-]+\.py):(\d+)", what)
+                                    for f, a, b in where)
     # (each helper a function calls that does it, in order: a loss building a backbone that fetches
     # its weights and fetching its own; said once the growth is done, from what each callee does)
     own, via = dict(out), {}
 
-    def said(name: str, found: dict) -> str:  # what it does itself, then through each helper
-        return "; ".join(([own[name]] if name in own else []) + [through(c, out[c], at) for c, at in list(found.items())[:3]])
+    def said(name: str, found: dict) -> str:  # what it does itself, then through each helper (each said in 400 characters)
+        cut = lambda x: x if len(x) <= 400 else x[:400].rpartition("; ")[0] or x[:400]  # noqa: E731
+        return "; ".join(([own[name]] if name in own else []) + [through(c, cut(out[c]), at) for c, at in list(found.items())[:3]])
 
     grown = True
     while grown:
@@ -256,8 +284,8 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
             if name == "__init__" or skip(fn):
                 continue
             found = via.setdefault(name, {})  # (functions of one name, in several classes or modules: one entry)
-            for c, line in called[id(fn)]:
-                if c in out and c != name and c not in found:
+            for c, line, where in called[id(fn)]:
+                if c in out and c != name and c not in found and inside(out[c], where):
                     found[c] = _at(module, line)
                     out[name] = said(name, found)
                     grown = True
@@ -407,7 +435,9 @@ def _saving_functions(modules: list) -> dict[str, str]:
                         if inner is not fn and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))]
             guarded_lines = set(_guarded_lines(fn, with_else=True)).union(*(range(a, b + 1) for a, b in skipped))
             # (`with open(record, 'a'): pass` only makes sure the file is there: the write is the one after)
-            guarded_lines |= {w.lineno for w in ast.walk(fn) if isinstance(w, ast.With) and all(isinstance(b, ast.Pass) for b in w.body)}
+            guarded_lines |= {w.lineno for w in ast.walk(fn) if isinstance(w, ast.With) and all(isinstance(b, ast.Pass) for b in w.body)
+                              and all(len(i.context_expr.args) > 1 and str(getattr(i.context_expr.args[1], "value", "")).startswith("a")
+                                      for i in w.items if isinstance(i.context_expr, ast.Call))}
             buffers = _buffer_names(fn)
             # a file name held in a local variable (`save_path = ...{dist.get_rank()}...`)
             per_rank = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and _mentions_rank_value(n.value)
@@ -441,26 +471,19 @@ def _saving_functions(modules: list) -> dict[str, str]:
     # -> torch.save of the processed split): building it saves.
     for module in modules:
         for cls in (c for c in ast.walk(module) if isinstance(c, ast.ClassDef) and c.name not in out):
-            own = {fn.name for fn in cls.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))}
             init = next((fn for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"), None)
             guarded = _guarded_lines(init) if init is not None else set()
+            # (the class's own method saves: the place its description names is in that method)
+            here = _at(module, 1).rpartition(":")[0]
+            saves = {fn.name for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name in out and any(
+                file == here and fn.lineno <= int(line) <= (fn.end_lineno or fn.lineno)
+                for file, line in re.findall(r"([\w./-]+\.py):(\d+)", out[fn.name]))}
             hit = next((n for n in ast.walk(init) if isinstance(n, ast.Call) and n.lineno not in guarded and isinstance(n.func, ast.Attribute)
-                        and _dotted(n.func.value) == "self" and n.func.attr in own & set(out)), None) if init is not None else None
+                        and _dotted(n.func.value) == "self" and n.func.attr in saves), None) if init is not None else None
             if hit is not None:
                 out[cls.name] = _through(hit.func.attr, out[hit.func.attr], _at(module, hit.lineno))
     return out
 
-
-def _path_given(call: ast.Call, helper: str) -> list[ast.AST]:
-    """The arguments of a call of a file-writing helper that can be the path it opens: the one its
-    description names ("on the path it is given (filename, argument 3)"), else all of them."""
-    m = re.search(r"\((\w+)(?:, argument (\d+))?\)$", helper)
-    by_name = [k.value for k in call.keywords if m and k.arg == m.group(1)]
-    if by_name:
-        return by_name
-    if m and m.group(2) and len(call.args) >= int(m.group(2)):
-        return [call.args[int(m.group(2)) - 1]]
-    return [*call.args, *(k.value for k in call.keywords)]
 
 
 def _global_rank_device_functions(modules: list) -> dict[str, str]:

@@ -44,6 +44,7 @@ def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int]]:
                 continue
             defaults = _constant_defaults(fn)
             params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+            params = params[1:] if params[:1] in (["self"], ["cls"]) else params  # (as a method is called)
             for n in ast.walk(fn):
                 if isinstance(n, ast.Assign) and any(
                         isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant)
@@ -205,11 +206,18 @@ def _json_ports(configs) -> dict[str, str]:
                              lambda v: not isinstance(v, bool) and re.fullmatch(r"\d{4,5}", str(v)) is not None)
 
 
-def port_settings(modules: list, configs, value: ast.AST) -> dict[str, str]:
+def script_options(calls: list) -> set[str]:
+    """The options the script's own parser gives (`add_argument("--port", required=True)` -> "port")."""
+    return {a.value[2:].replace("-", "_") for c, f, _ in calls if _name_of(f) == "add_argument"
+            for a in c.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")}
+
+
+def port_settings(modules: list, configs, value: ast.AST, own_options=frozenset()) -> dict[str, str]:
     """The port settings the project fixes, for a MASTER_PORT given `value`: setting -> the port, as
     said: in every shipped config (`_json_ports`), or, for an option read as an attribute
     (`args.master_port`), as the default of the option its own modules' parser gives
-    (`parser.add_argument("--master_port", default='12355')` in utils.py)."""
+    (`parser.add_argument("--master_port", default='12355')` in utils.py), unless the script gives
+    that option itself (`own_options`)."""
     out = _json_ports(configs())
     if isinstance(_unwrapped(value), ast.Attribute):
         for m in modules:
@@ -220,8 +228,9 @@ def port_settings(modules: list, configs, value: ast.AST) -> dict[str, str]:
                     if not isinstance(port, bool) and re.fullmatch(r"\d{4,5}", str(port)) is not None:
                         for a in n.args:
                             if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--"):
-                                out.setdefault(a.value[2:].replace("-", "_"),
-                                               f"{port!r} (the default of its {a.value} option at {_at(m, n.lineno)})")
+                                if a.value[2:].replace("-", "_") not in own_options:
+                                    out.setdefault(a.value[2:].replace("-", "_"),
+                                                   f"{port!r} (the default of its {a.value} option at {_at(m, n.lineno)})")
     return out
 
 

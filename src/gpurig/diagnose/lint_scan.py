@@ -150,6 +150,7 @@ class _Scanner(_AssignScan, _Walker):
         self.device_inside: dict[str, tuple[str, ...]] = {}  # name -> the functions around its assignment
         self.device_maps: list[tuple[ast.Dict, tuple[str, ...]]] = []  # `device_map = {"": ...}`, where
         self._handlers = 0  # except-handlers around the current node
+        self._tries = 0  # try bodies with a handler around the current node
         self._cache_checks = 0  # file-existence checks around the current node, in a rank-first section
         # Calls in a rank-first section that fill a cache the others then read (under `except` after a
         # failed load, or under a check that the file exists): run by the first rank only.
@@ -434,7 +435,9 @@ class _Scanner(_AssignScan, _Walker):
         self._first -= first
 
     def visit_Try(self, node: ast.Try) -> None:
+        self._tries += bool(node.handlers)  # (`try: from_pretrained(x, local_files_only=True)` / `except: ...(x)`)
         self._block(node.body)
+        self._tries -= bool(node.handlers)
         # `try: rank = int(os.environ["RANK"]) ... except KeyError:`: the handler runs where the
         # launcher set none of those keys (a run started by hand).
         read = frozenset(n.slice.value for b in node.body for n in ast.walk(b) if isinstance(n, ast.Subscript)
@@ -458,8 +461,10 @@ class _Scanner(_AssignScan, _Walker):
         self.short_names.add(short)
         if short == "barrier":
             self.barriers += 1
-        if short == "from_pretrained" and node.args and any(k.arg == "local_files_only" and _is_const(k.value, True) for k in node.keywords):
-            self.offline_sources |= {_leaf_name(n) for n in ast.walk(node.args[0]) if isinstance(n, (ast.Name, ast.Attribute))}
+        if short == "from_pretrained" and node.args and not self._tries and any(
+                k.arg == "local_files_only" and _is_const(k.value, True) for k in node.keywords):
+            source = node.args[0]  # (`model_path if resume is None else resume`: either)
+            self.offline_sources |= {_leaf_name(x) for x in ((source.body, source.orelse) if isinstance(source, ast.IfExp) else (source,))} - {None}
         if short == "destroy_process_group" and self._handlers:  # (never run where the run ends normally)
             self.handled_destroys.add(id(node))
         ran = self.run_in_handlers if self._handlers else self.run_outside_handlers
