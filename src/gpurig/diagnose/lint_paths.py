@@ -139,3 +139,16 @@ def path_given(call: ast.Call, helper: str) -> list[ast.AST]:
     if m and m.group(2) and len(call.args) >= int(m.group(2)):
         return [call.args[int(m.group(2)) - 1]]
     return [*call.args, *(k.value for k in call.keywords)]
+
+
+def buffer_names(fn: ast.AST) -> set[str]:
+    """Names a function binds to an in-memory file: `buf = io.BytesIO()`, `with io.BytesIO() as f`."""
+    names = set()
+    for node in ast.walk(fn):
+        pairs = [(t, node.value) for t in node.targets] if isinstance(node, ast.Assign) else (
+            [(node.optional_vars, node.context_expr)] if isinstance(node, ast.withitem) else [])
+        for target, value in pairs:
+            if isinstance(target, ast.Name) and isinstance(value, ast.Call) \
+                    and _name_of(_dotted(value.func)) in ("BytesIO", "StringIO"):
+                names.add(target.id)
+    return names

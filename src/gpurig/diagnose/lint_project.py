@@ -42,6 +42,7 @@ from gpurig.diagnose.lint_paths import (
     _assigned_once,
     _mentions_rank_value,
     _names_a_file_in,
+    buffer_names,
     objects_built,
     own_file_written,
     weights_held_in,
@@ -264,7 +265,6 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
         # and the workers it starts (`mp.spawn(run, ...)`, `Process(target=run)`, `mp.spawn(_fit._pipeline)`): they run them
         called[id(fn)] += [(_name_of(_dotted(w)), n.lineno, None) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
                            for w in _started_workers(n) if isinstance(w, ast.Name) or _dotted(w).partition(".")[0] in imported[id(module)]]
-
     def inside(what: str, where: list | None) -> bool:
         return where is None or any(f == file and a <= int(line) <= b for file, line in re.findall(r"([\w./-]+\.py):(\d+)", what)
                                     for f, a, b in where)
@@ -438,7 +438,7 @@ def _saving_functions(modules: list) -> dict[str, str]:
             guarded_lines |= {w.lineno for w in ast.walk(fn) if isinstance(w, ast.With) and all(isinstance(b, ast.Pass) for b in w.body)
                               and all(len(i.context_expr.args) > 1 and str(getattr(i.context_expr.args[1], "value", "")).startswith("a")
                                       for i in w.items if isinstance(i.context_expr, ast.Call))}
-            buffers = _buffer_names(fn)
+            buffers = buffer_names(fn)
             # a file name held in a local variable (`save_path = ...{dist.get_rank()}...`)
             per_rank = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and _mentions_rank_value(n.value)
                         for t in n.targets if isinstance(t, ast.Name)}
@@ -550,18 +550,6 @@ def _loading_functions(modules: list) -> dict[str, str]:
                     break
     return out
 
-
-def _buffer_names(fn: ast.AST) -> set[str]:
-    """Names a function binds to an in-memory file: `buf = io.BytesIO()`, `with io.BytesIO() as f`."""
-    names = set()
-    for node in ast.walk(fn):
-        pairs = [(t, node.value) for t in node.targets] if isinstance(node, ast.Assign) else (
-            [(node.optional_vars, node.context_expr)] if isinstance(node, ast.withitem) else [])
-        for target, value in pairs:
-            if isinstance(target, ast.Name) and isinstance(value, ast.Call) \
-                    and _name_of(_dotted(value.func)) in ("BytesIO", "StringIO"):
-                names.add(target.id)
-    return names
 
 
 def _imported_definitions(modules: list, imports) -> dict[str, str]:
