@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from functools import cache
 
 from gpurig.diagnose.lint_nodes import _AUTO_DATASETS, _dotted, _positional_open
@@ -16,6 +17,16 @@ def _at(module: ast.AST, line: int) -> str:
     """A line of a project module, as a finding names it: "losses/lpips.py:6" (relative to the script's folder)."""
     where = getattr(module, "gpurig_where", None)
     return f"{where}:{line}" if where else f"line {line} of its module"
+
+
+_PLACE_IN = re.compile(r"([\w./-]+\.py):(\d+)")
+
+
+def _names_inside(what: str, module: ast.AST, start: int, end: int) -> bool:
+    """Whether a helper's description ("through f() at x.py:3: ...") names a line from `start` to `end`
+    of `module`: what it says is done there."""
+    where = getattr(module, "gpurig_where", None)
+    return where is not None and any(file == where and start <= int(line) <= end for file, line in _PLACE_IN.findall(what))
 
 
 def _imported_names(nodes) -> list[tuple[int, str]]:

@@ -19,6 +19,7 @@ from gpurig.diagnose.lint_modules import (
     _dataset_classes,
     _fetches_by_library,
     _library_fetchers,
+    _names_inside,
 )
 from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
@@ -234,40 +235,35 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
                         for a in n.names if "." not in a.name and a.name in own} for m in modules}
     # Each function's calls of the project's names, read once: (name called, where) in order, unguarded only.
     called: dict[int, list[tuple[str, int]]] = {}
-    methods = {cls.name: {f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))} for cls, _ in classes}
-    for cls, _ in classes:  # (and its project bases')
-        methods[cls.name] = methods[cls.name].union(*(methods.get(_name_of(_dotted(b)), set()) for b in cls.bases))
-    # A method called on `self` or on a built object is that class's (or its project bases'): where the
-    # project defines it, what is said of its name counts only where it names a place inside it (of
-    # two classes' `init_weight()`, the one loading pretrained weights is not the other's).
-    spans: dict[tuple[str, str], list] = {}
+    # A method called on `self` or on a built object is that class's (or its project bases', or a
+    # subclass's override of what a base calls on self): where the project defines it, what is said of
+    # its name counts only where it names a place inside it (of two classes' `init_weight()`, the one
+    # loading pretrained weights is not the other's). (class, method) -> [(module, first line, last line)]
+    defined: dict[str, dict[str, list]] = {}
     for cls, module in classes:
         for f in cls.body:
             if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                spans.setdefault((cls.name, f.name), []).append((_at(module, 0).rpartition(":")[0], f.lineno, f.end_lineno or f.lineno))
-    own_spans = {key: list(where) for key, where in spans.items()}
-    for cls, _ in classes:  # (a base's method, and a subclass's override of what a base calls on self)
-        for b in (_name_of(_dotted(b)) for b in cls.bases):
-            for (owner, m), where in own_spans.items():
-                if owner == b and (cls.name, m) not in own_spans:
+                defined.setdefault(cls.name, {}).setdefault(f.name, []).append((module, f.lineno, f.end_lineno or f.lineno))
+    spans = {(c, m): list(where) for c, ms in defined.items() for m, where in ms.items()}
+    for cls, _ in classes:
+        for b in (_name_of(_dotted(x)) for x in cls.bases):
+            for m, where in defined.get(b, {}).items():
+                if m not in defined.get(cls.name, {}):
                     spans.setdefault((cls.name, m), []).extend(where)
-                elif owner == cls.name:
-                    spans.setdefault((b, m), []).extend(where)
+            for m, where in defined.get(cls.name, {}).items():
+                spans.setdefault((b, m), []).extend(where)
     of_class = {id(f): cls.name for cls, _ in classes for f in cls.body}
     for fn, module in functions:
-        guarded, built = _guarded_lines(fn), objects_built(fn, set(methods))
+        guarded, built = _guarded_lines(fn), objects_built(fn, {cls.name for cls, _ in classes})
         owner = lambda n, me=of_class.get(id(fn)), built=built: me if _dotted(n.func.value) in ("self", "cls") else built.get(_dotted(n.func.value))  # noqa: E731
         called[id(fn)] = [(_name_of(_dotted(n.func)), n.lineno, spans.get((owner(n), n.func.attr)) if isinstance(n.func, ast.Attribute) else None)
                           for n in ast.walk(fn)
                           if isinstance(n, ast.Call) and n.lineno not in guarded and isinstance(n.func, (ast.Name, ast.Attribute))
                           and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls", *imported[id(module)])
-                               or n.func.attr in methods.get(built.get(_dotted(n.func.value)), ()))]
+                               or (built.get(_dotted(n.func.value)), n.func.attr) in spans)]
         # and the workers it starts (`mp.spawn(run, ...)`, `Process(target=run)`, `mp.spawn(_fit._pipeline)`): they run them
         called[id(fn)] += [(_name_of(_dotted(w)), n.lineno, None) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
                            for w in _started_workers(n) if isinstance(w, ast.Name) or _dotted(w).partition(".")[0] in imported[id(module)]]
-    def inside(what: str, where: list | None) -> bool:
-        return where is None or any(f == file and a <= int(line) <= b for file, line in re.findall(r"([\w./-]+\.py):(\d+)", what)
-                                    for f, a, b in where)
     # (each helper a function calls that does it, in order: a loss building a backbone that fetches
     # its weights and fetching its own; said once the growth is done, from what each callee does)
     own, via = dict(out), {}
@@ -285,7 +281,7 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
                 continue
             found = via.setdefault(name, {})  # (functions of one name, in several classes or modules: one entry)
             for c, line, where in called[id(fn)]:
-                if c in out and c != name and c not in found and inside(out[c], where):
+                if c in out and c != name and c not in found and (where is None or any(_names_inside(out[c], *w) for w in where)):
                     found[c] = _at(module, line)
                     out[name] = said(name, found)
                     grown = True
@@ -474,10 +470,8 @@ def _saving_functions(modules: list) -> dict[str, str]:
             init = next((fn for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"), None)
             guarded = _guarded_lines(init) if init is not None else set()
             # (the class's own method saves: the place its description names is in that method)
-            here = _at(module, 1).rpartition(":")[0]
-            saves = {fn.name for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name in out and any(
-                file == here and fn.lineno <= int(line) <= (fn.end_lineno or fn.lineno)
-                for file, line in re.findall(r"([\w./-]+\.py):(\d+)", out[fn.name]))}
+            saves = {fn.name for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name in out
+                     and _names_inside(out[fn.name], module, fn.lineno, fn.end_lineno or fn.lineno)}
             hit = next((n for n in ast.walk(init) if isinstance(n, ast.Call) and n.lineno not in guarded and isinstance(n.func, ast.Attribute)
                         and _dotted(n.func.value) == "self" and n.func.attr in saves), None) if init is not None else None
             if hit is not None:
