@@ -95,10 +95,15 @@ def _suppressed(findings: list[LintFinding], source: str) -> list[LintFinding]:
 
 
 def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
+    from gpurig.diagnose.lint_guards import rank_flags
+    from gpurig.diagnose.lint_modules import _local_modules
+
     _RANK_CACHE.clear()
     scan = _Scanner()
+    modules = _local_modules(tree, path)  # (read first: a flag they set from the rank guards the script's lines)
+    scan.project_flags = rank_flags(modules, tree)
     scan.visit(tree)
-    return _lint_scanned(scan, source, path)
+    return _lint_scanned(scan, source, path, modules)
 
 
 def lint_file(script: str, select=None, ignore=None) -> list:

@@ -15,7 +15,7 @@ from gpurig.diagnose import lint_followups as followups
 from gpurig.diagnose import lint_guards as guards
 from gpurig.diagnose import lint_modules as mods
 from gpurig.diagnose import lint_rendezvous as rendezvous
-from gpurig.diagnose.lint_devices import RankDevices, fold_uses, report
+from gpurig.diagnose.lint_devices import RankDevices, fold_uses, report, returned_ranks
 from gpurig.diagnose.lint_guards import _mentions_rank, _never_destroys, _never_run, _runs_on_every_rank
 from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
@@ -73,11 +73,11 @@ _PLACE = re.compile(r"(?<![\w./-])([\w.-][\w./-]*\.(?:py|json|ya?ml):\d+)(?!\d)"
 _BUILDS_TCP = re.compile(r"""['"]tcp://[\w.\-]*:?(?:['"{%]|$)""", re.M)
 
 
-def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
+def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None) -> list[LintFinding]:
     """The rules, over what one scan of the whole script collected (never the tree itself: a big
     script is scanned one top-level statement at a time and its tree never held whole)."""
     findings: list[LintFinding] = []
-    modules = mods._local_modules(None, path, scan.imports)
+    modules = mods._local_modules(None, path, scan.imports) if modules is None else modules
     folder = scan.script_dir or (Path(path).resolve().parent if path else None)  # the script's own folder
     here = Path(path).name if path else "<stdin>"  # the script, as a finding's `related` names its lines
 
@@ -221,6 +221,7 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
         return any(m == model and path[:len(b)] == b and line <= call.lineno and own_gpu(d) for m, d, b, line in scan.moves)
 
     devices = RankDevices(scan, calls, text, names)
+    devices.rank_names |= returned_ranks(modules, scan) - scan.local_rank_names
     rank_names, given_local_rank, is_global_rank = devices.rank_names, devices.given_local_rank, devices.is_global_rank
 
     report(devices, add, modules)
@@ -232,7 +233,8 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
     for call, func, guarded in calls:
         short = _name_of(func)
         helper = None if func.partition(".")[0] in foreign else short  # (`OmegaConf.load` is no helper of the project)
-        if (short == "DataParallel" or func.endswith("parallel.data_parallel")) and not _one_listed_gpu(call):
+        if (short == "DataParallel" or func.endswith("parallel.data_parallel")) and not _one_listed_gpu(call) \
+                and mods._torch_data_parallel(func, scan.imports, project_names):
             add(
                 "data-parallel", call,
                 "nn.DataParallel: one process drives every GPU, and the GIL and GPU 0 hold it back",
@@ -356,11 +358,14 @@ def _lint_scanned(scan: _Scanner, source: str, path) -> list[LintFinding]:
             file_weights = on(pretrained) and _names_a_file(pretrained.value)  # `ram(pretrained=args.checkpoint)`
             # (the same class and source fetched before it on its path, in every rank: read from the cache)
             refetch, blocks = _refetch_key(call, scan.enclosing.get(id(call), ())), scan.blocks_of.get(id(call), ())
-            cached = refetch is not None and any(blocks[:len(b)] == b for b in fetched.get(refetch, ()))
+            cached = refetch is not None and any(blocks[:len(b)] == b for b in [*fetched.get(refetch, ()), *(
+                fetched.get(("pipeline", refetch[2]), ()) if _kw(call, "subfolder") else ())])  # (a pipeline fetched every part)
             if (on(download) or ((on(pretrained) or by_position or weights) and not own) or fetches) and not never_run(call) \
                     and not goes_first and not file_weights and not cached:
                 if refetch is not None:
                     fetched.setdefault(refetch, []).append(blocks)
+                    if head.endswith("Pipeline") and not _kw(call, "subfolder"):
+                        fetched.setdefault(("pipeline", refetch[2]), []).append(blocks)
                 what = "download=True" if on(download) else "fetching pretrained weights" if on(pretrained) or by_position or weights \
                     else f"the download command of {func}()" if func in _SHELL_CALLS else f"{short}()"
                 # (`MyVLM.from_pretrained(...)` of the project's model class: building it fetches too, its vision tower)

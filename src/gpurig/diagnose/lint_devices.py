@@ -251,3 +251,29 @@ def fold_uses(findings: list, script: str) -> list:
     ranks[0].title += f" (and {len(uses)} more use{'s' if len(uses) > 1 else ''} of it as a device below)"
     return [f for f in findings if not any(f is u for u in uses)]
 
+
+
+def returned_ranks(modules: list, scan) -> set[str]:
+    """The script's names that a project function hands the global rank: `rank, device, seed =
+    setup_ddp0(config)` where setup_ddp0 returns `rank` assigned from dist.get_rank() (or RANK)."""
+    positions: dict[str, int] = {}
+    for module in modules:
+        for fn in ast.walk(module):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            held = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and _holds_global_rank(n.value)
+                    for t in n.targets if isinstance(t, ast.Name)}
+            last = next((n for n in reversed(fn.body) if isinstance(n, ast.Return)), None)
+            if held and last is not None and isinstance(last.value, ast.Tuple):
+                at = [i for i, e in enumerate(last.value.elts) if isinstance(e, ast.Name) and e.id in held]
+                if len(at) == 1:
+                    positions[fn.name] = at[0]
+    out: set[str] = set()
+    for node, _ in scan.assigns if positions else ():
+        value, target = node.value, node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if isinstance(value, ast.Call) and isinstance(target, ast.Tuple) and _name_of(_dotted(value.func)) in positions \
+                and _name_of(_dotted(value.func)) not in scan.defined:
+            i = positions[_name_of(_dotted(value.func))]
+            if i < len(target.elts) and isinstance(target.elts[i], ast.Name):
+                out.add(target.elts[i].id)
+    return out

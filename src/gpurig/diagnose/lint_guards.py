@@ -90,16 +90,24 @@ def _framework_hooks(cls: ast.ClassDef, own_methods: set[tuple[str, str]]) -> tu
     return called, {id(f) for f in methods if trainer and f.name in ("save_model", "_save_checkpoint")}
 
 
+_STATE_HOOKS = {"register_save_state_pre_hook": "save_state", "register_load_state_pre_hook": "load_state"}
+
+
 def only_called(scan, where) -> set[str]:
     """The functions of this file all of whose calls are `where(call, guarded)`, or made from
     such a function (grown until nothing changes)."""
     only: set[str] = set()
+    # Accelerate runs a hook given to `accelerator.register_save_state_pre_hook(save_model_hook)` inside
+    # each `accelerator.save_state()` (load: `load_state()`): those calls are the hook's calls.
+    hooks = {_STATE_HOOKS[_name_of(_dotted(c.func))]: c.args[0].id for c, _ in scan.calls
+             if _name_of(_dotted(c.func)) in _STATE_HOOKS and c.args and isinstance(c.args[0], ast.Name) and c.args[0].id in scan.defined}
     while True:
         sites: dict[str, list[bool]] = {}
         for call, guarded in scan.calls:
             # f(...) and self.f(...) both count as calls of a function f defined in this file.
             name = call.func.id if isinstance(call.func, ast.Name) else (
                 call.func.attr if isinstance(call.func, ast.Attribute) else None)
+            name = hooks.get(name, name) if isinstance(call.func, ast.Attribute) else name
             if name in scan.defined:
                 inside = any(f in only for f in scan.enclosing.get(id(call), ()))
                 sites.setdefault(name, []).append(where(call, guarded) or inside)
@@ -167,6 +175,29 @@ def flags_on(names: set[str], calls, modules, configs) -> set[str]:
 
 
 _RANK_CACHE: dict[int, tuple[ast.AST, bool]] = {}
+
+
+def rank_flags(modules: list, script: ast.AST | None = None) -> frozenset[str]:
+    """What the project's own code computes from a rank check, by its last name: attributes it sets
+    from one (HybrIK's `if opt.rank % opt.ngpus_per_node == 0: opt.log = True`, else False;
+    `args.is_master = args.rank == 0`) and functions that return one (ANCE's `is_first_worker()`:
+    `return not dist.is_initialized() or dist.get_rank() == 0`). Where the script tests `opt.log` or
+    calls `is_first_worker()` in a test, it tests the rank."""
+    out: set[str] = set()
+    nodes = [n for module in modules for n in ast.walk(module)]
+    nodes += getattr(script, "body", [])  # (the script's own functions: its top-level ones, not another walk of it all)
+    picks = lambda test: _mentions_rank(test) and not _all_but_one(test)  # noqa: E731  (`RANK != -1`: every rank of a run)
+    for node in nodes:
+        if isinstance(node, ast.If) and picks(node.test):
+            out.update(t.attr for stmt in node.body if isinstance(stmt, ast.Assign) and _is_const(stmt.value, True)
+                       for t in stmt.targets if isinstance(t, ast.Attribute))
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Compare) and picks(node.value):
+            out.update(t.attr for t in node.targets if isinstance(t, ast.Attribute))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.args.args and len(node.body) <= 4:
+            returns = [n.value for n in ast.walk(node) if isinstance(n, ast.Return)]
+            if returns and all(isinstance(v, (ast.Compare, ast.BoolOp, ast.UnaryOp)) and picks(v) for v in returns):
+                out.add(node.name)
+    return frozenset(a for a in out if not _DISTRIBUTED_FLAG.fullmatch(a))
 
 
 def _mentions_rank(test: ast.AST) -> bool:
@@ -287,7 +318,7 @@ def _runs_on_every_rank(scan, calls: list, names: set[str], text: str, project_t
     distributed = bool(
         names & {"init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "get_rank",
                  "get_world_size", "Accelerator", "init_distributed_mode", "init_distributed", "setup_distributed",
-                 "init_distributed_device"}
+                 "init_distributed_device", "FullyShardedDataParallel", "FSDP", "fully_shard", "init_device_mesh"}
     ) or "LOCAL_RANK" in text or bool(scan.aliases & names)
     # Horovod: one process per GPU (horovodrun/mpirun), each running the whole script. (TensorFlow's
     # multi-worker strategy is one process per machine: its caches are per machine, not shared.)

@@ -45,6 +45,30 @@ def _imported_names(nodes) -> list[tuple[int, str]]:
     return names
 
 
+def _source_of(func: str, imports) -> str | None:
+    """The module a dotted call name comes from, by the file's import statements (absolute ones):
+    `DataParallel` after `from pipegoose.nn import DataParallel` is pipegoose.nn's, `dp.DataParallel`
+    after `import paddle.distributed as dp` paddle.distributed's; None when no import names it."""
+    head = func.partition(".")[0]
+    for node in imports:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if any((a.asname or a.name) == head for a in node.names):
+                return node.module
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if (a.asname or a.name.partition(".")[0]) == head:
+                    return a.name if a.asname else head
+    return None
+
+
+def _torch_data_parallel(func: str, imports, project_names=()) -> bool:
+    """A `DataParallel` call is PyTorch's (or PyTorch Geometric's subclass, or the project's own:
+    most often a copy of it, as CenterNet's), not another library's class of the name (Paddle's
+    and pipegoose's `DataParallel` are data parallelism over one process per GPU)."""
+    source = _source_of(func, imports)
+    return source is None or source.split(".")[0] in ("torch", "torch_geometric") or func.partition(".")[0] in project_names
+
+
 # Library calls that fetch weights or data from the network as they run, by what they are:
 # (top-level package, name). Perceptual losses and image metrics download their backbone when
 # built (lpips' AlexNet/VGG, torchmetrics' FID Inception and CLIPScore's CLIP), Whisper and

@@ -72,17 +72,23 @@ def _silences_output(tree: ast.AST) -> bool:
 
 def _guarded_lines(fn: ast.AST, with_else: bool = False) -> set[int]:
     """Lines of `fn` under a rank check (`if rank == 0:` bodies; with_else, their else branches too),
-    or on a branch only a run of one process takes (`else:` of `if dist.is_initialized():`)."""
+    on a branch only a run of one process takes (`else:` of `if dist.is_initialized():`), or on the
+    branch a switch that defaults to True turns off (`def __init__(self, use_fid_inception=True)`:
+    `else: inception_v3(pretrained=True)` runs only where a caller passes False)."""
     if runs_on_main_only(fn):  # `@rank_zero_only def save(...)`: all of it
         return {n.lineno for n in ast.walk(fn) if hasattr(n, "lineno")}
     lines: set[int] = set()
     # flags set from a rank check in the function (`self.calculate_fid = calculate_fid and is_main_process`)
     flags = {_dotted(t) for n in ast.walk(fn) if isinstance(n, ast.Assign) and _mentions_rank(n.value) for t in n.targets}
+    on = {k for k, v in _constant_defaults(fn).items() if v is True} if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
     for stmt in ast.walk(fn):
         if not isinstance(stmt, ast.If):
             continue
         one_body, one_else = _single_process_branch(stmt.test)
         rank = _mentions_rank(stmt.test) or (isinstance(stmt.test, (ast.Name, ast.Attribute)) and _dotted(stmt.test) in flags)
+        switch = stmt.test.operand if isinstance(stmt.test, ast.UnaryOp) and isinstance(stmt.test.op, ast.Not) else stmt.test
+        if isinstance(switch, ast.Name) and switch.id in on:  # (the default's branch runs; the other does not)
+            one_body, one_else = (True, False) if switch is not stmt.test else (False, True)
         for branch, counts in ((stmt.body, rank or one_body), (stmt.orelse, (rank and with_else) or one_else)):
             if counts:
                 lines |= {n.lineno for b in branch for n in ast.walk(b) if hasattr(n, "lineno")}
@@ -173,11 +179,24 @@ def _module_name(module: ast.AST) -> str:
 
 
 
+# Collectives every rank waits in, as a barrier does (AnyCost GAN: `if hvd.rank() == 0: <download>`,
+# then `hvd.broadcast(torch.tensor(0), root_rank=0)`, then every rank loads what rank 0 fetched).
+_WAITS = frozenset({"barrier", "wait_for_everyone", "broadcast", "all_reduce", "allreduce", "broadcast_object_list"})
+
+
 def _rank_zero_first(fn: ast.AST) -> bool:
-    """The helper makes the other ranks wait at a barrier while rank 0 works (`if args.local_rank not
-    in [-1, 0]: torch.distributed.barrier()` first, the matching barrier of rank 0 after)."""
-    return any(isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and _calls_barrier(*stmt.body)
-               for stmt in getattr(fn, "body", []))
+    """The helper makes the other ranks wait while rank 0 works: `if args.local_rank not in [-1, 0]:
+    torch.distributed.barrier()` first (the matching barrier of rank 0 after), or rank 0's work under
+    a rank check followed by a barrier (or a collective) in the same block, in any branch of it."""
+    def waits(stmt: ast.AST) -> bool:
+        return any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in _WAITS for n in ast.walk(stmt))
+
+    body = getattr(fn, "body", [])
+    if any(isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and _calls_barrier(*stmt.body) for stmt in body):
+        return True
+    blocks = [body] + [getattr(n, f, []) for n in ast.walk(fn) if isinstance(n, (ast.If, ast.Try, ast.With)) for f in ("body", "orelse")]
+    return any(isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and any(waits(s) for s in block[i + 1:])
+               for block in blocks for i, stmt in enumerate(block))
 
 
 # The chain `_grown` writes before what a helper does: "through a() at x.py:3: through b() at y.py:9: "

@@ -59,7 +59,7 @@ def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int]]:
 _TCP_FIXED = re.compile(r"tcp://[^:/\s]+:\d{2,5}/?$")
 
 
-def _fixed_init_functions(modules: list, settings: dict[str, str] | None = None) -> dict[str, str]:
+def _fixed_init_functions(modules: list, settings: dict[str, str] | None = None, ports: dict[str, str] | None = None) -> dict[str, str]:
     """Functions of the project's own modules that start the process group on a fixed tcp:// address
     (`init_method='tcp://localhost:10000'`, or a local name given one), or on a setting the project
     fixes (`settings`, see `_fixed_rendezvous_settings`: `init_method=h.dist_config['dist_url']` with
@@ -88,6 +88,13 @@ def _fixed_init_functions(modules: list, settings: dict[str, str] | None = None)
                         isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant)
                         and t.slice.value == "MASTER_PORT" for t in n.targets):
                     out.setdefault(fn.name, f"MASTER_PORT = {n.value.value!r} at {_at(module, n.lineno)}")
+                # (`os.environ["MASTER_PORT"] = str(H.port)`, the project's parser fixing --port: `ports`)
+                elif isinstance(n, ast.Assign) and id(n) not in unset and isinstance(_unwrapped(n.value), ast.Attribute) \
+                        and _unwrapped(n.value).attr in (ports or {}) and any(
+                        isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant)
+                        and t.slice.value == "MASTER_PORT" for t in n.targets):
+                    out.setdefault(fn.name, f"MASTER_PORT = its {_unwrapped(n.value).attr} setting at {_at(module, n.lineno)}, "
+                                            f"fixed to {ports[_unwrapped(n.value).attr]}")
     # ... a call of a function that sets MASTER_PORT to its parameter's fixed default, not given the
     # parameter (`_init_process_group(rank, world_size)` with `master_port='10086'`) ...
     ports = _fixed_port_functions(modules)
@@ -220,17 +227,25 @@ def port_settings(modules: list, configs, value: ast.AST, own_options=frozenset(
     that option itself (`own_options`)."""
     out = _json_ports(configs())
     if isinstance(_unwrapped(value), ast.Attribute):
-        for m in modules:
-            for n in ast.walk(m):
-                if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "add_argument" and _kw(n, "default") is not None:
-                    default = _kw(n, "default").value
-                    port = default.value if isinstance(default, ast.Constant) else None
-                    if not isinstance(port, bool) and re.fullmatch(r"\d{4,5}", str(port)) is not None:
-                        for a in n.args:
-                            if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--"):
-                                if a.value[2:].replace("-", "_") not in own_options:
-                                    out.setdefault(a.value[2:].replace("-", "_"),
-                                                   f"{port!r} (the default of its {a.value} option at {_at(m, n.lineno)})")
+        for key, said in _parser_ports(modules, own_options).items():
+            out.setdefault(key, said)
+    return out
+
+
+def _parser_ports(modules: list, own_options=frozenset()) -> dict[str, str]:
+    """The options the project's own parsers give a fixed port as default (`--port`, default 29500 in
+    hps.py), but those the script gives itself: option -> the port, as said."""
+    out: dict[str, str] = {}
+    for m in modules:
+        for n in ast.walk(m):
+            if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "add_argument" and _kw(n, "default") is not None:
+                default = _kw(n, "default").value
+                port = default.value if isinstance(default, ast.Constant) else None
+                if not isinstance(port, bool) and re.fullmatch(r"\d{4,5}", str(port)) is not None:
+                    for a in n.args:
+                        if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--") \
+                                and a.value[2:].replace("-", "_") not in own_options:
+                            out.setdefault(a.value[2:].replace("-", "_"), f"{port!r} (the default of its {a.value} option at {_at(m, n.lineno)})")
     return out
 
 
@@ -257,7 +272,7 @@ def report_helpers(modules: list, configs, text: str, names: set[str], calls: li
                 value = sorted(values)[0]
                 at = text.find(repr(value)[1:-1])  # (the line the script fixes it at, named in the finding)
                 fixed[key] = f"{value!r} at {here}:{text.count(chr(10), 0, at) + 1}" if at >= 0 and here else f"{value!r} in the script"
-        init_helpers = _fixed_init_functions(modules, fixed)
+        init_helpers = _fixed_init_functions(modules, fixed, _parser_ports(modules, script_options(calls)))
     for call, func, _ in calls:
         short = _name_of(func)
         if short in init_helpers and short not in defined:

@@ -81,6 +81,7 @@ class _Scanner(_AssignScan, _Walker):
         self.first: set[int] = set()  # ids of calls made by rank 0 first while the others wait
         self.aliases: set[str] = set()  # other names of DistributedDataParallel & co. (`as NativeDDP`)
         self.flags: set[str] = set()  # names holding a rank check's result (or a value only one rank sets)
+        self.project_flags: frozenset[str] = frozenset()  # attributes and functions the project computes from a rank check
         self.multi_device_classes: set[str] = set()  # classes of the file whose __init__ puts parts on two devices
         self.multi_device_models: set[str] = set()  # names given one of them (`mp_model = ToyMpModel(dev0, dev1)`)
         self._devices: set[str] | None = None  # in a class's __init__: the devices its parts are moved to
@@ -566,5 +567,6 @@ class _Scanner(_AssignScan, _Walker):
         never `not distributed or ...`, which every rank passes when started without that flag."""
         if _bypassed(test, "multiprocessing"):
             return False
-        return _mentions_rank(test) or any(_dotted(n) in self.flags for n in ast.walk(test)
-                                           if isinstance(n, (ast.Name, ast.Attribute)))
+        return _mentions_rank(test) or any(_dotted(n) in self.flags or isinstance(n, ast.Attribute) and n.attr in self.project_flags
+                                           or isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in self.project_flags
+                                           for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute, ast.Call)))
