@@ -289,3 +289,52 @@ def test_data_parallel_of_another_library_is_not_torchs(tmp_path):
     model = nn.DataParallel(model)
     """
     assert _lint(tmp_path, script, "data-parallel") == [("data-parallel", 8), ("data-parallel", 9)]
+
+
+def test_a_helper_copying_a_file_into_the_folder_it_is_given(tmp_path):
+    # speech-resynthesis: build_env copies the config into the checkpoint folder, in every rank
+    _write(tmp_path, "utils.py", """
+        import os, shutil
+        def build_env(config, config_name, path):
+            os.makedirs(path, exist_ok=True)
+            shutil.copyfile(config, os.path.join(path, config_name))
+        """)
+    script = """
+    from utils import build_env
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    build_env(args.config, "config.json", args.checkpoint_path)
+    dist.destroy_process_group()
+    """
+    assert _lint(tmp_path, script, "save-on-every-rank") == [("save-on-every-rank", 9)]
+
+
+def test_workers_started_with_spawn_fn_keyword(tmp_path):
+    # PVDM: torch.multiprocessing.spawn(fn=first_stage, ...); the worker builds a loss that downloads
+    _write(tmp_path, "exps.py", """
+        import torch
+        import torch.distributed as dist
+        from torchvision import models
+        def first_stage(rank, args):
+            dist.init_process_group("nccl", init_method="env://", rank=rank, world_size=args.n_gpus)
+            torch.cuda.set_device(rank)
+            vgg = models.vgg16(pretrained=True)
+            dist.destroy_process_group()
+        """)
+    script = """
+    from exps import first_stage
+    if __name__ == "__main__":
+        torch.multiprocessing.spawn(fn=first_stage, args=(args,), nprocs=args.n_gpus)
+    """
+    assert _lint(tmp_path, script, "download-on-every-rank") == [("download-on-every-rank", 8)]
+
+
+def test_a_scheduler_config_fetched_with_from_config_and_a_subfolder(tmp_path):
+    script = """
+    from accelerate import Accelerator
+    from diffusers import DDPMScheduler
+    accelerator = Accelerator()
+    scheduler = DDPMScheduler.from_config(args.pretrained_model_name_or_path, subfolder="scheduler")
+    other = DDPMScheduler.from_config(scheduler.config)
+    """
+    assert _lint(tmp_path, script, "download-on-every-rank") == [("download-on-every-rank", 9)]

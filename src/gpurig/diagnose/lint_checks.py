@@ -15,7 +15,8 @@ from gpurig.diagnose import lint_followups as followups
 from gpurig.diagnose import lint_guards as guards
 from gpurig.diagnose import lint_modules as mods
 from gpurig.diagnose import lint_rendezvous as rendezvous
-from gpurig.diagnose.lint_devices import RankDevices, fold_uses, report, returned_ranks
+from gpurig.diagnose.lint_devices import RankDevices, fold_uses, report
+from gpurig.diagnose.lint_growth import _listed, _origin, _worker_starters
 from gpurig.diagnose.lint_guards import _mentions_rank, _never_destroys, _never_run, _runs_on_every_rank
 from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
@@ -55,14 +56,11 @@ from gpurig.diagnose.lint_project import (
     _group_starters,
     _imports_trainer,
     _is_download_call,
-    _listed,
     _mentions_rank_value,
     _named_fetch,
-    _origin,
     _project_helpers,
     _sampler_functions,
     _silences_output,
-    _worker_starters,
 )
 from gpurig.diagnose.lint_rules import RULES, LintFinding, fold_alternatives
 from gpurig.diagnose.lint_scan import _Scanner
@@ -220,8 +218,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
         model, path = _dotted(call.args[0]), scan.blocks_of[id(call)]
         return any(m == model and path[:len(b)] == b and line <= call.lineno and own_gpu(d) for m, d, b, line in scan.moves)
 
-    devices = RankDevices(scan, calls, text, names)
-    devices.rank_names |= returned_ranks(modules, scan) - scan.local_rank_names
+    devices = RankDevices(scan, calls, text, names, modules)
     rank_names, given_local_rank, is_global_rank = devices.rank_names, devices.given_local_rank, devices.is_global_rank
 
     report(devices, add, modules)

@@ -88,9 +88,9 @@ def local_group(scan, calls: list) -> bool:
 class RankDevices:
     """The tests of one script: `is_global_rank(node)` and the devices made of it."""
 
-    def __init__(self, scan, calls: list, text: str, names: set[str]) -> None:
+    def __init__(self, scan, calls: list, text: str, names: set[str], modules: list = ()) -> None:
         self.scan, self.calls = scan, calls
-        self.rank_names = rank_names_of(scan, calls, text, names)
+        self.rank_names = rank_names_of(scan, calls, text, names) | (returned_ranks(modules, scan) - scan.local_rank_names)
         self.local_group = local_group(scan, calls)
 
     def reads_global_rank(self, node: ast.AST) -> bool:

@@ -7,14 +7,21 @@ from __future__ import annotations
 import ast
 import re
 
+from gpurig.diagnose.lint_growth import _module_name
 from gpurig.diagnose.lint_guards import _all_but_one, _is_main_test, _mentions_rank
 from gpurig.diagnose.lint_modules import _at
-from gpurig.diagnose.lint_nodes import _ENDLESS, _EVAL_DATA, _calls_function, _dotted, _kw, _name_of
+from gpurig.diagnose.lint_nodes import (
+    _ENDLESS,
+    _EVAL_DATA,
+    _calls_function,
+    _dotted,
+    _name_of,
+    _worker_started,
+)
 from gpurig.diagnose.lint_project import (
     _group_joiners,
     _is_download_call,
     _mentions_rank_value,
-    _module_name,
     _reachable_call,
 )
 
@@ -189,9 +196,8 @@ def worker_calls(calls: list, defined: set[str]) -> list:
     """The project's function started as every rank's worker (`mp.spawn(train, ...)`,
     `Process(target=train)`), as a call of it at that line: it runs on every rank."""
     out = []
-    for c, func, _ in calls:
-        worker = c.args[0] if _name_of(func) == "spawn" and c.args else getattr(_kw(c, "target"), "value", None) \
-            if _name_of(func) == "Process" else None
+    for c, _, _ in calls:
+        worker = _worker_started(c)
         if isinstance(worker, ast.Name) and worker.id not in defined:
             out.append((ast.Call(func=ast.Name(id=worker.id, ctx=ast.Load()), args=[], keywords=[], lineno=c.lineno,
                                  col_offset=c.col_offset, end_lineno=c.end_lineno, end_col_offset=c.end_col_offset),

@@ -62,6 +62,15 @@ def _kw(call: ast.Call, name: str) -> ast.keyword | None:
     return next((k for k in call.keywords if k.arg == name), None)
 
 
+def _worker_started(call: ast.Call) -> ast.AST | None:
+    """The function a call starts as worker processes: `mp.spawn(run, ...)`, `mp.spawn(fn=run, ...)`,
+    `start_processes(run, ...)`, `Process(target=run)`."""
+    short = _dotted(call.func).rpartition(".")[2]
+    if short in ("spawn", "start_processes"):
+        return call.args[0] if call.args else getattr(_kw(call, "fn"), "value", None)
+    return getattr(_kw(call, "target"), "value", None) if short == "Process" else None
+
+
 def _init_method(call: ast.Call) -> ast.AST | None:
     """What `init_process_group(backend, init_method, ...)` is given as its address: the keyword, or
     the second positional argument (`init_process_group('nccl', 'tcp://127.0.0.1:12347', ...)`)."""

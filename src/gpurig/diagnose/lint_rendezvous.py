@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
+from gpurig.diagnose.lint_growth import _grown
 from gpurig.diagnose.lint_modules import _at
 from gpurig.diagnose.lint_nodes import (
     _constant_defaults,
@@ -18,7 +19,6 @@ from gpurig.diagnose.lint_nodes import (
     _setting_name,
     _unwrapped,
 )
-from gpurig.diagnose.lint_project import _grown
 
 _BUILDS_RENDEZVOUS = re.compile(r"tcp://|MASTER_PORT|MASTER_ADDR|init_method|master_port|dist_url")
 

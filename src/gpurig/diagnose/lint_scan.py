@@ -38,7 +38,6 @@ from gpurig.diagnose.lint_nodes import (
     _dotted,
     _if_chain,
     _is_const,
-    _kw,
     _leaf_name,
     _name_of,
     _positional_open,
@@ -46,6 +45,7 @@ from gpurig.diagnose.lint_nodes import (
     _sampler_shuffle,
     _Walker,
     _walks_container,
+    _worker_started,
 )
 from gpurig.diagnose.lint_project import _is_download_call
 
@@ -505,11 +505,9 @@ class _Scanner(_AssignScan, _Walker):
                 self.main_spawns = True
         # The function a worker process runs (`mp.spawn(train, ...)`, `Process(target=train)`): every
         # rank runs it, whatever its direct call sites (a one-GPU path calling train(0, 1)) say.
-        if short in ("spawn", "start_processes") and node.args and isinstance(node.args[0], ast.Name):
-            self.worker_functions.add(node.args[0].id)
-        target = _kw(node, "target") if short == "Process" else None
-        if target is not None and isinstance(target.value, ast.Name):
-            self.worker_functions.add(target.value.id)
+        worker = _worker_started(node)
+        if isinstance(worker, ast.Name):
+            self.worker_functions.add(worker.id)
         if short in ("to", "cuda") and isinstance(node.func, ast.Attribute) and node.args and _dotted(node.func.value):
             self.moves.append((_dotted(node.func.value), node.args[0], tuple(self._blocks), node.lineno))
         if short == "DistributedSampler" and self._functions:

@@ -1,0 +1,173 @@
+"""How `gpurig lint` follows what a project helper does through the project's own code: a function
+that calls one that downloads (saves, loads...) does it too, and so does building a class whose
+`__init__` does; each finding names every place of the chain ("through a() at x.py:3: ...").
+The lines of a helper that do not run on every rank (`_guarded_lines`) are left out of it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+
+from gpurig.diagnose.lint_guards import _mentions_rank, _single_process_branch, runs_on_main_only
+from gpurig.diagnose.lint_modules import _at, _names_inside
+from gpurig.diagnose.lint_nodes import _constant_defaults, _dotted, _name_of, _worker_started
+from gpurig.diagnose.lint_paths import objects_built
+
+
+def _guarded_lines(fn: ast.AST, with_else: bool = False) -> set[int]:
+    """Lines of `fn` under a rank check (`if rank == 0:` bodies; with_else, their else branches too),
+    on a branch only a run of one process takes (`else:` of `if dist.is_initialized():`), or on the
+    branch a switch that defaults to True turns off (`def __init__(self, use_fid_inception=True)`:
+    `else: inception_v3(pretrained=True)` runs only where a caller passes False)."""
+    if runs_on_main_only(fn):  # `@rank_zero_only def save(...)`: all of it
+        return {n.lineno for n in ast.walk(fn) if hasattr(n, "lineno")}
+    lines: set[int] = set()
+    # flags set from a rank check in the function (`self.calculate_fid = calculate_fid and is_main_process`)
+    flags = {_dotted(t) for n in ast.walk(fn) if isinstance(n, ast.Assign) and _mentions_rank(n.value) for t in n.targets}
+    on = {k for k, v in _constant_defaults(fn).items() if v is True} if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
+    for stmt in ast.walk(fn):
+        if not isinstance(stmt, ast.If):
+            continue
+        one_body, one_else = _single_process_branch(stmt.test)
+        rank = _mentions_rank(stmt.test) or (isinstance(stmt.test, (ast.Name, ast.Attribute)) and _dotted(stmt.test) in flags)
+        switch = stmt.test.operand if isinstance(stmt.test, ast.UnaryOp) and isinstance(stmt.test.op, ast.Not) else stmt.test
+        if isinstance(switch, ast.Name) and switch.id in on:  # (the default's branch runs; the other does not)
+            one_body, one_else = (True, False) if switch is not stmt.test else (False, True)
+        for branch, counts in ((stmt.body, rank or one_body), (stmt.orelse, (rank and with_else) or one_else)):
+            if counts:
+                lines |= {n.lineno for b in branch for n in ast.walk(b) if hasattr(n, "lineno")}
+    return lines
+
+
+def _inits(modules: list) -> dict[int, str]:
+    """id of each class's `__init__` -> the class's name: building the class runs it."""
+    return {id(fn): cls.name for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)
+            for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"}
+
+
+def _module_name(module: ast.AST) -> str:
+    """A project module's dotted name from where it was found: "../src/utils.py" -> "src.utils"."""
+    parts = [p for p in getattr(module, "gpurig_where", "").replace(os.sep, "/").split("/") if p not in ("", ".", "..")]
+    if parts and parts[-1].endswith(".py"):
+        parts[-1] = parts[-1][:-3]
+    return ".".join(parts[:-1] if parts and parts[-1] == "__init__" else parts)
+
+
+# The chain `_grown` writes before what a helper does: "through a() at x.py:3: through b() at y.py:9: "
+_CHAIN = re.compile(r"(?:through [\w.]+\(\)(?: at \S+?:\d+)?: )*")
+
+
+def _origin(where: str) -> str:
+    """What a project helper does in the end: "through a() at x.py:3: X at y.py:9" -> "X at y.py:9"."""
+    return where[_CHAIN.match(where).end():]
+
+
+def _listed(where: str) -> str:
+    """A helper's fetches as a finding names them: "through f() at x.py:2: a at x.py:3, b at x.py:9 and 4 more"."""
+    through = where[:_CHAIN.match(where).end()]
+    sites = where[len(through):].split("; ")
+    return through + ", ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
+
+
+def _started_workers(call: ast.Call) -> list[ast.AST]:
+    """The function a call starts as worker processes, as a list (empty when none)."""
+    worker = _worker_started(call)
+    return [worker] if worker is not None else []
+
+
+def _worker_starters(modules: list) -> set[str]:
+    """The project's functions that start worker processes (a `launch(main, num_gpus)` of its own)."""
+    return {fn.name for m in modules for fn in ast.walk(m) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and any(_started_workers(n) or isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ("spawn", "start_processes")
+                    for n in ast.walk(fn) if isinstance(n, ast.Call))}
+
+
+def _through(callee: str, what: str, where: str) -> str:
+    return f"through {callee}() at {where}: {what}"
+
+
+def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_through) -> dict[str, str]:
+    """`out` (function name -> what it does; a class's `__init__` under its class name) grown through
+    the project's own code: a function that calls one of them (by name, as `self.`/`cls.` method, or on
+    an object of the project's class it builds: `trainer.train()`) does it too (find_model ->
+    download_model -> download_url), and so does building a class whose `__init__` calls one, or whose
+    base does when it has no `__init__` or calls `super().__init__` (`WATrainer(Trainer)` ->
+    `Trainer.__init__` -> `create_model()`). Calls under a rank check are not followed; `skip` leaves functions out (a helper that lets rank 0 go first). A function found
+    so is said as `through(callee, what the callee does, where it calls it)`: by default
+    "through callee() at file.py:N: ...", so that a finding names every place of the chain."""
+    functions = [(fn, module) for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    classes = [(cls, module) for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)]
+    init_of = _inits(modules)
+    # The names a module imports (`import distributed`, `from models import model_builder`): a call
+    # through one of them (`distributed.multi_init()`) is a call of the project's function.
+    # (only names of the project's modules: `torch.save()` is no call of the project's `save()`)
+    own = {_module_name(m).rpartition(".")[2] for m in modules}
+    imported = {id(m): {a.asname or a.name for n in ast.walk(m) if isinstance(n, (ast.Import, ast.ImportFrom))
+                        for a in n.names if "." not in a.name and a.name in own} for m in modules}
+    # Each function's calls of the project's names, read once: (name called, where) in order, unguarded only.
+    called: dict[int, list[tuple[str, int]]] = {}
+    # A method called on `self` or on a built object is that class's (or its project bases', or a
+    # subclass's override of what a base calls on self): where the project defines it, what is said of
+    # its name counts only where it names a place inside it (of two classes' `init_weight()`, the one
+    # loading pretrained weights is not the other's). (class, method) -> [(module, first line, last line)]
+    defined: dict[str, dict[str, list]] = {}
+    for cls, module in classes:
+        for f in cls.body:
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defined.setdefault(cls.name, {}).setdefault(f.name, []).append((module, f.lineno, f.end_lineno or f.lineno))
+    spans = {(c, m): list(where) for c, ms in defined.items() for m, where in ms.items()}
+    for cls, _ in classes:
+        for b in (_name_of(_dotted(x)) for x in cls.bases):
+            for m, where in defined.get(b, {}).items():
+                if m not in defined.get(cls.name, {}):
+                    spans.setdefault((cls.name, m), []).extend(where)
+            for m, where in defined.get(cls.name, {}).items():
+                spans.setdefault((b, m), []).extend(where)
+    of_class = {id(f): cls.name for cls, _ in classes for f in cls.body}
+    for fn, module in functions:
+        guarded, built = _guarded_lines(fn), objects_built(fn, {cls.name for cls, _ in classes})
+        owner = lambda n, me=of_class.get(id(fn)), built=built: me if _dotted(n.func.value) in ("self", "cls") else built.get(_dotted(n.func.value))  # noqa: E731
+        called[id(fn)] = [(_name_of(_dotted(n.func)), n.lineno, spans.get((owner(n), n.func.attr)) if isinstance(n.func, ast.Attribute) else None)
+                          for n in ast.walk(fn)
+                          if isinstance(n, ast.Call) and n.lineno not in guarded and isinstance(n.func, (ast.Name, ast.Attribute))
+                          and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls", *imported[id(module)])
+                               or (built.get(_dotted(n.func.value)), n.func.attr) in spans)]
+        # and the workers it starts (`mp.spawn(run, ...)`, `Process(target=run)`, `mp.spawn(_fit._pipeline)`): they run them
+        called[id(fn)] += [(_name_of(_dotted(w)), n.lineno, None) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
+                           for w in _started_workers(n) if isinstance(w, ast.Name) or _dotted(w).partition(".")[0] in imported[id(module)]]
+    # (each helper a function calls that does it, in order: a loss building a backbone that fetches
+    # its weights and fetching its own; said once the growth is done, from what each callee does)
+    own, via = dict(out), {}
+
+    def said(name: str, found: dict) -> str:  # what it does itself, then through each helper (each said in 400 characters)
+        cut = lambda x: x if len(x) <= 400 else x[:400].rpartition("; ")[0] or x[:400]  # noqa: E731
+        return "; ".join(([own[name]] if name in own else []) + [through(c, cut(out[c]), at) for c, at in list(found.items())[:3]])
+
+    grown = True
+    while grown:
+        grown = False
+        for fn, module in functions:
+            name = init_of.get(id(fn), fn.name)
+            if name == "__init__" or skip(fn):
+                continue
+            found = via.setdefault(name, {})  # (functions of one name, in several classes or modules: one entry)
+            for c, line, where in called[id(fn)]:
+                if c in out and c != name and c not in found and (where is None or any(_names_inside(out[c], *w) for w in where)):
+                    found[c] = _at(module, line)
+                    out[name] = said(name, found)
+                    grown = True
+        for cls, module in classes:
+            base = next((b for b in (_name_of(_dotted(x)) for x in cls.bases) if b in out and b != cls.name), None)
+            init = next((fn for fn in cls.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"), None)
+            if cls.name not in out and base is not None and (init is None or any(
+                    isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "__init__" for n in ast.walk(init))):
+                out[cls.name] = through(base, out[base], _at(module, cls.lineno))
+                grown = True
+    for _ in range(2):
+        for name, found in via.items():
+            if found:
+                out[name] = said(name, found)
+    out.pop("__init__", None)
+    return out
