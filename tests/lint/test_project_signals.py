@@ -338,3 +338,30 @@ def test_a_scheduler_config_fetched_with_from_config_and_a_subfolder(tmp_path):
     other = DDPMScheduler.from_config(scheduler.config)
     """
     assert _lint(tmp_path, script, "download-on-every-rank") == [("download-on-every-rank", 9)]
+
+
+def test_pretrained_given_a_file_of_this_machine_is_no_download(tmp_path):
+    # MNCDV3: ViTAdapter(..., pretrained="/bigdata/.../deit_base_patch16_224.pth") reads a local file
+    _write(tmp_path, "model.py", """
+        import torch
+        from adapter import ViTAdapter
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.backbone = ViTAdapter(embed_dim=768, pretrained="/data/weights/deit_base_patch16_224.pth")
+        class Hub(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.backbone = ViTAdapter(embed_dim=768, pretrained=True)
+        """)
+    script = """
+    import timm
+    from model import Model, Hub
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    model = Model()
+    net = timm.create_model("deit_base_patch16_224", pretrained="./weights/deit.pth")
+    hub = Hub()
+    dist.destroy_process_group()
+    """
+    assert _lint(tmp_path, script, "download-on-every-rank") == [("download-on-every-rank", 12)]

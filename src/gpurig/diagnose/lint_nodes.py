@@ -520,7 +520,10 @@ def _walks_container(loop: ast.AST) -> bool:
 
 
 def _names_a_file(value: ast.AST) -> bool:
-    """`pretrained=args.checkpoint`, `pretrained=cfg.ckpt_path`: a file of this machine, not a switch."""
+    """`pretrained=args.checkpoint`, `pretrained=cfg.ckpt_path`, `pretrained="/data/w/deit.pth"`: a
+    file of this machine, not a switch."""
+    if isinstance(value, ast.Constant):
+        return _local_path(value.value)
     leaf = (_leaf_name(value) or "").lower()
     return any(w in leaf for w in ("checkpoint", "ckpt", "path", "file", "resume"))
 

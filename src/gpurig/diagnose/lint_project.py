@@ -134,8 +134,10 @@ def _is_download_call(call: ast.Call) -> bool:
     func = _dotted(call.func)
     short = _name_of(func)
     # (`pretrained=is_main_process()`: only the main process fetches, DETR's way)
+    # (`pretrained="/data/weights/deit_base.pth"`: a file of this machine, not a switch)
     on = [k for k in call.keywords if k.arg in ("download", "pretrained")
-          and not _is_const(k.value, False) and not _is_const(k.value, None) and not _mentions_rank(k.value)]
+          and not _is_const(k.value, False) and not _is_const(k.value, None) and not _mentions_rank(k.value)
+          and not (isinstance(k.value, ast.Constant) and _local_path(k.value.value))]
     return bool(on) or (short in _DOWNLOADERS and not _reads_local_files(call)) or _named_fetch(call) \
         or _pretrained_weights(call) is not None
 
