@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from gpurig.diagnose.lint import RULES, lint_file
 
 HEAD = """\
@@ -77,32 +79,25 @@ def test_a_flag_true_on_every_rank_of_a_run_guards_nothing(tmp_path):
     assert _lint(tmp_path, script, "save-on-every-rank") == [("save-on-every-rank", 10)]
 
 
-def test_a_function_of_the_project_that_returns_a_rank_check_is_one(tmp_path):
-    # ANCE: `if is_first_worker(): model.save_pretrained(...)`
-    _write(tmp_path, "util.py", """
-        import torch.distributed as dist
-        def is_first_worker():
-            return not dist.is_available() or not dist.is_initialized() or dist.get_rank() == 0
-        """)
-    script = """
-    from util import is_first_worker
+FIRST_WORKER = """
+def is_first_worker():
+    return not dist.is_available() or not dist.is_initialized() or dist.get_rank() == 0
+"""
+
+
+@pytest.mark.parametrize("defined_in", ["the project", "the script"])
+def test_a_function_of_the_project_that_returns_a_rank_check_is_one(tmp_path, defined_in):
+    # ANCE: `if is_first_worker(): model.save_pretrained(...)`, the function in its utils or in the script
+    if defined_in == "the project":
+        _write(tmp_path, "util.py", "import torch.distributed as dist\n" + FIRST_WORKER)
+    head = "from util import is_first_worker\n" if defined_in == "the project" else FIRST_WORKER
+    script = head + textwrap.dedent("""
     dist.init_process_group("nccl")
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     if is_first_worker():
         torch.save({}, "ckpt.pt")
     dist.destroy_process_group()
-    """
-    assert _lint(tmp_path, script, "save-on-every-rank") == []
-    # the same function written in the script itself
-    script = """
-    def is_first_worker():
-        return not dist.is_initialized() or dist.get_rank() == 0
-    dist.init_process_group("nccl")
-    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    if is_first_worker():
-        torch.save({}, "ckpt.pt")
-    dist.destroy_process_group()
-    """
+    """)
     assert _lint(tmp_path, script, "save-on-every-rank") == []
 
 
