@@ -71,6 +71,7 @@ class _AssignScan:
                 self.env_fallback.add(id(node))  # (also `if "WORLD_SIZE" not in os.environ:`: a run nobody launched)
             elif isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant) \
                     and t.slice.value == "MASTER_PORT" and self._functions:
+                self.assigned_in[id(node)] = self._functions[-1]
                 param = _port_param(node.value, _constant_defaults(self._defaults[-1]))
                 if param is not None:
                     self.port_params.append((node, self._functions[-1], param, self._params[-1].index(param)))

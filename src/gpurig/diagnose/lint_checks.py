@@ -1,8 +1,6 @@
 """The checks of `gpurig lint`: every rule, judged over what one scan of a script collected
 (`_lint_scanned`, over a `_Scanner` of lint_scan.py and the project's own modules of lint_project.py),
-with the shallow tests of calls only the rules ask (a local dataset builder, a model factory, a
-file of prepared data, a dataset for evaluation, a device named by the rank, a one-device Trainer).
-"""
+with the shallow tests of calls only the rules ask (a local dataset builder, a model factory...)."""
 
 from __future__ import annotations
 
@@ -67,8 +65,6 @@ from gpurig.diagnose.lint_scan import _Scanner
 
 # A place in the project a finding names: "utils/dataset.py:22", "config/train.yaml:4" (never part of a longer name or number).
 _PLACE = re.compile(r"(?<![\w./-])([\w.-][\w./-]*\.(?:py|json|ya?ml):\d+)(?!\d)")
-# A tcp:// address the script puts together itself: 'tcp://' + ip + ':' + port, f"tcp://{ip}:{port}".
-_BUILDS_TCP = re.compile(r"""['"]tcp://[\w.\-]*:?(?:['"{%]|$)""", re.M)
 
 
 def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None) -> list[LintFinding]:
@@ -316,8 +312,8 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
         # A rendezvous option with a fixed default: --dist-url/--master-port/--init-method, or a plain
         # --port in a script that builds its own tcp:// address from it.
         if short == "add_argument" and any(isinstance(a, ast.Constant) and isinstance(a.value, str) and (
-                re.search(r"dist[-_](?:url|port|addr)|master[-_](?:port|ip|addr)|init[-_]method", a.value)
-                or (re.fullmatch(r"--?(?:\w+[-_])?port", a.value) and _BUILDS_TCP.search(text))) for a in call.args):
+                re.search(rendezvous._OPTION_CHECKED, a.value)
+                or (re.fullmatch(r"--?(?:\w+[-_])?port", a.value) and rendezvous._BUILDS_TCP.search(text))) for a in call.args):
             default = _kw(call, "default")  # ("tcp://127.0.0.1:23456", "29500", or the number 29500)
             # (an option nothing reads, `args.master_port` nowhere and no `vars(args)`: unused, whatever its default)
             dest = next((a.value.lstrip("-").replace("-", "_") for a in call.args if str(a.value).startswith("--")), "")
@@ -494,8 +490,9 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
             f"({_listed(sites)}): they race to write the same files",
             "Move the download into a function the script calls on one rank first (`if rank == 0:` then "
             "dist.barrier()), or download ahead of the run.", sites)
+    fallbacks = guards.only_called(scan, lambda call, guarded: id(call) in scan.fallback_calls)  # (set-ups for a run nobody launched)
     for assign, _guarded in scan.assigns:
-        if id(assign) in scan.env_fallback:
+        if id(assign) in scan.env_fallback or scan.assigned_in.get(id(assign)) in fallbacks:
             continue  # `if "MASTER_PORT" not in os.environ:` a default where no launcher set it
         for target in assign.targets:
             name = _dotted(target).lower()
@@ -524,7 +521,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                         where)
                 elif isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and _setting_name(assign.value):
                     setting = _setting_name(assign.value)  # `= hps.train.port`, `= str(config["port"])`
-                    ports = rendezvous.port_settings(modules, configs, assign.value, rendezvous.script_options(calls))
+                    ports = {**rendezvous.port_settings(modules, configs, assign.value, rendezvous.script_options(calls)), **rendezvous.own_ports(calls, text)}
                     if setting in ports:
                         add("hard-coded-rendezvous", assign,
                             f"MASTER_PORT comes from the {setting} setting, fixed to {ports[setting]}: "

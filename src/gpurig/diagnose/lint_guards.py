@@ -101,12 +101,14 @@ def only_called(scan, where) -> set[str]:
     # each `accelerator.save_state()` (load: `load_state()`): those calls are the hook's calls.
     hooks = {_STATE_HOOKS[_name_of(_dotted(c.func))]: c.args[0].id for c, _ in scan.calls
              if _name_of(_dotted(c.func)) in _STATE_HOOKS and c.args and isinstance(c.args[0], ast.Name) and c.args[0].id in scan.defined}
+    # (`torch.save(...)` is no call of this file's `save()`: a name a module was imported as is no object of it)
+    modules = {a.asname or a.name.partition(".")[0] for node in scan.imports if isinstance(node, ast.Import) for a in node.names}
     while True:
         sites: dict[str, list[bool]] = {}
         for call, guarded in scan.calls:
             # f(...) and self.f(...) both count as calls of a function f defined in this file.
             name = call.func.id if isinstance(call.func, ast.Name) else (
-                call.func.attr if isinstance(call.func, ast.Attribute) else None)
+                call.func.attr if isinstance(call.func, ast.Attribute) and _dotted(call.func).partition(".")[0] not in modules else None)
             name = hooks.get(name, name) if isinstance(call.func, ast.Attribute) else name
             if name in scan.defined:
                 inside = any(f in only for f in scan.enclosing.get(id(call), ()))
@@ -136,6 +138,13 @@ def note_one_rank_value(scan, node: ast.Assign, name: str, guarded: bool) -> Non
     """`output_dir = None`, then under a rank check (`guarded`) `output_dir = get_outdir(...)`: the
     name holds a value on one rank only, so `if output_dir is not None:` picks that rank, as a rank
     check would (timm's train.py). A value given it later on every rank undoes that."""
+    if name and len(node.targets) == 1 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool):
+        # `self.verbose = True`, then under a rank check `self.verbose = False` (T5+CL's trainer): a flag
+        if not (guarded or scan.in_rank_test):
+            scan.bools[name] = node.value.value
+        elif scan.bools.get(name, node.value.value) != node.value.value:
+            scan.flags.add(name)
+        return
     if not name or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
         return
     if _is_const(node.value, None):
@@ -282,6 +291,14 @@ def _env_tests(test: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
             return frozenset(), key
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         return frozenset().union(*(_env_tests(v)[0] for v in test.values)), frozenset()
+    # `any([x not in os.environ for x in ["RANK", "WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR"]])`: one of
+    # them is unset, so no launcher started the run (a launcher sets them all)
+    if isinstance(test, ast.Call) and _dotted(test.func) == "any" and len(test.args) == 1 \
+            and isinstance(test.args[0], (ast.ListComp, ast.GeneratorExp)) and len(test.args[0].generators) == 1:
+        elt, gen = test.args[0].elt, test.args[0].generators[0]
+        if isinstance(elt, ast.Compare) and isinstance(elt.ops[0], ast.NotIn) and isinstance(elt.left, ast.Name) \
+                and _dotted(elt.comparators[0]).endswith("environ") and isinstance(gen.iter, (ast.List, ast.Tuple)):
+            return frozenset(e.value for e in gen.iter.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)), frozenset()
     return frozenset(), frozenset()
 
 
@@ -330,6 +347,9 @@ def _runs_on_every_rank(scan, calls: list, names: set[str], text: str, project_t
     # (`project_trainer`: the Trainer is built in the project's modules, `setup_trainer()`.)
     distributed = distributed or (bool(names & {"HfArgumentParser", "TrlParser"}) and (project_trainer or (
         any(n.endswith("Trainer") for n in names) and ("transformers" in text or "trl" in text))))
+    # ... or TrainingArguments given a DeepSpeed config in the script: run by the `deepspeed` launcher
+    distributed = distributed or any(_name_of(f).endswith("TrainingArguments") and _kw(c, "deepspeed") is not None
+                                     for c, f, _ in calls)
     if not distributed and re.search(r"^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b", text, re.M):
         # Launched by the framework: one process per device, unless every Trainer / Fabric the
         # script builds asks for one device (`devices=1`, or a setting of the script equal to 1).

@@ -232,6 +232,29 @@ def port_settings(modules: list, configs, value: ast.AST, own_options=frozenset(
     return out
 
 
+def own_ports(calls: list, text: str) -> dict[str, str]:
+    """The script's own options that default to a fixed port (`parser.add_argument("-p", "--port",
+    default=12355)`): option -> the port, as said. Not those the option's own check reports already
+    (`--master_port`, `--dist-port`, or a `--port` the script builds a tcp:// address from)."""
+    out: dict[str, str] = {}
+    for c, f, _ in calls:
+        if any(isinstance(a, ast.Constant) and isinstance(a.value, str) and re.search(_OPTION_CHECKED, a.value) for a in c.args) \
+                or _BUILDS_TCP.search(text):
+            continue
+        default = _kw(c, "default").value if _name_of(f) == "add_argument" and _kw(c, "default") is not None else None
+        if isinstance(default, ast.Constant) and not isinstance(default.value, bool) and re.fullmatch(r"\d{4,5}", str(default.value)):
+            for a in c.args:
+                if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--"):
+                    out[a.value[2:].replace("-", "_")] = f"{default.value!r} (the default of its {a.value} option at line {c.lineno})"
+    return out
+
+
+# The options whose fixed default the add_argument check of lint_checks reports itself.
+_OPTION_CHECKED = r"dist[-_](?:url|port|addr)|master[-_](?:port|ip|addr)|init[-_]method"
+# A tcp:// address the script puts together itself: 'tcp://' + ip + ':' + port, f"tcp://{ip}:{port}".
+_BUILDS_TCP = re.compile(r"""['"]tcp://[\w.\-]*:?(?:['"{%]|$)""", re.M)
+
+
 def _parser_ports(modules: list, own_options=frozenset()) -> dict[str, str]:
     """The options the project's own parsers give a fixed port as default (`--port`, default 29500 in
     hps.py), but those the script gives itself: option -> the port, as said."""

@@ -87,6 +87,8 @@ class _Scanner(_AssignScan, _Walker):
         self._devices: set[str] | None = None  # in a class's __init__: the devices its parts are moved to
         self._init_devices: dict[int, set[str]] = {}  # id(__init__ of a class being read) -> those devices
         self.unset: set[str] = set()  # names set to None on every rank (a value under a rank check makes them flags)
+        self.bools: dict[str, bool] = {}  # names set True or False on every rank (the other under a rank check: flags)
+        self.in_rank_test = 0  # open `if` blocks (either branch) of a rank test
         # `if rank == 0: saver = ModelSaver(d) else: saver = NoOp()`: names bound to a null object on some
         # ranks and to a real one under a rank check; what their methods do happens on that rank alone.
         self.null_bound: set[str] = set()
@@ -131,6 +133,8 @@ class _Scanner(_AssignScan, _Walker):
         self.keep_plain = False
         self.script_dir = None
         self.local_rank_names: set[str] = set()  # names assigned the rank within the node (LOCAL_RANK)
+        self.fallback_calls: set[int] = set()  # calls made only where no launcher set its variables
+        self.assigned_in: dict[int, str] = {}  # id(`os.environ["MASTER_PORT"] = ...`) -> the function around it
         self.env_fallback: set[int] = set()  # ids of `os.environ[K] = v` run only where K is not set (and of
         # init_process_group calls run only where the launcher's keys are not set)
         self._env_absent: list[frozenset[str]] = []  # per open `if`: environment keys known to be unset
@@ -337,6 +341,7 @@ class _Scanner(_AssignScan, _Walker):
         # one-rank code (its `else` is).
         all_but_one = guarded and _all_but_one(node.test)
         self._guard += guarded and not all_but_one
+        self.in_rank_test += guarded  # (either branch: a value set there differs between ranks)
         start = self._set_devices
         # The test's text only matters once some `if` set the device (a dump per `if` is what a big file pays for).
         test = ast.dump(node.test) if self._device_conditions else None
@@ -390,6 +395,7 @@ class _Scanner(_AssignScan, _Walker):
         # `if not torch.cuda.is_available(): cpu else: set_device(...)`: the branch without a GPU needs no device.
         node._both_set_device = (in_body and in_else) or ((in_body or in_else) and _asks_for_gpu(node.test))  # type: ignore[attr-defined]
         self._guard -= guarded and not all_but_one
+        self.in_rank_test -= guarded
 
     def _loop_body(self, node: ast.For | ast.While | ast.AsyncFor) -> None:
         # A loop in a loop is an epoch loop around a batch loop, unless the inner one walks a
@@ -481,6 +487,8 @@ class _Scanner(_AssignScan, _Walker):
             self.set_device_call = True
         if short == "init_process_group" and any(keys & _LAUNCHER_KEYS for keys in self._env_absent):
             self.env_fallback.add(id(node))  # the group a run without a launcher starts
+        if any(keys & _LAUNCHER_KEYS for keys in self._env_absent):
+            self.fallback_calls.add(id(node))  # (a function only ever called so sets up a run nobody launched)
         if short == "init_process_group":
             self.group_gates.update(self._gate_names)
         if not self.compact or self._judged(node, func, short):
