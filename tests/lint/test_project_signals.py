@@ -360,3 +360,22 @@ def test_pretrained_given_a_file_of_this_machine_is_no_download(tmp_path):
     dist.destroy_process_group()
     """
     assert _lint(tmp_path, script, "download-on-every-rank") == [("download-on-every-rank", 12)]
+
+
+def test_a_script_importing_itself_is_said_once(tmp_path):
+    # R3M's hydra main: `from train_representation import Workspace as W` inside the script itself
+    path = tmp_path / "train_representation.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        def make_network(model):
+            return torch.nn.DataParallel(model)
+        class Workspace:
+            def __init__(self, cfg):
+                self.model = make_network(cfg.model)
+        def main(cfg):
+            from train_representation import Workspace as W
+            workspace = W(cfg)
+        if __name__ == "__main__":
+            main(load_config())
+        """))
+    assert [(f.id, f.line) for f in lint_file(str(path), select=set(RULES))] == [("data-parallel", 4)]

@@ -263,9 +263,10 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
     found: list[ast.AST] = []
     paths: list[Path] = []
     seen: set[Path] = set()
+    script = Path(path).resolve()  # (a script importing itself, `from train import Workspace`: it is read already)
 
     def add(cand: Path) -> ast.AST | None:
-        if cand in seen or not cand.is_file() or cand.stat().st_size > 2_000_000 or len(seen) > 50:
+        if cand in seen or cand.resolve() == script or not cand.is_file() or cand.stat().st_size > 2_000_000 or len(seen) > 50:
             return None
         seen.add(cand)
         try:
