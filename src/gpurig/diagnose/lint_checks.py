@@ -136,7 +136,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     calls += followups.worker_calls(calls, scan.defined)
     names = set(scan.short_names)
     module_calls = {_name_of(_dotted(n.func)) for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)}
-    downloading_helpers, saving_helpers, loading_helpers, data_parallel_helpers, rank_device_helpers = _project_helpers(modules, scan.name_aliases, scan.imports)
+    downloading_helpers, saving_helpers, loading_helpers, data_parallel_helpers, rank_device_helpers = _project_helpers(modules, scan.name_aliases, scan.imports, [c for c, _, _ in calls])
     # (rule, what the helper does in the end): reported once, at the first call that gets there
     # (`WATrainer()` and `Trainer()` both reaching the same DataParallel are one mistake).
     reported_helpers: set[tuple[str, str]] = set()

@@ -16,17 +16,17 @@ from gpurig.diagnose.lint_nodes import _constant_defaults, _dotted, _name_of, _w
 from gpurig.diagnose.lint_paths import objects_built
 
 
-def _guarded_lines(fn: ast.AST, with_else: bool = False) -> set[int]:
+def _guarded_lines(fn: ast.AST, with_else: bool = False, left_on: frozenset[str] = frozenset()) -> set[int]:
     """Lines of `fn` under a rank check (`if rank == 0:` bodies; with_else, their else branches too),
     on a branch only a run of one process takes (`else:` of `if dist.is_initialized():`), or on the
-    branch a switch that defaults to True turns off (`def __init__(self, use_fid_inception=True)`:
-    `else: inception_v3(pretrained=True)` runs only where a caller passes False)."""
+    branch a switch defaulting to True that no caller passes (`left_on`) turns off (`def
+    __init__(self, use_fid_inception=True)`: `else: inception_v3(pretrained=True)` never runs)."""
     if runs_on_main_only(fn):  # `@rank_zero_only def save(...)`: all of it
         return {n.lineno for n in ast.walk(fn) if hasattr(n, "lineno")}
     lines: set[int] = set()
     # flags set from a rank check in the function (`self.calculate_fid = calculate_fid and is_main_process`)
     flags = {_dotted(t) for n in ast.walk(fn) if isinstance(n, ast.Assign) and _mentions_rank(n.value) for t in n.targets}
-    on = {k for k, v in _constant_defaults(fn).items() if v is True} if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
+    on = {k for k, v in _constant_defaults(fn).items() if v is True and k in left_on} if left_on else set()
     for stmt in ast.walk(fn):
         if not isinstance(stmt, ast.If):
             continue
@@ -171,3 +171,18 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
                 out[name] = said(name, found)
     out.pop("__init__", None)
     return out
+
+
+def switches_left_on(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str, calls: list[ast.Call]) -> frozenset[str]:
+    """The parameters of `fn` (called as `name`: a class's name for its `__init__`) that default to
+    True and that no call of the project or the script gives: by keyword anywhere, or by position in
+    a call of that name. A switch a caller passes may be False there."""
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    params = params[1:] if params[:1] in (["self"], ["cls"]) else params
+    given = {k.arg for c in calls for k in c.keywords}
+    mine = [c for c in calls if _name_of(_dotted(c.func)) == name]
+    if None in given and mine or any(isinstance(a, ast.Starred) for c in mine for a in c.args):
+        return frozenset()  # (`f(*args, **kwargs)`: anything may be given)
+    reach = max((len(c.args) for c in mine), default=0)
+    return frozenset(k for k, v in _constant_defaults(fn).items()
+                     if v is True and k not in given and not (k in params and params.index(k) < reach))

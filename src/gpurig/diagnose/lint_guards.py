@@ -138,7 +138,8 @@ def note_one_rank_value(scan, node: ast.Assign, name: str, guarded: bool) -> Non
     """`output_dir = None`, then under a rank check (`guarded`) `output_dir = get_outdir(...)`: the
     name holds a value on one rank only, so `if output_dir is not None:` picks that rank, as a rank
     check would (timm's train.py). A value given it later on every rank undoes that."""
-    if name and len(node.targets) == 1 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool):
+    if name and len(node.targets) == 1 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool) \
+            and not _DISTRIBUTED_FLAG.fullmatch(name.rpartition(".")[2]):
         # `self.verbose = True`, then under a rank check `self.verbose = False` (T5+CL's trainer): a flag
         if not (guarded or scan.in_rank_test):
             scan.bools[name] = node.value.value
@@ -186,6 +187,22 @@ def flags_on(names: set[str], calls, modules, configs) -> set[str]:
 _RANK_CACHE: dict[int, tuple[ast.AST, bool]] = {}
 
 
+def _picks_one(test: ast.AST) -> bool:
+    """A rank check that tells the ranks of a run apart (`rank == 0`, `dist.get_rank() != 0`, `rank %
+    ngpus == 0`), not one that holds on every rank of a launched run and so only tells a launched run
+    from a plain one (`local_rank != -1`, `"LOCAL_RANK" in os.environ`)."""
+    if not _mentions_rank(test):
+        return False
+    for n in ast.walk(test):
+        if isinstance(n, ast.Compare):
+            if any(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops) and any(_dotted(c).endswith("environ") for c in n.comparators):
+                return False
+            if any(isinstance(x, ast.UnaryOp) and isinstance(x.op, ast.USub) and _is_const(x.operand, 1) for x in (n.left, *n.comparators)):
+                return False
+    # (`if os.environ.get("LOCAL_RANK"):` alone: set or not)
+    return not (isinstance(test, ast.Call) and _name_of(_dotted(test.func)) in ("get", "getenv"))
+
+
 def rank_flags(modules: list, script: ast.AST | None = None) -> frozenset[str]:
     """What the project's own code computes from a rank check, by its last name: attributes it sets
     from one (HybrIK's `if opt.rank % opt.ngpus_per_node == 0: opt.log = True`, else False;
@@ -195,7 +212,7 @@ def rank_flags(modules: list, script: ast.AST | None = None) -> frozenset[str]:
     out: set[str] = set()
     nodes = [n for module in modules for n in ast.walk(module)]
     nodes += getattr(script, "body", [])  # (the script's own functions: its top-level ones, not another walk of it all)
-    picks = lambda test: _mentions_rank(test) and not _all_but_one(test)  # noqa: E731  (`RANK != -1`: every rank of a run)
+    picks = lambda test: _picks_one(test) and not _all_but_one(test)  # noqa: E731  (`RANK != -1`: every rank of a run)
     for node in nodes:
         if isinstance(node, ast.If) and picks(node.test):
             out.update(t.attr for stmt in node.body if isinstance(stmt, ast.Assign) and _is_const(stmt.value, True)
@@ -226,6 +243,11 @@ def _rank_check(test: ast.AST) -> bool:
     or compares the process's GPU index with 0 (`if self.gpu_id == 0`). `not distributed or rank == 0`
     does not: launched without that flag, every rank passes it."""
     if _bypassed(test):
+        return False
+    # `accelerator.is_main_process or accelerator.distributed_type == DistributedType.DEEPSPEED`: under
+    # DeepSpeed every rank passes (diffusers' scripts, for the save_state DeepSpeed needs on every rank)
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(
+            isinstance(v, ast.Compare) and _dotted(v.left).endswith("distributed_type") for v in test.values):
         return False
     for node in ast.walk(test):
         name = _leaf_name(node)
@@ -349,7 +371,7 @@ def _runs_on_every_rank(scan, calls: list, names: set[str], text: str, project_t
         any(n.endswith("Trainer") for n in names) and ("transformers" in text or "trl" in text))))
     # ... or TrainingArguments given a DeepSpeed config in the script: run by the `deepspeed` launcher
     distributed = distributed or any(_name_of(f).endswith("TrainingArguments") and _kw(c, "deepspeed") is not None
-                                     for c, f, _ in calls)
+                                     and not _is_const(_kw(c, "deepspeed").value, None) for c, f, _ in calls)
     if not distributed and re.search(r"^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b", text, re.M):
         # Launched by the framework: one process per device, unless every Trainer / Fabric the
         # script builds asks for one device (`devices=1`, or a setting of the script equal to 1).

@@ -7,7 +7,14 @@ from __future__ import annotations
 import ast
 import re
 
-from gpurig.diagnose.lint_growth import _grown, _guarded_lines, _inits, _module_name, _through
+from gpurig.diagnose.lint_growth import (
+    _grown,
+    _guarded_lines,
+    _inits,
+    _module_name,
+    _through,
+    switches_left_on,
+)
 from gpurig.diagnose.lint_guards import (
     _mentions_rank,
 )
@@ -149,23 +156,36 @@ _WAITS = frozenset({"barrier", "wait_for_everyone", "broadcast", "all_reduce", "
 
 def _rank_zero_first(fn: ast.AST) -> bool:
     """The helper makes the other ranks wait while rank 0 works: `if args.local_rank not in [-1, 0]:
-    torch.distributed.barrier()` first (the matching barrier of rank 0 after), or rank 0's work under
-    a rank check followed by a barrier (or a collective) in the same block, in any branch of it."""
-    def waits(stmt: ast.AST) -> bool:
-        return any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in _WAITS for n in ast.walk(stmt))
-
+    torch.distributed.barrier()` first (the matching barrier of rank 0 after), or rank 0 fetching
+    under a rank check followed by a barrier (or a collective) in the same block, in any branch of
+    it. Remembered per function (the growth asks of each function again and again)."""
+    hit = _FIRST_CACHE.get(id(fn))
+    if hit is not None and hit[0] is fn:
+        return hit[1]
     body = getattr(fn, "body", [])
-    if any(isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and _calls_barrier(*stmt.body) for stmt in body):
-        return True
+    answer = any(isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and _calls_barrier(*stmt.body) for stmt in body)
     blocks = [body] + [getattr(n, f, []) for n in ast.walk(fn) if isinstance(n, (ast.If, ast.Try, ast.With)) for f in ("body", "orelse")]
-    return any(isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and any(waits(s) for s in block[i + 1:])
-               for block in blocks for i, stmt in enumerate(block))
+    for block in blocks if not answer else ():
+        waited = False  # (read backwards: a wait comes after this statement)
+        for stmt in reversed(block):
+            if waited and isinstance(stmt, ast.If) and _mentions_rank(stmt.test) and any(
+                    isinstance(n, ast.Call) and _is_download_call(n) for b in stmt.body for n in ast.walk(b)):
+                answer = True
+                break
+            waited = waited or any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in _WAITS for n in ast.walk(stmt))
+        if answer:
+            break
+    _FIRST_CACHE[id(fn)] = (fn, answer)
+    return answer
+
+
+_FIRST_CACHE: dict[int, tuple] = {}  # id(function) -> (function, whether rank 0 goes first in it)
 
 
 _MAX_SITES = 8  # the fetches of one helper named in its findings
 
 
-def _downloading_functions(modules: list) -> dict[str, str]:
+def _downloading_functions(modules: list, script_calls: list = ()) -> dict[str, str]:
     """Functions of the project's own modules that download without a rank check: name -> what.
     A class whose `__init__` downloads stands under its own name: building it downloads
     (`VQLoss()` -> `LPIPS()` -> `vgg16(pretrained=True)`)."""
@@ -178,6 +198,7 @@ def _downloading_functions(modules: list) -> dict[str, str]:
            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     own_modules = {part for m in modules for part in _module_name(m).split(".")}
     out: dict[str, str] = {}
+    calls = [n for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)] + list(script_calls)
     for module in modules:
         imports = [n for n in ast.walk(module) if isinstance(n, (ast.Import, ast.ImportFrom))]
         fetchers, datasets, shadowed = _library_fetchers(imports), _dataset_classes(imports), _shadowed(module)
@@ -186,7 +207,7 @@ def _downloading_functions(modules: list) -> dict[str, str]:
         for fn in ast.walk(module):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or _rank_zero_first(fn) or id(fn) in shadowed:
                 continue
-            guarded_lines = _guarded_lines(fn)
+            guarded_lines = _guarded_lines(fn, left_on=switches_left_on(fn, init_of.get(id(fn), fn.name), calls))
             # parameters that default to a path of this machine (`tokenizer_path='../model'`)
             local = {name for name, value in _constant_defaults(fn).items() if _local_path(value)}
             bound = _assigned_once(fn)  # (`weights = ResNet50_Weights.IMAGENET1K_V2` ... `resnet50(weights=weights)`)
@@ -201,7 +222,9 @@ def _downloading_functions(modules: list) -> dict[str, str]:
                          _name_of(_dotted(n.func)) == "from_pretrained" and n.args and getattr(n.args[0], "id", None) in local)]
             if sites:
                 out[init_of.get(id(fn), fn.name)] = "; ".join(sites[:_MAX_SITES])
-    return _grown(modules, out, skip=_rank_zero_first)
+    grown = _grown(modules, out, skip=_rank_zero_first)
+    _FIRST_CACHE.clear()  # (it holds the modules' nodes)
+    return grown
 
 
 def _joins(call: ast.Call, fn: ast.AST) -> bool:
@@ -431,13 +454,13 @@ def _imported_definitions(modules: list, imports) -> dict[str, str]:
 _FIRST_FILE = re.compile(r"([\w.-][\w./-]*\.py):\d+")
 
 
-def _project_helpers(modules: list, name_aliases: dict[str, set[str]], imports=()) -> tuple[dict[str, str], ...]:
+def _project_helpers(modules: list, name_aliases: dict[str, set[str]], imports=(), calls=()) -> tuple[dict[str, str], ...]:
     """What the project's own functions and classes do on every rank that a rule judges at their
     call: (download, save, load without map_location, DataParallel, global rank as device), each
     name -> where. A class or function picked by a name first (`Exp = Exp_Informer` ... `Exp(args)`)
     stands under that name too. A name the script imports from a module defining it is that
     module's: another module's function of the same name says nothing of it."""
-    found = (_downloading_functions(modules), _saving_functions(modules), _loading_functions(modules),
+    found = (_downloading_functions(modules, calls), _saving_functions(modules), _loading_functions(modules),
              _data_parallel_functions(modules), _global_rank_device_functions(modules))
     imported = _imported_definitions(modules, imports)
     for name, file in imported.items():

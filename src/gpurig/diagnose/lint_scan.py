@@ -22,6 +22,7 @@ from gpurig.diagnose.lint_guards import (
     _framework_hooks,
     _is_main_test,
     _mentions_rank,
+    _picks_one,
     _single_process_branch,
     runs_on_main_only,
 )
@@ -341,7 +342,8 @@ class _Scanner(_AssignScan, _Walker):
         # one-rank code (its `else` is).
         all_but_one = guarded and _all_but_one(node.test)
         self._guard += guarded and not all_but_one
-        self.in_rank_test += guarded  # (either branch: a value set there differs between ranks)
+        picks = guarded and _picks_one(node.test)
+        self.in_rank_test += picks  # (either branch: a value set there differs between the ranks of a run)
         start = self._set_devices
         # The test's text only matters once some `if` set the device (a dump per `if` is what a big file pays for).
         test = ast.dump(node.test) if self._device_conditions else None
@@ -395,7 +397,7 @@ class _Scanner(_AssignScan, _Walker):
         # `if not torch.cuda.is_available(): cpu else: set_device(...)`: the branch without a GPU needs no device.
         node._both_set_device = (in_body and in_else) or ((in_body or in_else) and _asks_for_gpu(node.test))  # type: ignore[attr-defined]
         self._guard -= guarded and not all_but_one
-        self.in_rank_test -= guarded
+        self.in_rank_test -= picks
 
     def _loop_body(self, node: ast.For | ast.While | ast.AsyncFor) -> None:
         # A loop in a loop is an epoch loop around a batch loop, unless the inner one walks a
@@ -487,7 +489,7 @@ class _Scanner(_AssignScan, _Walker):
             self.set_device_call = True
         if short == "init_process_group" and any(keys & _LAUNCHER_KEYS for keys in self._env_absent):
             self.env_fallback.add(id(node))  # the group a run without a launcher starts
-        if any(keys & _LAUNCHER_KEYS for keys in self._env_absent):
+        if any(keys & _LAUNCHER_KEYS and keys & {"MASTER_PORT", "MASTER_ADDR"} for keys in self._env_absent):
             self.fallback_calls.add(id(node))  # (a function only ever called so sets up a run nobody launched)
         if short == "init_process_group":
             self.group_gates.update(self._gate_names)
