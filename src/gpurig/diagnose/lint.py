@@ -65,7 +65,11 @@ def _lint_streamed(source: str, script: str, select, ignore) -> list[LintFinding
     try:
         scan = _stream_scan(source, script, script, unjudged)
         _RANK_CACHE.clear()  # the nodes it holds belong to groups already walked
-        findings = _lint_scanned(scan, source, script)
+        modules, flags = _project_flags(scan, source, script)
+        if flags:
+            scan = _stream_scan(source, script, script, unjudged, flags)
+            _RANK_CACHE.clear()
+        findings = _lint_scanned(scan, source, script, modules)
     finally:
         _RANK_CACHE.clear()
     return _chosen(findings, source, select, ignore)
@@ -95,15 +99,31 @@ def _suppressed(findings: list[LintFinding], source: str) -> list[LintFinding]:
 
 
 def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
+    _RANK_CACHE.clear()
+    scan = _Scanner()
+    scan.visit(tree)
+    modules, flags = _project_flags(scan, source, path)
+    if flags:
+        _RANK_CACHE.clear()
+        scan = _Scanner()
+        scan.project_flags = flags
+        scan.visit(tree)
+    return _lint_scanned(scan, source, path, modules)
+
+
+def _project_flags(scan: _Scanner, source: str, path) -> tuple[list, frozenset[str]]:
+    """(the project's modules, the flags and functions computed from the rank that the script names:
+    `opt.log`, `is_first_worker()`). Where there are any, the script is scanned again knowing them:
+    a test of one tests the rank (rarely needed; a script's own such function may come after its use)."""
+    import re
+
     from gpurig.diagnose.lint_guards import rank_flags
     from gpurig.diagnose.lint_modules import _local_modules
 
-    _RANK_CACHE.clear()
-    scan = _Scanner()
-    modules = _local_modules(tree, path)  # (read first: a flag they set from the rank guards the script's lines)
-    scan.project_flags = rank_flags(modules, tree)
-    scan.visit(tree)
-    return _lint_scanned(scan, source, path, modules)
+    modules = _local_modules(None, path, scan.imports)
+    flags = rank_flags(modules) | scan.rank_functions
+    named = flags and re.search(r"\b(?:" + "|".join(map(re.escape, sorted(flags))) + r")\b", source)
+    return modules, frozenset(flags) if named else frozenset()
 
 
 def lint_file(script: str, select=None, ignore=None) -> list:

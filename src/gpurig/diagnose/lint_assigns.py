@@ -47,8 +47,10 @@ class _AssignScan:
     def visit_Assign(self, node: ast.Assign) -> None:
         names = [_dotted(t) for t in node.targets]  # each target's dotted name, once
         first = names[0] if len(names) == 1 else ""
+        # (a big file keeps only those the rules read: rendezvous settings, and `rank, device = setup()`)
         if not self.compact or any(_RENDEZVOUS_TARGET.search(n.lower()) or (
-                isinstance(t, ast.Subscript) and _dotted(t.value) == "os.environ") for t, n in zip(node.targets, names, strict=True)):
+                isinstance(t, ast.Subscript) and _dotted(t.value) == "os.environ") for t, n in zip(node.targets, names, strict=True)) \
+                or isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Call):
             self.assigns.append((node, self._guard > 0))
         # (`ddp = int(os.environ.get("RANK", -1)) != -1` is true on every rank of a run: not a pick.)
         # (Only a test or a name can hold one: `y = x * 3 + 1` is no flag, and is not walked for one.)

@@ -203,26 +203,33 @@ def _picks_one(test: ast.AST) -> bool:
     return not (isinstance(test, ast.Call) and _name_of(_dotted(test.func)) in ("get", "getenv"))
 
 
-def rank_flags(modules: list, script: ast.AST | None = None) -> frozenset[str]:
+def _picks(test: ast.AST) -> bool:
+    return _picks_one(test) and not _all_but_one(test)  # (`RANK != -1`: every rank of a run)
+
+
+def rank_function(node: ast.AST) -> bool:
+    """A small function of no arguments that returns a rank check (ANCE's `is_first_worker()`:
+    `return not dist.is_initialized() or dist.get_rank() == 0`)."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.args.args or len(node.body) > 4:
+        return False
+    returns = [n.value for n in ast.walk(node) if isinstance(n, ast.Return)]
+    return bool(returns) and all(isinstance(v, (ast.Compare, ast.BoolOp, ast.UnaryOp)) and _picks(v) for v in returns)
+
+
+def rank_flags(modules: list) -> frozenset[str]:
     """What the project's own code computes from a rank check, by its last name: attributes it sets
     from one (HybrIK's `if opt.rank % opt.ngpus_per_node == 0: opt.log = True`, else False;
-    `args.is_master = args.rank == 0`) and functions that return one (ANCE's `is_first_worker()`:
-    `return not dist.is_initialized() or dist.get_rank() == 0`). Where the script tests `opt.log` or
-    calls `is_first_worker()` in a test, it tests the rank."""
+    `args.is_master = args.rank == 0`) and functions that return one (`rank_function`). Where the
+    script tests `opt.log` or calls `is_first_worker()` in a test, it tests the rank."""
     out: set[str] = set()
-    nodes = [n for module in modules for n in ast.walk(module)]
-    nodes += getattr(script, "body", [])  # (the script's own functions: its top-level ones, not another walk of it all)
-    picks = lambda test: _picks_one(test) and not _all_but_one(test)  # noqa: E731  (`RANK != -1`: every rank of a run)
-    for node in nodes:
-        if isinstance(node, ast.If) and picks(node.test):
+    for node in (n for module in modules for n in ast.walk(module)):
+        if isinstance(node, ast.If) and _picks(node.test):
             out.update(t.attr for stmt in node.body if isinstance(stmt, ast.Assign) and _is_const(stmt.value, True)
                        for t in stmt.targets if isinstance(t, ast.Attribute))
-        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Compare) and picks(node.value):
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Compare) and _picks(node.value):
             out.update(t.attr for t in node.targets if isinstance(t, ast.Attribute))
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.args.args and len(node.body) <= 4:
-            returns = [n.value for n in ast.walk(node) if isinstance(n, ast.Return)]
-            if returns and all(isinstance(v, (ast.Compare, ast.BoolOp, ast.UnaryOp)) and picks(v) for v in returns):
-                out.add(node.name)
+        elif rank_function(node):
+            out.add(node.name)
     return frozenset(a for a in out if not _DISTRIBUTED_FLAG.fullmatch(a))
 
 

@@ -575,4 +575,6 @@ _RULE_CALLS = frozenset({
     "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "setLevel", "basicConfig", "disable",
     "save_pretrained", "save_to_disk", "Trainer", "Fabric", "write_text", "write_bytes", "load_data", "FSDP",
     "FullyShardedDataParallel", *_FILE_WRITERS, *_NUMPY_WRITERS, "system", "run", "call", "check_call", "check_output", "Popen",
+    "register_save_state_pre_hook", "register_load_state_pre_hook", "save_state", "load_state", "fully_shard",
+    "init_device_mesh", "TrainingArguments", "Seq2SeqTrainingArguments", "from_config",
 }) | _AUTO_DATASETS | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS

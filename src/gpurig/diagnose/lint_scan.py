@@ -24,6 +24,7 @@ from gpurig.diagnose.lint_guards import (
     _mentions_rank,
     _picks_one,
     _single_process_branch,
+    rank_function,
     runs_on_main_only,
 )
 from gpurig.diagnose.lint_modules import LIBRARY_FETCH_NAMES, _project_import
@@ -49,6 +50,8 @@ from gpurig.diagnose.lint_nodes import (
     _worker_started,
 )
 from gpurig.diagnose.lint_project import _is_download_call
+
+_ADDRESS_KEYS = frozenset({"MASTER_PORT", "MASTER_ADDR"})
 
 _JUDGED_CALLS = _RULE_CALLS | LIBRARY_FETCH_NAMES  # (and the library calls that download)
 
@@ -83,6 +86,7 @@ class _Scanner(_AssignScan, _Walker):
         self.aliases: set[str] = set()  # other names of DistributedDataParallel & co. (`as NativeDDP`)
         self.flags: set[str] = set()  # names holding a rank check's result (or a value only one rank sets)
         self.project_flags: frozenset[str] = frozenset()  # attributes and functions the project computes from a rank check
+        self.rank_functions: set[str] = set()  # the file's own top-level functions that return a rank check
         self.multi_device_classes: set[str] = set()  # classes of the file whose __init__ puts parts on two devices
         self.multi_device_models: set[str] = set()  # names given one of them (`mp_model = ToyMpModel(dev0, dev1)`)
         self._devices: set[str] | None = None  # in a class's __init__: the devices its parts are moved to
@@ -139,6 +143,7 @@ class _Scanner(_AssignScan, _Walker):
         self.env_fallback: set[int] = set()  # ids of `os.environ[K] = v` run only where K is not set (and of
         # init_process_group calls run only where the launcher's keys are not set)
         self._env_absent: list[frozenset[str]] = []  # per open `if`: environment keys known to be unset
+        self._no_env = 0  # how many of them are empty (most: a call looks at the list only where one is not)
         self.own_methods: set[tuple[str, str]] = set()  # (class, method) defined in this file
         self.spawns_in: set[str] = set()  # functions that start the workers (mp.spawn) themselves
         self.settings: dict[str, set] = {}  # last name -> the constant values the script assigns it (x = 1, x: int = 1)
@@ -264,6 +269,8 @@ class _Scanner(_AssignScan, _Walker):
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         for d in node.decorator_list:
             self.visit(d)
+        if not self._functions and rank_function(node):
+            self.rank_functions.add(node.name)  # (`def is_first_worker(): return ... get_rank() == 0`)
         # A function body starts unguarded: whether it runs on one rank depends on its callers.
         outer, self._guard = self._guard, 0
         outer_path, self._path = self._path, []
@@ -354,6 +361,7 @@ class _Scanner(_AssignScan, _Walker):
         # without a launcher, never used where the launcher set it.
         unset, set_ = _env_tests(node.test)
         self._env_absent.append(unset)
+        self._no_env += not unset
         main = _is_main_test(node.test) and not self._functions
         self._main += main
         one_body, one_else = _single_process_branch(node.test)
@@ -378,7 +386,7 @@ class _Scanner(_AssignScan, _Walker):
         self._flag_guards.pop()
         self._guard -= one_body
         self._main -= main
-        self._env_absent.pop()
+        self._no_env -= not self._env_absent.pop()
         if again:
             self._path.pop()
         in_body = self._set_devices > start
@@ -386,13 +394,14 @@ class _Scanner(_AssignScan, _Walker):
             self._device_conditions.add(test if test is not None else ast.dump(node.test))
         middle = self._set_devices
         self._env_absent.append(set_)
+        self._no_env += not set_
         self._guard += all_but_one + one_else
         orelse = self._block(node.orelse)  # `else` of a rank check is also one-rank code
         self._guard -= all_but_one + one_else
         self._cache_checks -= checks_file
         if self._states:  # what rank 0 fetched before a barrier in a branch, the rest of this block finds
             self._states[-1][4] |= body[4] | orelse[4]
-        self._env_absent.pop()
+        self._no_env -= not self._env_absent.pop()
         in_else = self._set_devices > middle
         # `if not torch.cuda.is_available(): cpu else: set_device(...)`: the branch without a GPU needs no device.
         node._both_set_device = (in_body and in_else) or ((in_body or in_else) and _asks_for_gpu(node.test))  # type: ignore[attr-defined]
@@ -454,10 +463,11 @@ class _Scanner(_AssignScan, _Walker):
         for h in node.handlers:
             unset = read if read and h.type is not None and "KeyError" in ast.dump(h.type) else frozenset()
             self._env_absent.append(unset)
+            self._no_env += not unset
             self._handlers += 1
             self._block(h.body)
             self._handlers -= 1
-            self._env_absent.pop()
+            self._no_env -= not self._env_absent.pop()
         self._block(node.orelse)
         self._block(node.finalbody)
 
@@ -489,7 +499,7 @@ class _Scanner(_AssignScan, _Walker):
             self.set_device_call = True
         if short == "init_process_group" and any(keys & _LAUNCHER_KEYS for keys in self._env_absent):
             self.env_fallback.add(id(node))  # the group a run without a launcher starts
-        if any(keys & _LAUNCHER_KEYS and keys & {"MASTER_PORT", "MASTER_ADDR"} for keys in self._env_absent):
+        if len(self._env_absent) > self._no_env and any(keys & _LAUNCHER_KEYS and keys & _ADDRESS_KEYS for keys in self._env_absent):
             self.fallback_calls.add(id(node))  # (a function only ever called so sets up a run nobody launched)
         if short == "init_process_group":
             self.group_gates.update(self._gate_names)
@@ -515,7 +525,7 @@ class _Scanner(_AssignScan, _Walker):
                 self.main_spawns = True
         # The function a worker process runs (`mp.spawn(train, ...)`, `Process(target=train)`): every
         # rank runs it, whatever its direct call sites (a one-GPU path calling train(0, 1)) say.
-        worker = _worker_started(node)
+        worker = _worker_started(node) if short in ("spawn", "start_processes", "Process") else None
         if isinstance(worker, ast.Name):
             self.worker_functions.add(worker.id)
         if short in ("to", "cuda") and isinstance(node.func, ast.Attribute) and node.args and _dotted(node.func.value):

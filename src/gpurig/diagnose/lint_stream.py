@@ -53,7 +53,7 @@ def _next_cut(source: str, pos: int) -> int:
 _DEF_NAME = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
 
 
-def _stream_scan(source: str, label: str, path=None, unjudged=frozenset()) -> _Scanner:
+def _stream_scan(source: str, label: str, path=None, unjudged=frozenset(), project_flags=frozenset()) -> _Scanner:
     """One scan of a big script, top-level statement groups parsed and walked one after another,
     keeping only what the rules judge (the rest is freed with its group). `unjudged`: names of calls
     no chosen rule looks at (`print` when print-on-every-rank is off), not kept for their name."""
@@ -62,6 +62,7 @@ def _stream_scan(source: str, label: str, path=None, unjudged=frozenset()) -> _S
     scan = _Scanner()
     scan.compact = True
     scan.unjudged = unjudged
+    scan.project_flags = project_flags
     # (`super().__init__()` is not kept for its name: a class is built by its own name.)
     scan.keep_names = set(_DEF_NAME.findall(source)) - {"__init__"}
     scan.script_dir = Path(path).resolve().parent if path else None
