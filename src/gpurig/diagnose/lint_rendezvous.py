@@ -232,20 +232,23 @@ def port_settings(modules: list, configs, value: ast.AST, own_options=frozenset(
     return out
 
 
+def _port_option(call: ast.Call) -> tuple[str, object, str] | None:
+    """(option name, fixed port, "--flag") of `add_argument("--port", default=12355)`; None otherwise."""
+    default = _kw(call, "default").value if _name_of(_dotted(call.func)) == "add_argument" and _kw(call, "default") is not None else None
+    port = default.value if isinstance(default, ast.Constant) and not isinstance(default.value, bool) else None
+    flag = next((a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")), None)
+    return (flag[2:].replace("-", "_"), port, flag) if flag and re.fullmatch(r"\d{4,5}", str(port)) else None
+
+
 def own_ports(calls: list, text: str) -> dict[str, str]:
     """The script's own options that default to a fixed port (`parser.add_argument("-p", "--port",
     default=12355)`): option -> the port, as said. Not those the option's own check reports already
     (`--master_port`, `--dist-port`, or a `--port` the script builds a tcp:// address from)."""
     out: dict[str, str] = {}
-    for c, f, _ in calls:
-        if any(isinstance(a, ast.Constant) and isinstance(a.value, str) and re.search(_OPTION_CHECKED, a.value) for a in c.args) \
-                or _BUILDS_TCP.search(text):
-            continue
-        default = _kw(c, "default").value if _name_of(f) == "add_argument" and _kw(c, "default") is not None else None
-        if isinstance(default, ast.Constant) and not isinstance(default.value, bool) and re.fullmatch(r"\d{4,5}", str(default.value)):
-            for a in c.args:
-                if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--"):
-                    out[a.value[2:].replace("-", "_")] = f"{default.value!r} (the default of its {a.value} option at line {c.lineno})"
+    for c, _, _ in [] if _BUILDS_TCP.search(text) else calls:
+        found = _port_option(c)
+        if found is not None and not re.search(_OPTION_CHECKED, found[2]):
+            out[found[0]] = f"{found[1]!r} (the default of its {found[2]} option at line {c.lineno})"
     return out
 
 
@@ -261,14 +264,9 @@ def _parser_ports(modules: list, own_options=frozenset()) -> dict[str, str]:
     out: dict[str, str] = {}
     for m in modules:
         for n in ast.walk(m):
-            if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "add_argument" and _kw(n, "default") is not None:
-                default = _kw(n, "default").value
-                port = default.value if isinstance(default, ast.Constant) else None
-                if not isinstance(port, bool) and re.fullmatch(r"\d{4,5}", str(port)) is not None:
-                    for a in n.args:
-                        if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--") \
-                                and a.value[2:].replace("-", "_") not in own_options:
-                            out.setdefault(a.value[2:].replace("-", "_"), f"{port!r} (the default of its {a.value} option at {_at(m, n.lineno)})")
+            found = _port_option(n) if isinstance(n, ast.Call) else None
+            if found is not None and found[0] not in own_options:
+                out.setdefault(found[0], f"{found[1]!r} (the default of its {found[2]} option at {_at(m, n.lineno)})")
     return out
 
 
