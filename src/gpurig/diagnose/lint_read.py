@@ -152,10 +152,6 @@ def project_configs(folder) -> list[tuple[str, object, str]]:
     import json
     from pathlib import Path
 
-    try:
-        import yaml
-    except ImportError:  # (optional: without it, JSON only)
-        yaml = None
     if folder is None:
         return []
     out = []
@@ -165,13 +161,19 @@ def project_configs(folder) -> list[tuple[str, object, str]]:
         folders += [f for top in tops for f in (top, *sorted(d for d in top.iterdir() if d.is_dir())[:20])]
     except OSError:
         pass
-    suffixes = (".json", ".yaml", ".yml") if yaml is not None else (".json",)
-    unreadable = (OSError, ValueError, yaml.YAMLError) if yaml is not None else (OSError, ValueError)
+    yaml = None
     for d in folders:
         try:
-            files = sorted(f for f in d.iterdir() if f.suffix in suffixes)[:50]
+            files = sorted(f for f in d.iterdir() if f.suffix in (".json", ".yaml", ".yml"))[:50]
         except OSError:
             continue
+        if yaml is None and any(f.suffix != ".json" for f in files):
+            try:
+                import yaml  # (imported only where there is YAML to read: 10 ms of every lint otherwise)
+            except ImportError:  # (optional: without it, JSON only)
+                yaml = False
+        files = [f for f in files if f.suffix == ".json" or yaml]
+        unreadable = (OSError, ValueError, yaml.YAMLError) if yaml else (OSError, ValueError)
         for f in files:
             try:
                 if f.stat().st_size < 1_000_000:

@@ -9,14 +9,19 @@ import re
 from gpurig.diagnose.lint_guards import _RANK_CACHE
 from gpurig.diagnose.lint_scan import _Scanner
 
+# A group is about 16 kB of source per 50,000 lines of the script, from 16 to 256 kB. Small groups
+# compile faster (the memory of one group's tree is reused for the next), but each group is compiled
+# after as many newlines as lines come before it, which costs more the longer the script.
 _CHUNK_BYTES = 256 * 1024
+_MIN_CHUNK_BYTES = 16 * 1024
+_LINES_PER_MIN_CHUNK = 50_000
 # A line that may start a top-level statement: not indented, not a comment or a closing bracket,
 # not the continuation of a compound statement.
 _MAY_START_LINE = re.compile(r"^(?!(?:else|elif|except|finally)\b)[^\s#)\]}]", re.M)
 
 
 def _top_level_chunks(source: str, label: str):
-    """The syntax trees of consecutive groups of top-level statements, about _CHUNK_BYTES each.
+    """The syntax trees of consecutive groups of top-level statements, of about `_chunk_bytes` each.
 
     A cut is tried only where a line could start a statement; a group that does not compile on
     its own (the cut fell inside a string, brackets, a decorator or a compound statement) grows to
@@ -24,9 +29,10 @@ def _top_level_chunks(source: str, label: str):
     that does not compile at all. Line numbers are the script's: each group is compiled after as
     many newlines as lines come before it."""
     end_of_source = len(source)
+    chunk = _chunk_bytes(source.count("\n"))
     start, line = 0, 0  # where the group starts, and the number of lines before it
     while start < end_of_source:
-        end = _next_cut(source, start + _CHUNK_BYTES)
+        end = _next_cut(source, start + chunk)
         while True:
             text = source[start:end]
             try:
@@ -41,6 +47,11 @@ def _top_level_chunks(source: str, label: str):
         yield tree
         line += text.count("\n")
         start = end
+
+
+def _chunk_bytes(lines: int) -> int:
+    """The size of a script's groups: see _MIN_CHUNK_BYTES."""
+    return min(_CHUNK_BYTES, _MIN_CHUNK_BYTES * max(1, lines // _LINES_PER_MIN_CHUNK))
 
 
 def _next_cut(source: str, pos: int) -> int:
