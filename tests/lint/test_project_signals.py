@@ -79,6 +79,36 @@ def test_a_flag_true_on_every_rank_of_a_run_guards_nothing(tmp_path):
     assert _lint(tmp_path, script, "save-on-every-rank") == [("save-on-every-rank", 10)]
 
 
+def test_a_flag_the_projects_base_class_turns_off_on_other_ranks_guards_the_saves(tmp_path):
+    # VL-T5's TrainerBase: `self.verbose = True`, then in `if distributed:` `if gpu != 0: self.verbose = False`
+    _write(tmp_path, "trainer_base.py", """
+        class TrainerBase:
+            def __init__(self, args):
+                self.args = args
+                self.verbose = True
+                if self.args.distributed:
+                    if self.args.gpu != 0:
+                        self.verbose = False
+                    self.quiet = True  # (every rank of a run: no rank check)
+        """)
+    script = """
+    from trainer_base import TrainerBase
+    class Trainer(TrainerBase):
+        def train(self, model):
+            if self.verbose:
+                torch.save(model.state_dict(), "best.pth")
+            if self.quiet:
+                torch.save(model.state_dict(), "last.pth")
+    def main_worker(gpu, args):
+        args.gpu = gpu
+        torch.cuda.set_device(gpu)
+        dist.init_process_group("nccl", init_method="env://", rank=gpu, world_size=2)
+        Trainer(args).train(build_model())
+        dist.destroy_process_group()
+    """
+    assert _lint(tmp_path, script, "save-on-every-rank") == [("save-on-every-rank", 12)]
+
+
 FIRST_WORKER = """
 def is_first_worker():
     return not dist.is_available() or not dist.is_initialized() or dist.get_rank() == 0
@@ -242,6 +272,29 @@ def test_a_helper_setting_master_port_from_the_projects_parser_default(tmp_path)
     dist.destroy_process_group()
     """
     assert _lint(tmp_path, script, "hard-coded-rendezvous") == [("hard-coded-rendezvous", 7)]
+
+
+def test_a_tcp_address_built_from_the_projects_port_option(tmp_path):
+    # AOT-GAN: utils/option.py gives --port default 22334; the script builds f"tcp://127.0.0.1:{args.port}"
+    _write(tmp_path, "utils/option.py", """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--port", type=int, default=22334)
+        parser.add_argument("--seed", type=int, default=2021)
+        args = parser.parse_args()
+        """)
+    script = """
+    import torch.multiprocessing as mp
+    from utils.option import args
+    def main_worker(gpu, ngpus, args):
+        torch.cuda.set_device(gpu)
+        dist.init_process_group("nccl", init_method=args.init_method, world_size=ngpus, rank=gpu)
+        dist.destroy_process_group()
+    args.init_method = f"tcp://127.0.0.1:{args.port}"
+    args.free = f"tcp://127.0.0.1:{args.seed}"
+    mp.spawn(main_worker, nprocs=2, args=(2, args))
+    """
+    assert _lint(tmp_path, script, "hard-coded-rendezvous") == [("hard-coded-rendezvous", 12)]
 
 
 def test_the_global_rank_a_setup_helper_hands_back_as_a_device(tmp_path):

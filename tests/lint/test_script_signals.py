@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
-from gpurig.diagnose.lint import RULES, lint_source
+from gpurig.diagnose.lint import RULES, lint_file, lint_source
 
 HEAD = """\
 import os
@@ -132,3 +132,65 @@ def test_a_set_up_function_called_only_where_no_launcher_ran_is_a_fallback():
     assert _lint(body, "hard-coded-rendezvous") == []
     # called on every run, it fixes the port
     assert _lint(body.replace("        if any([x not in os.environ for x in [\"RANK\", \"WORLD_SIZE\", \"MASTER_PORT\", \"MASTER_ADDR\"]]):\n            setup", "        if True:\n            setup"), "hard-coded-rendezvous") == [9]
+
+
+def test_a_port_option_handed_to_the_workers_names_where_it_becomes_master_port(tmp_path):
+    # Optuna's spawn example: --master-port defaults to "12355", mp.spawn hands args.master_port to the
+    # worker, whose setup() puts it into MASTER_PORT: the finding names that line, where the user looks
+    body = """
+    def setup(rank, world_size, master_port):
+        os.environ["MASTER_ADDR"] = "localhost"
+        os.environ["MASTER_PORT"] = master_port
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+    def run(rank, world_size, master_port):
+        setup(rank, world_size, master_port)
+        dist.destroy_process_group()
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--master-port", type=str, default="12355")
+    args = parser.parse_args()
+    mp.spawn(run, args=(2, args.master_port), nprocs=2)
+    """
+    (tmp_path / "train.py").write_text(HEAD + textwrap.dedent(body))
+    found = [f for f in lint_file(str(tmp_path / "train.py"), select=set(RULES)) if f.id == "hard-coded-rendezvous"]
+    assert [f.line for f in found] == [17]
+    assert "train.py:9" in found[0].related and "(used at train.py:9, train.py:19)" in found[0].title
+
+
+def test_a_file_emptied_then_appended_to_is_one_finding():
+    # ALBEF-style evaluation dump: open(path, "w") to empty it, then open(path, "a") for the rows, on every rank
+    body = """
+    def evaluate_and_dump(args, results):
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        with open(os.path.join(args.output_dir, "test.jsonl"), "w") as f:
+            f.write("")
+        with open(os.path.join(args.output_dir, "test.jsonl"), "a") as f:
+            for r in results:
+                f.write(str(r))
+        with open(os.path.join(args.output_dir, "config.yaml"), "w") as f:
+            f.write(str(args))
+        dist.destroy_process_group()
+    """
+    assert _lint(body, "save-on-every-rank") == [10, 15]
+
+
+def test_a_group_started_and_ended_in_functions_run_from_elsewhere_is_ended():
+    # a training module whose entry point is another file (`from train import main`, a console script):
+    # nothing in it calls main(), which starts and ends the group; a cleanup() nothing runs still ends nothing
+    body = """
+    def main(args):
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        train(args)
+        dist.destroy_process_group()
+    """
+    assert _lint(body, "no-destroy-process-group") == []
+    body = """
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    def cleanup():
+        dist.destroy_process_group()
+    """
+    assert _lint(body, "no-destroy-process-group") == [7]

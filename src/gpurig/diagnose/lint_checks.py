@@ -447,7 +447,9 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                 inside = scan.enclosing.get(id(call)) or ("",)
                 if isinstance(written, ast.Name) and written.id in scan.params.get(inside[-1], ()) and not never_run(call):
                     param_writes.append((inside[-1], written.id, call))  # judged where it is called, by the path given
-                elif not _mentions_rank_value(written) and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written)):
+                elif not _mentions_rank_value(written) and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written)) \
+                        and ("open", inside, ast.unparse(written)) not in reported_helpers:  # (emptied, then appended to: one file)
+                    reported_helpers.add(("open", inside, ast.unparse(written)))
                     what = repr(written.value) if isinstance(written, ast.Constant) else ast.unparse(written)[:60]
                     add("save-on-every-rank", call, f"every rank writes {what} at once: lines interleave or the file is cut",
                         "Write from one rank (`if rank == 0:`), or put the rank in the file name.")
@@ -504,6 +506,10 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                     add("hard-coded-rendezvous", assign,
                         f"{_dotted(target)} gets a fixed port ({literal.rsplit(':', 1)[-1]}): two jobs on one machine collide",
                         "Take the port from the environment (MASTER_PORT set by the launcher) or pick a free one.")
+                elif isinstance(literal, str) and (fixed := rendezvous.tcp_port_setting(assign.value, modules, configs, calls)):
+                    add("hard-coded-rendezvous", assign, f"{_dotted(target)} takes its port from the {fixed}: a second job fails "
+                        "with 'Address already in use'",
+                        "Take the port from the environment (MASTER_PORT set by the launcher) or default the setting to a free one.")
             if isinstance(target, ast.Subscript) and _dotted(target.value) == "os.environ":
                 key = target.slice
                 value = assign.value.value if isinstance(assign.value, ast.Constant) else (

@@ -222,15 +222,30 @@ def rank_flags(modules: list) -> frozenset[str]:
     `args.is_master = args.rank == 0`) and functions that return one (`rank_function`). Where the
     script tests `opt.log` or calls `is_first_worker()` in a test, it tests the rank."""
     out: set[str] = set()
+    picked: dict[int, tuple[str, bool]] = {}  # attributes given True or False under a rank check: id(assign) -> (attr, value)
+    given: list[tuple[str, bool, int]] = []  # every attribute given True or False
     for node in (n for module in modules for n in ast.walk(module)):
-        if isinstance(node, ast.If) and _picks(node.test):
-            out.update(t.attr for stmt in node.body if isinstance(stmt, ast.Assign) and _is_const(stmt.value, True)
-                       for t in stmt.targets if isinstance(t, ast.Attribute))
+        if isinstance(node, ast.If) and _picks_one(node.test):
+            # (True under `rank != 0` is not one: it holds on every rank but one)
+            every_but_one = _all_but_one(node.test)
+            picked.update((id(a), (t.attr, a.value.value)) for stmt in node.body for a in ast.walk(stmt) if _sets_bool(a)
+                          and not (every_but_one and a.value.value) for t in a.targets if isinstance(t, ast.Attribute))
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Compare) and _picks(node.value):
             out.update(t.attr for t in node.targets if isinstance(t, ast.Attribute))
         elif rank_function(node):
             out.add(node.name)
+        if _sets_bool(node):
+            given += [(t.attr, node.value.value, id(node)) for t in node.targets if isinstance(t, ast.Attribute)]
+    # True under a rank check; or False under one (`if self.args.gpu != 0: self.verbose = False`, in an
+    # `if distributed:` or not) where it is True elsewhere (`self.verbose = True` before it, VL-T5's trainer).
+    out.update(attr for attr, value in picked.values() if value)
+    out.update(attr for attr, value in picked.values() if not value and any(
+        a == attr and v and i not in picked for a, v, i in given))
     return frozenset(a for a in out if not _DISTRIBUTED_FLAG.fullmatch(a))
+
+
+def _sets_bool(node: ast.AST) -> bool:
+    return isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool)
 
 
 def _mentions_rank(test: ast.AST) -> bool:
@@ -400,12 +415,15 @@ def _never_destroys(scan, calls: list) -> bool:
     ends normally, on every rank: each destroys a subgroup (`destroy_process_group(group)`), or is
     under a rank check (`if rank in [-1, 0]: ... else: destroy...`: the others never do), or in an
     exception handler (`except KeyboardInterrupt:`), or in a function of this file run only from
-    handlers (`cleanup()`), or that nothing runs."""
+    handlers (`cleanup()`), or that nothing runs while the group is started where something does (a
+    file whose functions are all run from elsewhere, `main()` starting and ending the group, ends it)."""
+    started_here = any(_name_of(f) == "init_process_group" and not _never_run(scan, c) for c, f, _ in calls)
+
     def ends_nothing(call: ast.Call, guarded: bool) -> bool:
         inside = scan.enclosing.get(id(call), ())
         group = _kw(call, "group")
         return bool(call.args) or (group is not None and not _is_const(group.value, None)) or guarded \
-            or id(call) in scan.handled_destroys or _never_run(scan, call) or (
+            or id(call) in scan.handled_destroys or (started_here and _never_run(scan, call)) or (
                 bool(inside) and inside[-1] in scan.defined and inside[-1] in scan.run_in_handlers
                 and inside[-1] not in scan.run_outside_handlers)
 

@@ -31,7 +31,14 @@ def option_uses(text: str, dest: str, here: str) -> str:
     uses = re.compile(rf"\.{re.escape(dest)}\b")
     lines = [n for n, line in enumerate(text.splitlines(), 1)
              if uses.search(line) and _BUILDS_RENDEZVOUS.search(line) and "add_argument" not in line]
+    # (handed to a set-up function first, `mp.spawn(run, args=(world, args.master_port))`: where that
+    # function puts its port parameter into the environment, `os.environ["MASTER_PORT"] = master_port`)
+    if any(re.search(rf"\(.*\.{re.escape(dest)}\b", line) for line in text.splitlines()):
+        lines = sorted({*lines, *(n for n, line in enumerate(text.splitlines(), 1) if _PORT_FROM_PARAMETER.search(line))})
     return f" (used at {', '.join(f'{here}:{n}' for n in lines[:3])})" if lines else ""
+
+
+_PORT_FROM_PARAMETER = re.compile(r"""MASTER_PORT['"]\]\s*=\s*(?:str\(\s*)?\w*port\w*\s*\)?\s*(?:#.*)?$""", re.I)
 
 
 def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int]]:
@@ -230,6 +237,20 @@ def port_settings(modules: list, configs, value: ast.AST, own_options=frozenset(
         for key, said in _parser_ports(modules, own_options).items():
             out.setdefault(key, said)
     return out
+
+
+def tcp_port_setting(value: ast.AST, modules: list, configs, calls: list) -> str | None:
+    """For `f"tcp://127.0.0.1:{args.port}"`, where the project's own parser defaults --port to a fixed
+    port (AOT-GAN's utils/option.py): "port setting, fixed to 22334 (the default of ...)"; else None."""
+    if not (isinstance(value, ast.JoinedStr) and value.values and isinstance(value.values[-1], ast.FormattedValue)):
+        return None
+    text = "".join(v.value for v in value.values if isinstance(v, ast.Constant))
+    port = value.values[-1].value
+    setting = _setting_name(port)
+    if not (text.startswith("tcp://") and text.endswith(":")) or setting is None:
+        return None
+    ports = port_settings(modules, configs, port, script_options(calls))
+    return f"{setting} setting, fixed to {ports[setting]}" if setting in ports else None
 
 
 def _port_option(call: ast.Call) -> tuple[str, object, str] | None:
