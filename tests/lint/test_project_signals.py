@@ -107,6 +107,20 @@ def test_a_flag_the_projects_base_class_turns_off_on_other_ranks_guards_the_save
         dist.destroy_process_group()
     """
     assert _lint(tmp_path, script, "save-on-every-rank") == [("save-on-every-rank", 12)]
+    # a script whose own --verbose option the test reads: the same on every rank, not the project's flag
+    script = """
+    import argparse
+    from trainer_base import TrainerBase
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    if args.verbose:
+        torch.save(build_model().state_dict(), "model.pt")
+    dist.destroy_process_group()
+    """
+    assert _lint(tmp_path, script, "save-on-every-rank") == [("save-on-every-rank", 14)]
 
 
 FIRST_WORKER = """
@@ -295,6 +309,15 @@ def test_a_tcp_address_built_from_the_projects_port_option(tmp_path):
     mp.spawn(main_worker, nprocs=2, args=(2, args))
     """
     assert _lint(tmp_path, script, "hard-coded-rendezvous") == [("hard-coded-rendezvous", 12)]
+    # the port set again to a free one before the workers start: not fixed
+    free = script.replace("    mp.spawn(", "    args.port = find_free_port()\n    mp.spawn(")
+    assert _lint(tmp_path, free, "hard-coded-rendezvous") == []
+    # the script's own --port (no default) and an unrelated port in a shipped config: not fixed
+    _write(tmp_path, "utils/option.py", "import argparse\n")
+    _write(tmp_path, "config.json", '{"visdom": {"server": "http://localhost", "port": 8097}}')
+    own = script.replace("from utils.option import args", "import argparse\n    parser = argparse.ArgumentParser()\n"
+                         "    parser.add_argument('--port', type=int, default=None)\n    args = parser.parse_args()")
+    assert _lint(tmp_path, own, "hard-coded-rendezvous") == []
 
 
 def test_the_global_rank_a_setup_helper_hands_back_as_a_device(tmp_path):

@@ -194,3 +194,32 @@ def test_a_group_started_and_ended_in_functions_run_from_elsewhere_is_ended():
         dist.destroy_process_group()
     """
     assert _lint(body, "no-destroy-process-group") == [7]
+    # (the tutorial's cleanup() defined and never called, its main() run from elsewhere: not ended)
+    body = """
+    def cleanup():
+        dist.destroy_process_group()
+    def main():
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        train()
+    """
+    assert _lint(body, "no-destroy-process-group") == [10]
+
+
+def test_a_rendezvous_option_is_said_used_only_where_it_is(tmp_path):
+    # the ImageNet example's --dist-url, and a Slurm helper setting MASTER_PORT from the job id:
+    # that line is not where the option is used
+    body = """
+    def slurm_setup():
+        port = 10000 + int(os.environ["SLURM_JOB_ID"]) % 20000
+        os.environ["MASTER_PORT"] = str(port)
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dist-url", default="tcp://224.66.41.62:23456")
+    args = parser.parse_args()
+    dist.init_process_group("nccl", init_method=args.dist_url, world_size=2, rank=0)
+    dist.destroy_process_group()
+    """
+    (tmp_path / "main.py").write_text(HEAD + textwrap.dedent(body))
+    found = [f for f in lint_file(str(tmp_path / "main.py"), select=set(RULES)) if f.id == "hard-coded-rendezvous"]
+    assert [f.line for f in found] == [12] and found[0].related == ["main.py:14"]

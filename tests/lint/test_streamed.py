@@ -3,6 +3,7 @@ held): the findings must be exactly those of reading it whole, wherever the cuts
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -173,6 +174,18 @@ def test_a_big_script_that_does_not_compile_is_named_with_its_line(tmp_path, mon
     undecodable.write_bytes(TRICKY.encode() + b"\nx = '\xe9'\n")
     with pytest.raises(BadInput, match=rf"not UTF-8 text \(line {line}"):
         L.lint_file(str(undecodable))
+
+
+def test_a_literal_of_many_lines_at_column_0_is_compiled_a_few_times(tmp_path, monkeypatch):
+    # a vocabulary dict with its 3,000 entries at column 0: every line could start a statement, so a
+    # cut inside it is retried; the group grows by doubling, not one line per compile (quadratic)
+    source = TRICKY + "VOCAB = {\n" + "".join(f'"token_{i:06d}": {i},\n' for i in range(3000)) + "}\n" + TRICKY
+    monkeypatch.setattr(lint_stream, "_CHUNK_BYTES", 64)
+    compiles = []
+    monkeypatch.setattr(lint_stream, "compile", lambda *a, **k: compiles.append(1) or compile(*a, **k), raising=False)
+    trees = list(lint_stream._top_level_chunks(source, "vocab.py"))
+    assert sum(len(t.body) for t in trees) == len(ast.parse(source).body)
+    assert len(compiles) < len(trees) + 40, len(compiles)
 
 
 def test_a_script_over_the_threshold_is_streamed(tmp_path, monkeypatch):

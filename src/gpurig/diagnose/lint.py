@@ -121,7 +121,11 @@ def _project_flags(scan: _Scanner, source: str, path) -> tuple[list, frozenset[s
     from gpurig.diagnose.lint_modules import _local_modules
 
     modules = _local_modules(None, path, scan.imports)
-    flags = rank_flags(modules) | scan.rank_functions
+    # (not a name the script's or the project's parser gives an option: `--verbose` is the same on every rank)
+    options = {a.value[2:].replace("-", "_") for c in (*(c for c, _ in scan.calls), *(n for m in modules for n in ast.walk(m)))
+               if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "add_argument"
+               for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")}
+    flags = (rank_flags(modules) - options) | scan.rank_functions
     named = flags and re.search(r"\b(?:" + "|".join(map(re.escape, sorted(flags))) + r")\b", source)
     return modules, frozenset(flags) if named else frozenset()
 

@@ -503,13 +503,10 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                     "".join(v.value for v in assign.value.values if isinstance(v, ast.Constant))
                     if isinstance(assign.value, ast.JoinedStr) else None)
                 if isinstance(literal, str) and re.search(r"tcp://[^\s]*:\d{3,5}$", literal):
-                    add("hard-coded-rendezvous", assign,
-                        f"{_dotted(target)} gets a fixed port ({literal.rsplit(':', 1)[-1]}): two jobs on one machine collide",
+                    add("hard-coded-rendezvous", assign, f"{_dotted(target)} gets a fixed port ({literal.rsplit(':', 1)[-1]}): two jobs on one machine collide",
                         "Take the port from the environment (MASTER_PORT set by the launcher) or pick a free one.")
-                elif isinstance(literal, str) and (fixed := rendezvous.tcp_port_setting(assign.value, modules, configs, calls)):
-                    add("hard-coded-rendezvous", assign, f"{_dotted(target)} takes its port from the {fixed}: a second job fails "
-                        "with 'Address already in use'",
-                        "Take the port from the environment (MASTER_PORT set by the launcher) or default the setting to a free one.")
+                elif isinstance(literal, str) and (found := rendezvous.tcp_port_setting(assign.value, modules, calls, text, _dotted(target))):
+                    add("hard-coded-rendezvous", assign, *found)
             if isinstance(target, ast.Subscript) and _dotted(target.value) == "os.environ":
                 key = target.slice
                 value = assign.value.value if isinstance(assign.value, ast.Constant) else (

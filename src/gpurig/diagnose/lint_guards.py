@@ -415,15 +415,17 @@ def _never_destroys(scan, calls: list) -> bool:
     ends normally, on every rank: each destroys a subgroup (`destroy_process_group(group)`), or is
     under a rank check (`if rank in [-1, 0]: ... else: destroy...`: the others never do), or in an
     exception handler (`except KeyboardInterrupt:`), or in a function of this file run only from
-    handlers (`cleanup()`), or that nothing runs while the group is started where something does (a
-    file whose functions are all run from elsewhere, `main()` starting and ending the group, ends it)."""
-    started_here = any(_name_of(f) == "init_process_group" and not _never_run(scan, c) for c, f, _ in calls)
+    handlers (`cleanup()`), or that nothing runs, but for a function that starts the group itself
+    (a file run from elsewhere: its `main()` starts and ends the group, nothing in the file calls it)."""
+    # The functions that start the group: call init_process_group, or a function of this file that does.
+    starts = {scan.enclosing[id(c)][-1] for c, f, _ in calls if _name_of(f) == "init_process_group" and scan.enclosing.get(id(c))}
+    starts |= {fn for c, f, _ in calls if _name_of(f) in starts for fn in scan.enclosing.get(id(c), ())}
 
     def ends_nothing(call: ast.Call, guarded: bool) -> bool:
         inside = scan.enclosing.get(id(call), ())
         group = _kw(call, "group")
         return bool(call.args) or (group is not None and not _is_const(group.value, None)) or guarded \
-            or id(call) in scan.handled_destroys or (started_here and _never_run(scan, call)) or (
+            or id(call) in scan.handled_destroys or (_never_run(scan, call) and inside[-1] not in starts) or (
                 bool(inside) and inside[-1] in scan.defined and inside[-1] in scan.run_in_handlers
                 and inside[-1] not in scan.run_outside_handlers)
 

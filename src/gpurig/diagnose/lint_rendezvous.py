@@ -33,12 +33,14 @@ def option_uses(text: str, dest: str, here: str) -> str:
              if uses.search(line) and _BUILDS_RENDEZVOUS.search(line) and "add_argument" not in line]
     # (handed to a set-up function first, `mp.spawn(run, args=(world, args.master_port))`: where that
     # function puts its port parameter into the environment, `os.environ["MASTER_PORT"] = master_port`)
-    if any(re.search(rf"\(.*\.{re.escape(dest)}\b", line) for line in text.splitlines()):
-        lines = sorted({*lines, *(n for n, line in enumerate(text.splitlines(), 1) if _PORT_FROM_PARAMETER.search(line))})
+    if "port" in dest and any(re.search(rf"\(.*\.{re.escape(dest)}\b", line) for line in text.splitlines()):
+        parameters = {p for params in re.findall(r"^\s*def\s+\w+\s*\(([^)]*)\)", text, re.M) for p in re.findall(r"\w+", params)}
+        lines = sorted({*lines, *(n for n, line in enumerate(text.splitlines(), 1)
+                                  if (m := _PORT_FROM_PARAMETER.search(line)) and m.group(1) in parameters)})
     return f" (used at {', '.join(f'{here}:{n}' for n in lines[:3])})" if lines else ""
 
 
-_PORT_FROM_PARAMETER = re.compile(r"""MASTER_PORT['"]\]\s*=\s*(?:str\(\s*)?\w*port\w*\s*\)?\s*(?:#.*)?$""", re.I)
+_PORT_FROM_PARAMETER = re.compile(r"""MASTER_PORT['"]\]\s*=\s*(?:str\(\s*)?(\w*port\w*)\s*\)?\s*(?:#.*)?$""", re.I)
 
 
 def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int]]:
@@ -239,18 +241,24 @@ def port_settings(modules: list, configs, value: ast.AST, own_options=frozenset(
     return out
 
 
-def tcp_port_setting(value: ast.AST, modules: list, configs, calls: list) -> str | None:
-    """For `f"tcp://127.0.0.1:{args.port}"`, where the project's own parser defaults --port to a fixed
-    port (AOT-GAN's utils/option.py): "port setting, fixed to 22334 (the default of ...)"; else None."""
+def tcp_port_setting(value: ast.AST, modules: list, calls: list, source: str, target: str) -> tuple[str, str] | None:
+    """(title, fix) of the finding for `target = f"tcp://127.0.0.1:{args.port}"`, where the project's
+    own parser defaults --port to a fixed port (AOT-GAN's utils/option.py); else None. Not where the
+    script gives the option itself, or sets it again (`args.port = find_free_port()`)."""
     if not (isinstance(value, ast.JoinedStr) and value.values and isinstance(value.values[-1], ast.FormattedValue)):
         return None
     text = "".join(v.value for v in value.values if isinstance(v, ast.Constant))
-    port = value.values[-1].value
+    port = _unwrapped(value.values[-1].value)
     setting = _setting_name(port)
-    if not (text.startswith("tcp://") and text.endswith(":")) or setting is None:
+    if not (text.startswith("tcp://") and text.endswith(":")) or not isinstance(port, ast.Attribute) or setting is None \
+            or re.search(rf"\.{re.escape(setting)}\s*=[^=]", source):
         return None
-    ports = port_settings(modules, configs, port, script_options(calls))
-    return f"{setting} setting, fixed to {ports[setting]}" if setting in ports else None
+    ports = _parser_ports(modules, script_options(calls))
+    if setting not in ports:
+        return None
+    return (f"{target} takes its port from the {setting} setting, fixed to {ports[setting]}: a second job fails with "
+            "'Address already in use'", "Take the port from the environment (MASTER_PORT set by the launcher) or default "
+            "the setting to a free one.")
 
 
 def _port_option(call: ast.Call) -> tuple[str, object, str] | None:

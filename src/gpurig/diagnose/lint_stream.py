@@ -25,7 +25,8 @@ def _top_level_chunks(source: str, label: str):
 
     A cut is tried only where a line could start a statement; a group that does not compile on
     its own (the cut fell inside a string, brackets, a decorator or a compound statement) grows to
-    the next possible cut. Python's own SyntaxError (with its true line) is raised for a script
+    the next possible cut after twice its size (a literal of thousands of lines at column 0 is
+    compiled a few times, not once per line). Python's own SyntaxError (with its true line) is raised for a script
     that does not compile at all. Line numbers are the script's: each group is compiled after as
     many newlines as lines come before it."""
     end_of_source = len(source)
@@ -43,7 +44,7 @@ def _top_level_chunks(source: str, label: str):
                     # Not a bad cut: the script itself does not compile. Python's own words and line.
                     compile(source, label, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
                     raise
-                end = _next_cut(source, end + 1)
+                end = _next_cut(source, max(end + 1, start + 2 * (end - start)))
         yield tree
         line += text.count("\n")
         start = end
