@@ -22,6 +22,12 @@ def _lint(body: str, rule: str) -> list[int]:
     return [f.line for f in lint_source(HEAD + textwrap.dedent(body), select=set(RULES)) if f.id == rule]
 
 
+def _lint_file(folder, name: str, body: str, rule: str) -> list:
+    """The findings of `rule` for the script written as folder/name (their `related` places name the file)."""
+    (folder / name).write_text(HEAD + textwrap.dedent(body))
+    return [f for f in lint_file(str(folder / name), select=set(RULES)) if f.id == rule]
+
+
 def test_a_switch_turned_off_on_the_other_ranks_guards_what_it_gates():
     # T5+CL: self.verbose = True; if distributed and dist.get_rank() != 0: self.verbose = False
     body = """
@@ -152,8 +158,7 @@ def test_a_port_option_handed_to_the_workers_names_where_it_becomes_master_port(
     args = parser.parse_args()
     mp.spawn(run, args=(2, args.master_port), nprocs=2)
     """
-    (tmp_path / "train.py").write_text(HEAD + textwrap.dedent(body))
-    found = [f for f in lint_file(str(tmp_path / "train.py"), select=set(RULES)) if f.id == "hard-coded-rendezvous"]
+    found = _lint_file(tmp_path, "train.py", body, "hard-coded-rendezvous")
     assert [f.line for f in found] == [17]
     assert "train.py:9" in found[0].related and "(used at train.py:9, train.py:19)" in found[0].title
 
@@ -220,6 +225,5 @@ def test_a_rendezvous_option_is_said_used_only_where_it_is(tmp_path):
     dist.init_process_group("nccl", init_method=args.dist_url, world_size=2, rank=0)
     dist.destroy_process_group()
     """
-    (tmp_path / "main.py").write_text(HEAD + textwrap.dedent(body))
-    found = [f for f in lint_file(str(tmp_path / "main.py"), select=set(RULES)) if f.id == "hard-coded-rendezvous"]
+    found = _lint_file(tmp_path, "main.py", body, "hard-coded-rendezvous")
     assert [f.line for f in found] == [12] and found[0].related == ["main.py:14"]

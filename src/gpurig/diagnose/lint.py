@@ -115,16 +115,13 @@ def _project_flags(scan: _Scanner, source: str, path) -> tuple[list, frozenset[s
     """(the project's modules, the flags and functions computed from the rank that the script names:
     `opt.log`, `is_first_worker()`). Where there are any, the script is scanned again knowing them:
     a test of one tests the rank (rarely needed; a script's own such function may come after its use)."""
-    import re
-
     from gpurig.diagnose.lint_guards import rank_flags
     from gpurig.diagnose.lint_modules import _local_modules
+    from gpurig.diagnose.lint_rendezvous import option_names
 
     modules = _local_modules(None, path, scan.imports)
     # (not a name the script's or the project's parser gives an option: `--verbose` is the same on every rank)
-    options = {a.value[2:].replace("-", "_") for c in (*(c for c, _ in scan.calls), *(n for m in modules for n in ast.walk(m)))
-               if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "add_argument"
-               for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")}
+    options = option_names([*(c for c, _ in scan.calls), *(n for m in modules for n in ast.walk(m))])
     flags = (rank_flags(modules) - options) | scan.rank_functions
     named = flags and re.search(r"\b(?:" + "|".join(map(re.escape, sorted(flags))) + r")\b", source)
     return modules, frozenset(flags) if named else frozenset()

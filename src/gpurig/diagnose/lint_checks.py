@@ -448,8 +448,8 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                 if isinstance(written, ast.Name) and written.id in scan.params.get(inside[-1], ()) and not never_run(call):
                     param_writes.append((inside[-1], written.id, call))  # judged where it is called, by the path given
                 elif not _mentions_rank_value(written) and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written)) \
-                        and ("open", inside, ast.unparse(written)) not in reported_helpers:  # (emptied, then appended to: one file)
-                    reported_helpers.add(("open", inside, ast.unparse(written)))
+                        and (key := ("open", inside, ast.unparse(written))) not in reported_helpers:  # (emptied, then appended to: one file)
+                    reported_helpers.add(key)
                     what = repr(written.value) if isinstance(written, ast.Constant) else ast.unparse(written)[:60]
                     add("save-on-every-rank", call, f"every rank writes {what} at once: lines interleave or the file is cut",
                         "Write from one rank (`if rank == 0:`), or put the rank in the file name.")

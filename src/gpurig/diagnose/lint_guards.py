@@ -138,8 +138,7 @@ def note_one_rank_value(scan, node: ast.Assign, name: str, guarded: bool) -> Non
     """`output_dir = None`, then under a rank check (`guarded`) `output_dir = get_outdir(...)`: the
     name holds a value on one rank only, so `if output_dir is not None:` picks that rank, as a rank
     check would (timm's train.py). A value given it later on every rank undoes that."""
-    if name and len(node.targets) == 1 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool) \
-            and not _DISTRIBUTED_FLAG.fullmatch(name.rpartition(".")[2]):
+    if name and len(node.targets) == 1 and _sets_bool(node) and not _DISTRIBUTED_FLAG.fullmatch(name.rpartition(".")[2]):
         # `self.verbose = True`, then under a rank check `self.verbose = False` (T5+CL's trainer): a flag
         if not (guarded or scan.in_rank_test):
             scan.bools[name] = node.value.value
@@ -238,9 +237,8 @@ def rank_flags(modules: list) -> frozenset[str]:
             given += [(t.attr, node.value.value, id(node)) for t in node.targets if isinstance(t, ast.Attribute)]
     # True under a rank check; or False under one (`if self.args.gpu != 0: self.verbose = False`, in an
     # `if distributed:` or not) where it is True elsewhere (`self.verbose = True` before it, VL-T5's trainer).
-    out.update(attr for attr, value in picked.values() if value)
-    out.update(attr for attr, value in picked.values() if not value and any(
-        a == attr and v and i not in picked for a, v, i in given))
+    true_elsewhere = {a for a, v, i in given if v and i not in picked}
+    out.update(attr for attr, value in picked.values() if value or attr in true_elsewhere)
     return frozenset(a for a in out if not _DISTRIBUTED_FLAG.fullmatch(a))
 
 

@@ -224,8 +224,13 @@ def _json_ports(configs) -> dict[str, str]:
 
 def script_options(calls: list) -> set[str]:
     """The options the script's own parser gives (`add_argument("--port", required=True)` -> "port")."""
-    return {a.value[2:].replace("-", "_") for c, f, _ in calls if _name_of(f) == "add_argument"
-            for a in c.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")}
+    return option_names(c for c, _, _ in calls)
+
+
+def option_names(nodes) -> set[str]:
+    """The options the `add_argument` calls among `nodes` give, as attribute names ("--dist-url" -> "dist_url")."""
+    return {a.value[2:].replace("-", "_") for c in nodes if isinstance(c, ast.Call) and _name_of(_dotted(c.func)) == "add_argument"
+            for a in c.args if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")}
 
 
 def port_settings(modules: list, configs, value: ast.AST, own_options=frozenset()) -> dict[str, str]:
