@@ -360,6 +360,56 @@ def test_master_port_from_a_parameter_with_a_fixed_default(tmp_path):
     assert ("hard-coded-rendezvous", 10) in _project(tmp_path, helper, script)
 
 
+def test_master_port_from_a_parameter_the_caller_fixes(tmp_path):
+    body = """
+    def setup(rank, world_size, port):
+        os.environ["MASTER_PORT"] = str(port)
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    def worker(rank, world_size):
+        setup(rank, world_size, 12355)
+    mp.spawn(worker, args=(2,), nprocs=2)
+    """
+    assert ("hard-coded-rendezvous", 10) in found(body)
+    assert "hard-coded-rendezvous" not in rules(body.replace("12355)", "args.port)"))
+    # a worker given the port in mp.spawn's args (after the process index)
+    spawned = """
+    def worker(rank, world_size, port):
+        os.environ["MASTER_PORT"] = str(port)
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    mp.spawn(worker, args=(2, 29511), nprocs=2)
+    """
+    assert ("hard-coded-rendezvous", 10) in found(spawned)
+    assert "hard-coded-rendezvous" not in rules(spawned.replace("29511", "find_free_port()"))
+    # the project's helper, given a fixed port by the script (`slurm_param_server_arch(port=23300)`)
+    helper = """
+    import os
+    import torch.distributed as dist
+    def init_slurm(port, backend="gloo"):
+        os.environ["MASTER_PORT"] = str(port)
+        dist.init_process_group(backend)
+    """
+    script = """
+    from helpers import init_slurm
+    init_slurm(port=23300)
+    """
+    assert ("hard-coded-rendezvous", 10) in _project(tmp_path, helper, script)
+    (tmp_path / "given").mkdir()
+    assert "hard-coded-rendezvous" not in [r for r, _ in _project(tmp_path / "given", helper, script.replace("23300", "args.port"))]
+
+
+def test_master_port_from_a_parameter_the_environment_sets_first():
+    # `port = os.environ.get("PORT", port)`: the default is a fallback the environment overrides
+    body = """
+    def init_dist(backend="nccl", port=29500):
+        port = os.environ.get("PORT", port)
+        os.environ["MASTER_PORT"] = str(port)
+        dist.init_process_group(backend=backend)
+    init_dist()
+    """
+    assert "hard-coded-rendezvous" not in rules(body)
+    assert ("hard-coded-rendezvous", 10) in found(body.replace('        port = os.environ.get("PORT", port)\n', ""))
+
+
 def test_a_check_true_on_every_rank_but_one_does_not_pick_one_rank():
     body = """
     dist.init_process_group("nccl")

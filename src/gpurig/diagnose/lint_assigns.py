@@ -11,7 +11,6 @@ from gpurig.diagnose.lint_devices import global_rank_sum
 from gpurig.diagnose.lint_guards import _all_but_one, _holds_global_rank, _mentions_rank, note_one_rank_value
 from gpurig.diagnose.lint_nodes import (
     _LAUNCHER_KEYS,
-    _constant_defaults,
     _dotted,
     _gpu_key,
     _name_of,
@@ -74,9 +73,9 @@ class _AssignScan:
             elif isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant) \
                     and t.slice.value == "MASTER_PORT" and self._functions:
                 self.assigned_in[id(node)] = self._functions[-1]
-                param = _port_param(node.value, _constant_defaults(self._defaults[-1]))
-                if param is not None:
-                    self.port_params.append((node, self._functions[-1], param, self._params[-1].index(param)))
+                found = _port_param(node.value, self._defaults[-1])
+                if found is not None and found[0] in self._params[-1]:
+                    self.port_params.append((node, self._functions[-1], found[0], self._params[-1].index(found[0]), found[1]))
         value = node.value
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and isinstance(value, ast.Name):
             self.name_aliases.setdefault(node.targets[0].id, set()).add(value.id)  # `Exp = Exp_Long_Term_Forecast`

@@ -36,7 +36,6 @@ from gpurig.diagnose.lint_nodes import (
     _one_listed_gpu,
     _one_process_group,
     _option_defaults,
-    _passes,
     _path_root,
     _pretrained_weights,
     _reads_local_files,
@@ -531,15 +530,14 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                             "a second job fails with 'Address already in use'",
                             "Let the launcher set MASTER_PORT (`gpurig launch` picks a free port), or leave the setting empty by default.")
 
-    # MASTER_PORT set from a parameter that defaults to a fixed port (`def setup(rank, world, port=12355)`):
-    # fixed wherever a call leaves the default, at the assignment in this file or at the call of the
-    # project's own helper.
-    for assign, function, param, index in scan.port_params:
-        sites = [c for c, f, _ in calls if _calls_function(f, function)]
-        if not sites or any(not _passes(c, param, index) for c in sites):
-            add("hard-coded-rendezvous", assign, f"MASTER_PORT comes from {function}()'s default {param}: a fixed port, "
+    # MASTER_PORT set from a parameter that a call gives a fixed port (`setup(rank, world, 12355)`), or that
+    # defaults to one every call leaves (`def setup(rank, world, port=12355)`); helpers: report_helpers.
+    for assign, function, param, index, default in scan.port_params:
+        fixed = rendezvous.fixed_port_sites(function, param, index, default, calls)
+        if fixed is not None:
+            add("hard-coded-rendezvous", assign, f"MASTER_PORT comes from {function}()'s {param}, fixed to {fixed[1]}: "
                 "two jobs on one machine collide", "Take the port from the environment (MASTER_PORT set by the launcher) "
-                "or pick a free one; drop the fixed default.")
+                "or pick a free one; drop the fixed port.")
     rendezvous.report_helpers(modules, configs, text, names, calls, scan.defined, add, scan.settings, here)
 
     # DistributedSampler whose epoch is never set: the same shuffle every epoch. A sampler that does not shuffle needs

@@ -9,12 +9,14 @@ import re
 from gpurig.diagnose.lint_growth import _grown
 from gpurig.diagnose.lint_modules import _at
 from gpurig.diagnose.lint_nodes import (
-    _constant_defaults,
+    _calls_function,
     _dotted,
     _init_method,
     _kw,
+    _literal_port,
     _name_of,
     _passes,
+    _port_number,
     _port_param,
     _setting_name,
     _unwrapped,
@@ -43,26 +45,46 @@ def option_uses(text: str, dest: str, here: str) -> str:
 _PORT_FROM_PARAMETER = re.compile(r"""MASTER_PORT['"]\]\s*=\s*(?:str\(\s*)?(\w*port\w*)\s*\)?\s*(?:#.*)?$""", re.I)
 
 
-def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int]]:
-    """Functions of the project's own modules that set MASTER_PORT from a parameter with a fixed
-    default: name -> (parameter, its position, the line of the assignment, "file:line")."""
-    out: dict[str, tuple[str, int, int]] = {}
+def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int, str, object]]:
+    """Functions of the project's own modules that set MASTER_PORT from a parameter: name -> (parameter,
+    its position, the line of the assignment, "file:line", its fixed default or None)."""
+    out: dict[str, tuple[str, int, int, str, object]] = {}
     for module in modules:
         for fn in ast.walk(module):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
-            defaults = _constant_defaults(fn)
             params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
             params = params[1:] if params[:1] in (["self"], ["cls"]) else params  # (as a method is called)
             for n in ast.walk(fn):
                 if isinstance(n, ast.Assign) and any(
                         isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant)
                         and t.slice.value == "MASTER_PORT" for t in n.targets):
-                    param = _port_param(n.value, defaults)
-                    if param is not None:
-                        out[fn.name] = (param, params.index(param), n.lineno, _at(module, n.lineno))
+                    found = _port_param(n.value, fn)
+                    if found is not None and found[0] in params:
+                        out[fn.name] = (found[0], params.index(found[0]), n.lineno, _at(module, n.lineno), found[1])
     return out
 
+
+def fixed_port_sites(function: str, param: str, index: int, default, calls: list) -> tuple[ast.Call | None, str] | None:
+    """Where a function that sets MASTER_PORT from its parameter `param` gets a fixed port: (the call,
+    the port as said) for a call that gives it a literal (`init_dist(port=23300)`, or in the `args`
+    of an `mp.spawn` of it, after the process index), or (None, its default) where every call
+    leaves the fixed default (or none is seen); None where the port can come from elsewhere."""
+    sites = [c for c, f, _ in calls if _calls_function(f, function)]
+    for c in sites:
+        port = _literal_port(c, param, index)
+        if port is not None:
+            return c, f"{port!r}, given at line {c.lineno}"
+    for c, f, _ in calls:  # mp.spawn(worker, args=(world_size, 12355)): the worker gets (index, *args)
+        spawned = _kw(c, "args")
+        if _name_of(f) == "spawn" and c.args and _name_of(_dotted(c.args[0])) == function and spawned is not None \
+                and isinstance(spawned.value, ast.Tuple) and 0 < index <= len(spawned.value.elts):
+            given = spawned.value.elts[index - 1]
+            if isinstance(given, ast.Constant) and _port_number(given.value):
+                return c, f"{given.value!r}, given at line {c.lineno}"
+    if default is not None and (not sites or any(not _passes(c, param, index) for c in sites)):
+        return None, f"its default {default!r}"
+    return None
 
 
 _TCP_FIXED = re.compile(r"tcp://[^:/\s]+:\d{2,5}/?$")
@@ -104,17 +126,21 @@ def _fixed_init_functions(modules: list, settings: dict[str, str] | None = None,
                         and t.slice.value == "MASTER_PORT" for t in n.targets):
                     out.setdefault(fn.name, f"MASTER_PORT = its {_unwrapped(n.value).attr} setting at {_at(module, n.lineno)}, "
                                             f"fixed to {ports[_unwrapped(n.value).attr]}")
-    # ... a call of a function that sets MASTER_PORT to its parameter's fixed default, not given the
-    # parameter (`_init_process_group(rank, world_size)` with `master_port='10086'`) ...
+    # ... a call of a function that sets MASTER_PORT to its parameter, given a fixed port or leaving a fixed
+    # default (`_init_process_group(rank, world_size)` with `master_port='10086'`) ...
     ports = _fixed_port_functions(modules)
     for module in modules:
         for fn in ast.walk(module):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name not in out:
-                call = next((n for n in ast.walk(fn) if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ports
-                             and not _passes(n, *ports[_name_of(_dotted(n.func))][:2])), None)
-                if call is not None:
-                    param, _, _, where = ports[_name_of(_dotted(call.func))]
-                    out[fn.name] = f"{_name_of(_dotted(call.func))}() at {_at(module, call.lineno)}: MASTER_PORT = its {param} default at {where}"
+                for n in ast.walk(fn):
+                    short = _name_of(_dotted(n.func)) if isinstance(n, ast.Call) else ""
+                    if short in ports:
+                        param, index, _, where, default = ports[short]
+                        port = _literal_port(n, param, index)
+                        if port is not None or default is not None and not _passes(n, param, index):
+                            said = f"{port!r} given at {_at(module, n.lineno)}" if port is not None else f"its default {default!r}"
+                            out[fn.name] = f"{short}() at {_at(module, n.lineno)}: MASTER_PORT = its {param} at {where}, {said}"
+                            break
     # ... and the project's functions that call one or start workers that do (`train_abs()` ->
     # `mp.Process(target=run)` -> `distributed.multi_init()`).
     _grown(modules, out)
@@ -336,8 +362,11 @@ def report_helpers(modules: list, configs, text: str, names: set[str], calls: li
             break
     for call, func, _ in calls:
         short = _name_of(func)
-        if short in port_helpers and short not in defined and not _passes(call, *port_helpers[short][:2]):
-            add("hard-coded-rendezvous", call, f"{short}() sets MASTER_PORT to its fixed default {port_helpers[short][0]} "
-                f"(line {port_helpers[short][2]} of its module): two jobs on one machine collide",
-                f"Pass a free port, or let {short}() take MASTER_PORT from the launcher.")
-            break
+        if short in port_helpers and short not in defined:
+            param, index, line, _, default = port_helpers[short]
+            port = _literal_port(call, param, index)
+            if port is not None or default is not None and not _passes(call, param, index):
+                add("hard-coded-rendezvous", call, f"{short}() sets MASTER_PORT to the fixed port {default if port is None else port!r} "
+                    f"(its {param}, line {line} of its module): two jobs on one machine collide",
+                    f"Pass a free port, or let {short}() take MASTER_PORT from the launcher.")
+                break
