@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from gpurig.diagnose.lint import RULES, lint_source
 
 HEAD = """\
@@ -307,6 +309,25 @@ def test_rank_first_context_managers_under_their_other_names(tmp_path):
     data = get_datasets("data")
     """
     assert "download-on-every-rank" in [r for r, _ in _project(tmp_path, helper, body)]
+
+
+@pytest.mark.parametrize("helper_import", [
+    "from pytorch_lightning.loggers import CSVLogger", "from lightning.pytorch.callbacks import ModelCheckpoint",
+    "from accelerate.utils import set_seed", "from deepspeed.utils import logger"])
+def test_a_script_that_imports_only_a_frameworks_helpers_runs_in_one_process(helper_import):
+    # (a DataParallel script that borrows Lightning's CSV logger: one process, its saves are no race)
+    script = f"""
+    import torch
+    {helper_import}
+    model = torch.nn.DataParallel(Net()).cuda()
+    state = torch.load("last.pth")
+    torch.save(model.state_dict(), "best.pth")
+    """
+    source = textwrap.dedent(script)
+    assert [f.id for f in lint_source(source, select=set(RULES))] == ["data-parallel"]
+    # the framework itself imported: launched one process per device
+    framework = source.replace(helper_import, "import pytorch_lightning as pl")
+    assert {f.id for f in lint_source(framework, select=set(RULES))} >= {"save-on-every-rank", "torch-load-without-map-location"}
 
 
 def test_a_lightning_run_set_to_one_device_is_one_process():

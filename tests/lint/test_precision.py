@@ -52,6 +52,35 @@ def test_early_continue_for_other_ranks_guards_the_rest_of_the_loop():
     assert ids(body) == []
 
 
+def test_the_other_ranks_leaving_in_the_else_branch_guards_the_rest():
+    # `if rank == 0: ... else: continue` (the loss reduced onto rank 0), also inside `if args.distributed:`
+    body = """
+    dist.init_process_group('nccl')
+    def evaluate(model, env):
+        stats = torch.zeros(2)
+        dist.reduce(stats, 0)
+        if env["rank"] == 0:
+            loss = stats[0]
+        else:
+            return
+        torch.save(model.state_dict(), 'eval.pt')
+    for epoch in range(3):
+        if args.distributed:
+            dist.reduce(stats, 0)
+            if env["rank"] == 0:
+                loss = stats[0]
+            else:
+                continue
+        torch.save({}, 'best.pt')
+    evaluate(model, env)
+    """
+    assert ids(body) == []
+    # the other way round the branch that leaves is rank 0's: every other rank goes on
+    assert ids(body.replace('env["rank"] == 0', 'env["rank"] != 0')) == ["save-on-every-rank"] * 2
+    # a test that is not about distribution: on the runs where it is false, every rank goes on
+    assert ids(body.replace("if args.distributed:", "if epoch % 2:")) == ["save-on-every-rank"]
+
+
 def test_print_silenced_in_the_projects_own_module(tmp_path):
     project = tmp_path / "project"
     project.mkdir()

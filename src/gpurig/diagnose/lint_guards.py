@@ -59,6 +59,18 @@ def _single_process_branch(test: ast.AST) -> tuple[bool, bool]:
     return negated, not negated
 
 
+def leaves_one_rank(stmt: ast.stmt, rank_test) -> bool:
+    """After `stmt` one rank goes on: `if rank != 0: return`, `if rank == 0: ... else: continue` (the
+    others leave), or one of those last in `if args.distributed:` (a run without the flag is one process).
+    `rank_test(test)`: whether a test checks the rank."""
+    if not isinstance(stmt, ast.If) or not stmt.body:
+        return False
+    if rank_test(stmt.test):
+        return _exits(stmt.body, stmt.test) and not stmt.orelse or bool(stmt.orelse) \
+            and isinstance(stmt.orelse[-1], (ast.Return, ast.Continue)) and not _all_but_one(stmt.test)
+    return not stmt.orelse and _single_process_branch(stmt.test) == (False, True) and leaves_one_rank(stmt.body[-1], rank_test)
+
+
 def _bypassed(test: ast.AST, word: str = "distributed") -> bool:
     """`not args.multiprocessing_distributed or rank % ngpus == 0`: an `or` that every rank passes
     when the run was started without that flag (torchrun, one process per node). `word`: what the
@@ -370,6 +382,12 @@ def _asks_for_gpu(test: ast.AST) -> bool:
                for n in ast.walk(test))
 
 
+# A framework that launches one process per device, imported for more than its helpers: not only
+# `from pytorch_lightning.loggers import CSVLogger` in a script that runs itself in one process.
+_FRAMEWORK_IMPORT = re.compile(r"^\s*(?:import\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b|from\s+(?:accelerate|lightning"
+                               r"|pytorch_lightning|deepspeed)\b(?!(?:\.pytorch)?\.(?:loggers|callbacks|utilities|utils)\b)[\w.]*\s+import)", re.M)
+
+
 def _runs_on_every_rank(scan, calls: list, names: set[str], text: str, project_trainer: bool = False) -> bool:
     """Whether the script is one that every rank runs whole: it starts or joins a process group, or
     is launched one process per GPU by its framework (Horovod, a Hugging Face Trainer read from the
@@ -392,7 +410,7 @@ def _runs_on_every_rank(scan, calls: list, names: set[str], text: str, project_t
     # ... or TrainingArguments given a DeepSpeed config in the script: run by the `deepspeed` launcher
     distributed = distributed or any(_name_of(f).endswith("TrainingArguments") and _kw(c, "deepspeed") is not None
                                      and not _is_const(_kw(c, "deepspeed").value, None) for c, f, _ in calls)
-    if not distributed and re.search(r"^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b", text, re.M):
+    if not distributed and _FRAMEWORK_IMPORT.search(text):
         # Launched by the framework: one process per device, unless every Trainer / Fabric the
         # script builds asks for one device (`devices=1`, or a setting of the script equal to 1).
         runners = [c for c, f, _ in calls if _name_of(f) in ("Trainer", "Fabric")]

@@ -17,13 +17,13 @@ from gpurig.diagnose.lint_guards import (
     _asks_for_gpu,
     _bypassed,
     _env_tests,
-    _exits,
     _flag_bypass,
     _framework_hooks,
     _is_main_test,
     _mentions_rank,
     _picks_one,
     _single_process_branch,
+    leaves_one_rank,
     rank_function,
     runs_on_main_only,
 )
@@ -251,8 +251,8 @@ class _Scanner(_AssignScan, _Walker):
         if self._set_devices > before and (
                 not isinstance(stmt, _BRANCHING) or getattr(stmt, "_both_set_device", False)):
             self._path[-1] = True  # set_device ran on the path of everything after this statement
-        # `if rank != 0: return` guards everything after it in the same block.
-        if isinstance(stmt, ast.If) and self._rank_test(stmt.test) and _exits(stmt.body, stmt.test) and not stmt.orelse:
+        # `if rank != 0: return` guards everything after it in the same block (see leaves_one_rank).
+        if leaves_one_rank(stmt, self._rank_test):
             self._guard += 1
             state[0] += 1
 
