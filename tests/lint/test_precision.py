@@ -279,6 +279,29 @@ def test_a_save_helper_is_reported_where_it_is_called_on_every_rank():
     assert found == [("save-on-every-rank", "save_checkpoint(model.state_dict(), 'last.pt')")]
 
 
+def test_a_save_helper_writing_a_file_in_the_folder_it_is_given_is_reported_where_it_is_called():
+    # (a model's own save_pretrained: its config.json is part of the save its callers make)
+    body = """
+    dist.init_process_group('nccl')
+    model = torch.nn.Linear(4, 4)
+    def save_pretrained(state, folder):
+        torch.save(state, os.path.join(folder, 'model.bin'))
+        with open(os.path.join(folder, 'config.json'), 'w') as f:
+            f.write('{}')
+    def save_config(folder):
+        with open(os.path.join(folder, 'config.json'), 'w') as f:
+            f.write('{}')
+    save_pretrained(model.state_dict(), 'out')
+    save_config('out')
+    if dist.get_rank() == 0:
+        save_config('final')
+    """
+    found = [(f.id, f.code) for f in lint_source(HEAD + textwrap.dedent(body) + END)]
+    # (save_config's own write is named where it is: it saves nothing else)
+    assert found == [("save-on-every-rank", "with open(os.path.join(folder, 'config.json'), 'w') as f:"),
+                     ("save-on-every-rank", "save_pretrained(model.state_dict(), 'out')")]
+
+
 def test_a_rank_flag_behind_not_multiprocessing_distributed_or_guards_nothing():
     """ImageNet-style scripts: `args.rank` is computed from the process index, then the save is
     guarded by `not args.multiprocessing_distributed or args.rank % ngpus == 0`, which every

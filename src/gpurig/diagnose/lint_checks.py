@@ -222,6 +222,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     lib_fetchers = mods._library_fetchers(scan.imports)  # lpips.LPIPS, FrechetInceptionDistance, ...
     fetched: dict[tuple, list[tuple[int, ...]]] = {}  # from_pretrained fetches reported: _refetch_key -> the blocks each ran in
     param_writes: list[tuple[str, str, ast.Call]] = []  # (function of this file, its parameter, the write to the path it names)
+    torch_saving_helpers = {fn[-1] for c, f, _ in calls if f == "torch.save" and (fn := scan.enclosing.get(id(c))) and _SAVE_HELPER.search(fn[-1])}
     for call, func, guarded in calls:
         short = _name_of(func)
         helper = None if func.partition(".")[0] in foreign else short  # (`OmegaConf.load` is no helper of the project)
@@ -446,6 +447,8 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                 inside = scan.enclosing.get(id(call)) or ("",)
                 if isinstance(written, ast.Name) and written.id in scan.params.get(inside[-1], ()) and not never_run(call):
                     param_writes.append((inside[-1], written.id, call))  # judged where it is called, by the path given
+                elif _path_root(written) in scan.params.get(inside[-1], ()) and inside[-1] in torch_saving_helpers:
+                    pass  # (a file in the folder a save helper is given: part of the save reported where it is called)
                 elif not _mentions_rank_value(written) and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written)) \
                         and (key := ("open", inside, ast.unparse(written))) not in reported_helpers:  # (emptied, then appended to: one file)
                     reported_helpers.add(key)
@@ -530,8 +533,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                             "a second job fails with 'Address already in use'",
                             "Let the launcher set MASTER_PORT (`gpurig launch` picks a free port), or leave the setting empty by default.")
 
-    # MASTER_PORT set from a parameter that a call gives a fixed port (`setup(rank, world, 12355)`), or that
-    # defaults to one every call leaves (`def setup(rank, world, port=12355)`); helpers: report_helpers.
+    # MASTER_PORT from a parameter given a fixed port, or left at a fixed default (helpers: report_helpers)
     for assign, function, param, index, default in scan.port_params:
         fixed = rendezvous.fixed_port_sites(function, param, index, default, calls)
         if fixed is not None:
