@@ -418,6 +418,36 @@ def test_master_port_from_a_parameter_the_caller_fixes(tmp_path):
     assert "hard-coded-rendezvous" not in [r for r, _ in _project(tmp_path / "given", helper, script.replace("23300", "args.port"))]
 
 
+def test_a_tcp_address_on_the_port_of_an_option_with_a_fixed_default(tmp_path):
+    # OpenPCDet's shape: the launcher's init function picked by name, given --tcp_port (default 18888)
+    helper = """
+    import torch.distributed as dist
+    def init_dist_slurm(tcp_port, local_rank, backend="nccl"):
+        dist.init_process_group(backend=backend)
+    def init_dist_pytorch(tcp_port, local_rank, backend="nccl"):
+        dist.init_process_group(
+            backend=backend,
+            init_method="tcp://127.0.0.1:%d" % tcp_port,
+        )
+    """
+    script = """
+    import argparse
+    import helpers
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--launcher", default="none")
+    parser.add_argument("--tcp_port", type=int, default=18888)
+    args = parser.parse_args()
+    getattr(helpers, "init_dist_%s" % args.launcher)(args.tcp_port, 0, backend="nccl")
+    """
+    assert ("hard-coded-rendezvous", 15) in _project(tmp_path, helper, script)
+    # the port left to the user (no default), or the address left to the launcher: nothing fixed
+    for where, (old, new) in {"required": ("default=18888", "required=True"),
+                              "env": ('init_method="tcp://127.0.0.1:%d" % tcp_port,', "")}.items():
+        (tmp_path / where).mkdir()
+        changed = (helper.replace(old, new), script) if where == "env" else (helper, script.replace(old, new))
+        assert "hard-coded-rendezvous" not in [r for r, _ in _project(tmp_path / where, *changed)], where
+
+
 def test_master_port_from_a_parameter_the_environment_sets_first():
     # `port = os.environ.get("PORT", port)`: the default is a fallback the environment overrides
     body = """

@@ -370,3 +370,80 @@ def report_helpers(modules: list, configs, text: str, names: set[str], calls: li
                     f"(its {param}, line {line} of its module): two jobs on one machine collide",
                     f"Pass a free port, or let {short}() take MASTER_PORT from the launcher.")
                 break
+    _report_tcp_port_params(modules, calls, defined, add)
+
+
+def _tcp_port_param(value: ast.AST | None, params: list[str]) -> str | None:
+    """The parameter a tcp:// address on a fixed host takes its port from: `'tcp://127.0.0.1:%d' % tcp_port`,
+    f"tcp://localhost:{port}", `'tcp://127.0.0.1:{}'.format(port)`; None otherwise."""
+    text, port = None, None
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mod) and isinstance(value.left, ast.Constant):
+        text, port = value.left.value, value.right
+    elif isinstance(value, ast.JoinedStr) and len(value.values) == 2 and isinstance(value.values[0], ast.Constant) \
+            and isinstance(value.values[1], ast.FormattedValue):
+        text, port = str(value.values[0].value) + "{}", value.values[1].value
+    elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "format" \
+            and isinstance(value.func.value, ast.Constant) and len(value.args) == 1:
+        text, port = value.func.value.value, value.args[0]
+    if isinstance(text, str) and re.fullmatch(r"tcp://[\w.\-]+:(?:%[ds]|\{\})", text) and isinstance(port, ast.Name) and port.id in params:
+        return port.id
+    return None
+
+
+def _tcp_port_functions(modules: list) -> dict[str, tuple[str, int, str]]:
+    """Functions of the project's own modules that start the group on a fixed host, on the port a
+    parameter gives (OpenPCDet's `init_dist_pytorch(tcp_port, local_rank)`): name -> (parameter, its
+    position, "file:line")."""
+    out: dict[str, tuple[str, int, str]] = {}
+    for module in modules:
+        for fn in ast.walk(module):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+                params = params[1:] if params[:1] in (["self"], ["cls"]) else params
+                for n in ast.walk(fn):
+                    if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "init_process_group":
+                        address = _init_method(n)
+                        param = _tcp_port_param(address, params)
+                        if param is not None:  # (the line of the address)
+                            out[fn.name] = (param, params.index(param), _at(module, address.lineno))
+    return out
+
+
+def _called_functions(call: ast.Call) -> tuple[str, str]:
+    """(name, "") of a call of a named function, or ("", prefix) of `getattr(common_utils, 'init_dist_%s'
+    % args.launcher)(...)`: any function of that prefix."""
+    func = call.func
+    if isinstance(func, ast.Call) and _dotted(func.func) == "getattr" and len(func.args) == 2:
+        name = func.args[1]
+        if isinstance(name, ast.BinOp) and isinstance(name.left, ast.Constant) and isinstance(name.left.value, str):
+            return "", name.left.value.partition("%")[0]
+        if isinstance(name, ast.JoinedStr) and name.values and isinstance(name.values[0], ast.Constant):
+            return "", str(name.values[0].value)
+        return "", ""
+    return _name_of(_dotted(func)), ""
+
+
+def _report_tcp_port_params(modules: list, calls: list, defined: set[str], add) -> None:
+    """The script hands the project's function that starts the group on `tcp://127.0.0.1:<port>` the
+    port of an option defaulted to a fixed one (`--tcp_port`, default 18888): one finding, at the call."""
+    functions = _tcp_port_functions(modules)
+    if not functions:
+        return
+    options = {found[0]: f"{found[1]!r} (the default of its {found[2]} option at line {c.lineno})"
+               for c, _, _ in calls if (found := _port_option(c)) is not None}
+    for key, said in _parser_ports(modules).items():
+        options.setdefault(key, said)
+    for call, _, _ in calls:
+        name, prefix = _called_functions(call)
+        chosen = [name] if name in functions and name not in defined else [
+            f for f in functions if prefix and f.startswith(prefix) and f not in defined]
+        for fn in chosen:
+            param, index, at = functions[fn]
+            given = _kw(call, param)
+            value = given.value if given is not None else call.args[index] if len(call.args) > index else None
+            setting = _setting_name(value) if isinstance(value, ast.Attribute) else None
+            if setting in options:
+                add("hard-coded-rendezvous", call, f"{fn}() starts the process group on a fixed tcp:// address ({at}), on the "
+                    f"port of the {setting} setting, fixed to {options[setting]}: two jobs on one machine collide",
+                    f"Let {fn}() use env:// (MASTER_ADDR/MASTER_PORT from the launcher), or default the setting to a free port.")
+                return
