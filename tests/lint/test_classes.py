@@ -418,6 +418,23 @@ def test_master_port_from_a_parameter_the_caller_fixes(tmp_path):
     assert "hard-coded-rendezvous" not in [r for r, _ in _project(tmp_path / "given", helper, script.replace("23300", "args.port"))]
 
 
+def test_a_subclass_of_data_parallel_in_the_script_is_data_parallel():
+    # (CompressAI's example: `class CustomDataParallel(nn.DataParallel)` to reach the module's methods)
+    script = """
+    import torch
+    import torch.nn as nn
+    class CustomDataParallel(nn.DataParallel):
+        def __getattr__(self, key):
+            return super().__getattr__(key)
+    net = nn.Linear(2, 2).cuda()
+    if torch.cuda.device_count() > 1:
+        net = CustomDataParallel(net)
+    """
+    source = textwrap.dedent(script)
+    assert [(f.id, f.line) for f in lint_source(source, select=set(RULES))] == [("data-parallel", 9)]
+    assert lint_source(source.replace("(nn.DataParallel)", "(nn.Module)"), select=set(RULES)) == []
+
+
 def test_a_tcp_address_on_the_port_of_an_option_with_a_fixed_default(tmp_path):
     # OpenPCDet's shape: the launcher's init function picked by name, given --tcp_port (default 18888)
     helper = """

@@ -226,7 +226,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     for call, func, guarded in calls:
         short = _name_of(func)
         helper = None if func.partition(".")[0] in foreign else short  # (`OmegaConf.load` is no helper of the project)
-        if (short == "DataParallel" or func.endswith("parallel.data_parallel")) and not _one_listed_gpu(call) \
+        if (short == "DataParallel" or short in scan.data_parallel_classes or func.endswith("parallel.data_parallel")) and not _one_listed_gpu(call) \
                 and mods._torch_data_parallel(func, scan.imports, project_names):
             add(
                 "data-parallel", call,
