@@ -418,6 +418,34 @@ def test_master_port_from_a_parameter_the_caller_fixes(tmp_path):
     assert "hard-coded-rendezvous" not in [r for r, _ in _project(tmp_path / "given", helper, script.replace("23300", "args.port"))]
 
 
+def test_an_options_class_that_writes_opt_txt_on_every_rank_names_the_file(tmp_path):
+    # pix2pix's BaseOptions.parse() writes opt.txt: said by its file name, not a cut-off expression
+    helper = """
+    import argparse
+    import os
+    class BaseOptions:
+        def parse(self):
+            self.opt = argparse.ArgumentParser().parse_args()
+            with open(os.path.join(os.path.join(self.opt.checkpoints_dir, self.opt.name), "opt.txt"), "wt") as f:
+                f.write(str(vars(self.opt)))
+            return self.opt
+    class TrainOptions(BaseOptions):
+        pass
+    """
+    script = """
+    from helpers import TrainOptions
+    opt = TrainOptions().parse()
+    dist.init_process_group("nccl")
+    """
+    (project := tmp_path / "project").mkdir()
+    (project / "helpers.py").write_text(textwrap.dedent(helper))
+    (project / "train.py").write_text(HEAD + textwrap.dedent(script) + "\ndist.destroy_process_group()\n")
+    found = [f for f in lint_source((project / "train.py").read_text(), str(project / "train.py"), path=project / "train.py",
+                                    select=set(RULES)) if f.id == "save-on-every-rank"]
+    assert [f.line for f in found] == [10]
+    assert "a write of 'opt.txt' at helpers.py:7" in found[0].title
+
+
 def test_a_subclass_of_data_parallel_in_the_script_is_data_parallel():
     # (CompressAI's example: `class CustomDataParallel(nn.DataParallel)` to reach the module's methods)
     script = """

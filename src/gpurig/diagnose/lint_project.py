@@ -346,7 +346,7 @@ def _saving_functions(modules: list) -> dict[str, str]:
                     held = own_file_written(n.args[0], fn)  # (`open(dump, "w")`: the file `dump` holds)
                     if isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str) and n.args[1].value[:1] == "w" \
                             or _names_a_file_in(n.args[0], params) and not _mentions_rank_value(n.args[0]) or held is not None:
-                        out[name] = f"a write of {ast.unparse(held or n.args[0])[:60]} at {_at(module, n.lineno)}"
+                        out[name] = f"a write of {_file_said(held or n.args[0])} at {_at(module, n.lineno)}"
                         break
                 # `shutil.copyfile(config, os.path.join(path, "config.json"))` into the folder it is given
                 if isinstance(n, ast.Call) and _dotted(n.func) in ("shutil.copyfile", "shutil.copy2", "shutil.copy", "copyfile") \
@@ -391,6 +391,16 @@ def _global_rank_device_functions(modules: list) -> dict[str, str]:
         return _dotted(given) in ranks or _holds_global_rank(given)
 
     return _grown(modules, _functions_calling(modules, "the global rank as the GPU index", global_rank_device))
+
+
+def _file_said(path: ast.AST) -> str:
+    """A written path as a finding says it: whole where short, else the file name it is built with
+    ('opt.txt' of a long os.path.join), else its first 60 characters and an ellipsis."""
+    text = ast.unparse(path)
+    if len(text) <= 60:
+        return text
+    names = [n.value for n in ast.walk(path) if isinstance(n, ast.Constant) and isinstance(n.value, str) and "." in n.value]
+    return f"{names[-1]!r}" if names else text[:60] + "…"
 
 
 def _data_parallel_functions(modules: list) -> dict[str, str]:
