@@ -73,9 +73,10 @@ class _AssignScan:
             elif isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant) \
                     and t.slice.value == "MASTER_PORT" and self._functions:
                 self.assigned_in[id(node)] = self._functions[-1]
-                found = _port_param(node.value, self._defaults[-1])
-                if found is not None and found[0] in self._params[-1]:
-                    self.port_params.append((node, self._functions[-1], found[0], self._params[-1].index(found[0]), found[1]))
+                found, params = _port_param(node.value, self._defaults[-1]), self._params[-1]
+                params = params[1:] if params[:1] in (["self"], ["cls"]) else params  # (a method: called without it)
+                if found is not None and found[0] in params:
+                    self.port_params.append((node, self._functions[-1], found[0], params.index(found[0]), found[1]))
         value = node.value
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and isinstance(value, ast.Name):
             self.name_aliases.setdefault(node.targets[0].id, set()).add(value.id)  # `Exp = Exp_Long_Term_Forecast`

@@ -222,12 +222,12 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     lib_fetchers = mods._library_fetchers(scan.imports)  # lpips.LPIPS, FrechetInceptionDistance, ...
     fetched: dict[tuple, list[tuple[int, ...]]] = {}  # from_pretrained fetches reported: _refetch_key -> the blocks each ran in
     param_writes: list[tuple[str, str, ast.Call]] = []  # (function of this file, its parameter, the write to the path it names)
-    torch_saving_helpers = {fn[-1] for c, f, _ in calls if f == "torch.save" and (fn := scan.enclosing.get(id(c))) and _SAVE_HELPER.search(fn[-1])}
+    torch_saving_helpers = {fn[-1] for c, f, g in calls if f == "torch.save" and not g and (fn := scan.enclosing.get(id(c))) and _SAVE_HELPER.search(fn[-1])}
     for call, func, guarded in calls:
         short = _name_of(func)
         helper = None if func.partition(".")[0] in foreign else short  # (`OmegaConf.load` is no helper of the project)
         if (short == "DataParallel" or short in scan.data_parallel_classes or func.endswith("parallel.data_parallel")) and not _one_listed_gpu(call) \
-                and mods._torch_data_parallel(func, scan.imports, project_names):
+                and mods._torch_data_parallel(scan.data_parallel_classes.get(short, func), scan.imports, project_names):
             add(
                 "data-parallel", call,
                 "nn.DataParallel: one process drives every GPU, and the GIL and GPU 0 hold it back",

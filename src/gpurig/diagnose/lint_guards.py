@@ -382,10 +382,23 @@ def _asks_for_gpu(test: ast.AST) -> bool:
                for n in ast.walk(test))
 
 
-# A framework that launches one process per device, imported for more than its helpers: not only
-# `from pytorch_lightning.loggers import CSVLogger` in a script that runs itself in one process.
-_FRAMEWORK_IMPORT = re.compile(r"^\s*(?:import\s+(?:accelerate|lightning|pytorch_lightning|deepspeed)\b|from\s+(?:accelerate|lightning"
-                               r"|pytorch_lightning|deepspeed)\b(?!(?:\.pytorch)?\.(?:loggers|callbacks|utilities|utils)\b)[\w.]*\s+import)", re.M)
+# The frameworks that launch one process per device, and what a script may borrow from one without
+# being launched by it: its loggers, callbacks and utilities, its seeding and rank-zero helpers.
+_FRAMEWORK_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+((?:accelerate|lightning|pytorch_lightning|deepspeed)\b[\w.]*)[ \t]+import"
+                               r"[ \t]+([^\n#]*)|import[ \t]+((?:accelerate|lightning|pytorch_lightning|deepspeed)\b[\w.]*))", re.M)
+_HELPER_MODULE = re.compile(r"[a-z_]+(?:\.(?:pytorch|fabric))?\.(?:loggers|callbacks|utilities|utils|logging)\b")
+_HELPER_NAMES = frozenset({"seed_everything", "rank_zero_only", "rank_zero_info", "rank_zero_warn", "set_seed", "get_logger"})
+
+
+def _framework_launched(text: str, names: set[str]) -> bool:
+    """The script imports Accelerate, Lightning or DeepSpeed for more than their helpers (not only
+    `from pytorch_lightning.loggers import CSVLogger` or `from pytorch_lightning import seed_everything`
+    in a script that runs itself in one process), or fits a trainer built elsewhere (`trainer.fit`)."""
+    imports = _FRAMEWORK_IMPORT.findall(text)
+    helper = [bool(_HELPER_MODULE.fullmatch(module or plain)) or bool(module) and {
+        n.strip(" ()").split(" ")[0] for n in imported.split(",") if n.strip(" ()")} <= _HELPER_NAMES and "(" not in imported.replace("()", "")
+        for module, imported, plain in imports]
+    return bool(imports) and (not all(helper) or "fit" in names)
 
 
 def _runs_on_every_rank(scan, calls: list, names: set[str], text: str, project_trainer: bool = False) -> bool:
@@ -410,7 +423,7 @@ def _runs_on_every_rank(scan, calls: list, names: set[str], text: str, project_t
     # ... or TrainingArguments given a DeepSpeed config in the script: run by the `deepspeed` launcher
     distributed = distributed or any(_name_of(f).endswith("TrainingArguments") and _kw(c, "deepspeed") is not None
                                      and not _is_const(_kw(c, "deepspeed").value, None) for c, f, _ in calls)
-    if not distributed and _FRAMEWORK_IMPORT.search(text):
+    if not distributed and _framework_launched(text, names):
         # Launched by the framework: one process per device, unless every Trainer / Fabric the
         # script builds asks for one device (`devices=1`, or a setting of the script equal to 1).
         runners = [c for c, f, _ in calls if _name_of(f) in ("Trainer", "Fabric")]

@@ -75,11 +75,13 @@ def fixed_port_sites(function: str, param: str, index: int, default, calls: list
         port = _literal_port(c, param, index)
         if port is not None:
             return c, f"{port!r}, given at line {c.lineno}"
-    for c, f, _ in calls:  # mp.spawn(worker, args=(world_size, 12355)): the worker gets (index, *args)
-        spawned = _kw(c, "args")
-        if _name_of(f) == "spawn" and c.args and _name_of(_dotted(c.args[0])) == function and spawned is not None \
-                and isinstance(spawned.value, ast.Tuple) and 0 < index <= len(spawned.value.elts):
-            given = spawned.value.elts[index - 1]
+    for c, f, _ in calls:  # mp.spawn(worker, args=(world_size, 12355)): the worker gets (index, *args);
+        spawned, target = _kw(c, "args"), _kw(c, "target")  # Process(target=run, args=(rank, size, 29500)): args
+        shift = 1 if _name_of(f) == "spawn" else 0
+        named = _name_of(_dotted(c.args[0])) if shift and c.args else _name_of(_dotted(target.value)) if target else ""
+        if _name_of(f) in ("spawn", "Process") and named == function and spawned is not None \
+                and isinstance(spawned.value, ast.Tuple) and 0 <= index - shift < len(spawned.value.elts):
+            given = spawned.value.elts[index - shift]
             if isinstance(given, ast.Constant) and _port_number(given.value):
                 return c, f"{given.value!r}, given at line {c.lineno}"
     if default is not None and (not sites or any(not _passes(c, param, index) for c in sites)):
@@ -370,7 +372,7 @@ def report_helpers(modules: list, configs, text: str, names: set[str], calls: li
                     f"(its {param}, line {line} of its module): two jobs on one machine collide",
                     f"Pass a free port, or let {short}() take MASTER_PORT from the launcher.")
                 break
-    _report_tcp_port_params(modules, calls, defined, add)
+    _report_tcp_port_params(modules, calls, defined, add, text)
 
 
 def _tcp_port_param(value: ast.AST | None, params: list[str]) -> str | None:
@@ -400,11 +402,13 @@ def _tcp_port_functions(modules: list) -> dict[str, tuple[str, int, str]]:
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
                 params = params[1:] if params[:1] in (["self"], ["cls"]) else params
+                rebound = {t.id for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                           for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
                 for n in ast.walk(fn):
                     if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "init_process_group":
                         address = _init_method(n)
                         param = _tcp_port_param(address, params)
-                        if param is not None:  # (the line of the address)
+                        if param is not None and param not in rebound:  # (not `tcp_port = os.environ.get(...)`; the address's line)
                             out[fn.name] = (param, params.index(param), _at(module, address.lineno))
     return out
 
@@ -423,15 +427,16 @@ def _called_functions(call: ast.Call) -> tuple[str, str]:
     return _name_of(_dotted(func)), ""
 
 
-def _report_tcp_port_params(modules: list, calls: list, defined: set[str], add) -> None:
+def _report_tcp_port_params(modules: list, calls: list, defined: set[str], add, text: str) -> None:
     """The script hands the project's function that starts the group on `tcp://127.0.0.1:<port>` the
-    port of an option defaulted to a fixed one (`--tcp_port`, default 18888): one finding, at the call."""
+    port of an option defaulted to a fixed one (`--tcp_port`, default 18888): one finding, at the call.
+    Not where the script's own parser gives the option another default, or the script sets it again."""
     functions = _tcp_port_functions(modules)
     if not functions:
         return
     options = {found[0]: f"{found[1]!r} (the default of its {found[2]} option at line {c.lineno})"
                for c, _, _ in calls if (found := _port_option(c)) is not None}
-    for key, said in _parser_ports(modules).items():
+    for key, said in _parser_ports(modules, script_options(calls)).items():
         options.setdefault(key, said)
     for call, _, _ in calls:
         name, prefix = _called_functions(call)
@@ -442,7 +447,7 @@ def _report_tcp_port_params(modules: list, calls: list, defined: set[str], add) 
             given = _kw(call, param)
             value = given.value if given is not None else call.args[index] if len(call.args) > index else None
             setting = _setting_name(value) if isinstance(value, ast.Attribute) else None
-            if setting in options:
+            if setting in options and not re.search(rf"\.{re.escape(setting)}\s*=[^=]", text):
                 add("hard-coded-rendezvous", call, f"{fn}() starts the process group on a fixed tcp:// address ({at}), on the "
                     f"port of the {setting} setting, fixed to {options[setting]}: two jobs on one machine collide",
                     f"Let {fn}() use env:// (MASTER_ADDR/MASTER_PORT from the launcher), or default the setting to a free port.")

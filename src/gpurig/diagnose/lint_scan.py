@@ -88,7 +88,7 @@ class _Scanner(_AssignScan, _Walker):
         self.project_flags: frozenset[str] = frozenset()  # attributes and functions the project computes from a rank check
         self.rank_functions: set[str] = set()  # the file's own top-level functions that return a rank check
         self.multi_device_classes: set[str] = set()  # classes of the file whose __init__ puts parts on two devices
-        self.data_parallel_classes: set[str] = set()  # classes of the file made on nn.DataParallel (CompressAI's CustomDataParallel)
+        self.data_parallel_classes: dict[str, str] = {}  # classes of the file made on a DataParallel -> that base (CompressAI's)
         self.multi_device_models: set[str] = set()  # names given one of them (`mp_model = ToyMpModel(dev0, dev1)`)
         self._devices: set[str] | None = None  # in a class's __init__: the devices its parts are moved to
         self._init_devices: dict[int, set[str]] = {}  # id(__init__ of a class being read) -> those devices
@@ -301,7 +301,7 @@ class _Scanner(_AssignScan, _Walker):
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.own_methods |= {(node.name, f.name) for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        self.data_parallel_classes |= {node.name} if any(_name_of(_dotted(b)) == "DataParallel" for b in node.bases) else set()
+        self.data_parallel_classes.update((node.name, _dotted(b)) for b in node.bases if _name_of(_dotted(b)) == "DataParallel")
         called, hooks = _framework_hooks(node, self.own_methods)
         self.referenced |= called
         self._hooks |= hooks
