@@ -486,10 +486,15 @@ def test_a_tcp_address_on_the_port_of_an_option_with_a_fixed_default(tmp_path):
     """
     assert ("hard-coded-rendezvous", 15) in _project(tmp_path, helper, script)
     # the port left to the user (no default), or the address left to the launcher: nothing fixed
+    # ... or the script or the function sets it again (a free port, the launcher's MASTER_PORT)
     for where, (old, new) in {"required": ("default=18888", "required=True"),
-                              "env": ('init_method="tcp://127.0.0.1:%d" % tcp_port,', "")}.items():
+                              "env": ('init_method="tcp://127.0.0.1:%d" % tcp_port,', ""),
+                              "reset": ("args = parser.parse_args()", "args = parser.parse_args()\n    args.tcp_port = free_port()"),
+                              "launcher": ("        dist.init_process_group(\n", "        tcp_port = int(os.environ.get('MASTER_PORT', tcp_port))\n"
+                                           "        dist.init_process_group(\n")}.items():
         (tmp_path / where).mkdir()
-        changed = (helper.replace(old, new), script) if where == "env" else (helper, script.replace(old, new))
+        changed = (helper.replace(old, new), script) if where in ("env", "launcher") else (helper, script.replace(old, new))
+        assert changed != (helper, script), where
         assert "hard-coded-rendezvous" not in [r for r, _ in _project(tmp_path / where, *changed)], where
 
 
