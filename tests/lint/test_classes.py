@@ -313,7 +313,8 @@ def test_rank_first_context_managers_under_their_other_names(tmp_path):
 
 @pytest.mark.parametrize("helper_import", [
     "from pytorch_lightning.loggers import CSVLogger", "from lightning.pytorch.callbacks import ModelCheckpoint",
-    "from accelerate.utils import set_seed", "from deepspeed.utils import logger"])
+    "from accelerate.utils import set_seed", "from deepspeed.utils import logger",
+    "from pytorch_lightning.loggers.wandb import WandbLogger", "from pytorch_lightning import seed_everything"])
 def test_a_script_that_imports_only_a_frameworks_helpers_runs_in_one_process(helper_import):
     # (a DataParallel script that borrows Lightning's CSV logger: one process, its saves are no race)
     script = f"""

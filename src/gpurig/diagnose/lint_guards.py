@@ -386,7 +386,7 @@ def _asks_for_gpu(test: ast.AST) -> bool:
 # being launched by it: its loggers, callbacks and utilities, its seeding and rank-zero helpers.
 _FRAMEWORK_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+((?:accelerate|lightning|pytorch_lightning|deepspeed)\b[\w.]*)[ \t]+import"
                                r"[ \t]+([^\n#]*)|import[ \t]+((?:accelerate|lightning|pytorch_lightning|deepspeed)\b[\w.]*))", re.M)
-_HELPER_MODULE = re.compile(r"[a-z_]+(?:\.(?:pytorch|fabric))?\.(?:loggers|callbacks|utilities|utils|logging)\b")
+_HELPER_MODULE = re.compile(r"[a-z_]+(?:\.(?:pytorch|fabric))?\.(?:loggers|callbacks|utilities|utils|logging)(?:\.\w+)*")
 _HELPER_NAMES = frozenset({"seed_everything", "rank_zero_only", "rank_zero_info", "rank_zero_warn", "set_seed", "get_logger"})
 
 
