@@ -16,8 +16,8 @@ from gpurig.diagnose.lint_nodes import (
     _name_of,
     _names_a_gpu,
     _path_like,
-    _port_param,
 )
+from gpurig.diagnose.lint_rendezvous import _port_param
 
 # A null object: a class whose methods do nothing (`NoOp()`, `DummyWriter()`, `NullLogger()`).
 _NULL_OBJECT = re.compile(r"(?:NoOp|Noop|Null|Dummy)\w*")
@@ -73,10 +73,9 @@ class _AssignScan:
             elif isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant) \
                     and t.slice.value == "MASTER_PORT" and self._functions:
                 self.assigned_in[id(node)] = self._functions[-1]
-                found, params = _port_param(node.value, self._defaults[-1]), self._params[-1]
-                params = params[1:] if params[:1] in (["self"], ["cls"]) else params  # (a method: called without it)
-                if found is not None and found[0] in params:
-                    self.port_params.append((node, self._functions[-1], found[0], params.index(found[0]), found[1]))
+                found = _port_param(node.value, self._defaults[-1])
+                if found is not None:
+                    self.port_params.append((node, self._functions[-1], *found))
         value = node.value
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and isinstance(value, ast.Name):
             self.name_aliases.setdefault(node.targets[0].id, set()).add(value.id)  # `Exp = Exp_Long_Term_Forecast`

@@ -395,10 +395,17 @@ def _framework_launched(text: str, names: set[str]) -> bool:
     `from pytorch_lightning.loggers import CSVLogger` or `from pytorch_lightning import seed_everything`
     in a script that runs itself in one process), or fits a trainer built elsewhere (`trainer.fit`)."""
     imports = _FRAMEWORK_IMPORT.findall(text)
-    helper = [bool(_HELPER_MODULE.fullmatch(module or plain)) or bool(module) and {
-        n.strip(" ()").split(" ")[0] for n in imported.split(",") if n.strip(" ()")} <= _HELPER_NAMES and "(" not in imported.replace("()", "")
-        for module, imported, plain in imports]
-    return bool(imports) and (not all(helper) or "fit" in names)
+    return bool(imports) and (not all(_borrows_helpers(*found) for found in imports) or "fit" in names)
+
+
+def _borrows_helpers(module: str, imported: str, plain: str) -> bool:
+    """One import of a framework takes only its helpers: from a helper submodule (`from
+    pytorch_lightning.loggers import ...`, `import lightning.pytorch.callbacks`), or helper names
+    (`from pytorch_lightning import seed_everything`; a parenthesised list is not read)."""
+    if _HELPER_MODULE.fullmatch(module or plain):
+        return True
+    taken = {name.strip(" ()").split(" ")[0] for name in imported.split(",") if name.strip(" ()")}
+    return bool(module) and "(" not in imported.replace("()", "") and taken <= _HELPER_NAMES
 
 
 def _runs_on_every_rank(scan, calls: list, names: set[str], text: str, project_trainer: bool = False) -> bool:

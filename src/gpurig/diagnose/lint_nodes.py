@@ -122,38 +122,17 @@ def _constant_defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, 
     return {a.arg: d.value for a, d in pairs if isinstance(d, ast.Constant)}
 
 
-def _port_param(value: ast.AST, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, Any] | None:
-    """(parameter, its default port or None) of the parameter of `fn` a MASTER_PORT value is made of
-    (`port`, `str(port)`, f"{port}"); None where it is none, where its default is not a port number,
-    or where the function sets it again first (`port = os.environ.get("PORT", port)`: the environment's)."""
-    if isinstance(value, ast.Call) and _dotted(value.func) == "str" and len(value.args) == 1:
-        value = value.args[0]
-    elif isinstance(value, ast.JoinedStr) and len(value.values) == 1 and isinstance(value.values[0], ast.FormattedValue):
-        value = value.values[0].value
+def _call_params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """A function's parameters as a call gives them: a method's without its `self` / `cls`."""
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
-    if not isinstance(value, ast.Name) or value.id not in params or any(
-            isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and any(
-                isinstance(t, ast.Name) and t.id == value.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
-            for n in ast.walk(fn)):
-        return None
-    defaults = _constant_defaults(fn)
-    if value.id not in defaults:
-        return value.id, None
-    return (value.id, defaults[value.id]) if _port_number(defaults[value.id]) else None
+    return params[1:] if params[:1] in (["self"], ["cls"]) else params
 
 
-def _port_number(value: Any) -> bool:
-    """A port number as a literal holds it: 12355 or "12355"."""
-    return isinstance(value, int) and not isinstance(value, bool) and 1000 <= value < 65536 \
-        or isinstance(value, str) and re.fullmatch(r"\d{4,5}", value) is not None
-
-
-def _literal_port(call: ast.Call, param: str, index: int) -> Any:
-    """The fixed port a call gives the parameter (`setup(port=23300)`, `setup(rank, 12355)`), or None."""
-    given = _kw(call, param)
-    value = given.value if given is not None else call.args[index] if len(call.args) > index \
-        and not any(isinstance(a, ast.Starred) for a in call.args[:index + 1]) else None
-    return value.value if isinstance(value, ast.Constant) and _port_number(value.value) else None
+def _rebound(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The names a function assigns (`port = os.environ.get("PORT", port)`): a parameter among them
+    may no longer hold what its caller gave."""
+    return {t.id for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
 
 
 def _passes(call: ast.Call, param: str, index: int) -> bool:

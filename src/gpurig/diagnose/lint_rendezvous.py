@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import Any
 
 from gpurig.diagnose.lint_growth import _grown
 from gpurig.diagnose.lint_modules import _at
 from gpurig.diagnose.lint_nodes import (
+    _call_params,
     _calls_function,
+    _constant_defaults,
     _dotted,
     _init_method,
     _kw,
-    _literal_port,
     _name_of,
     _passes,
-    _port_number,
-    _port_param,
+    _rebound,
     _setting_name,
     _unwrapped,
 )
@@ -42,6 +43,44 @@ def option_uses(text: str, dest: str, here: str) -> str:
     return f" (used at {', '.join(f'{here}:{n}' for n in lines[:3])})" if lines else ""
 
 
+def _port_param(value: ast.AST, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, int, Any] | None:
+    """(parameter, its position in a call, its default port or None) of the parameter of `fn` a
+    MASTER_PORT value is made of (`port`, `str(port)`, f"{port}"); None where it is none, where its
+    default is not a port number, or where the function sets it again (`port = os.environ.get("PORT", port)`)."""
+    if isinstance(value, ast.Call) and _dotted(value.func) == "str" and len(value.args) == 1:
+        value = value.args[0]
+    elif isinstance(value, ast.JoinedStr) and len(value.values) == 1 and isinstance(value.values[0], ast.FormattedValue):
+        value = value.values[0].value
+    params = _call_params(fn)
+    if not isinstance(value, ast.Name) or value.id not in params or value.id in _rebound(fn):
+        return None
+    default = _constant_defaults(fn).get(value.id)
+    return (value.id, params.index(value.id), default) if default is None or _port_number(default) else None
+
+
+def _port_number(value: Any) -> bool:
+    """A port number as a literal holds it: 12355 or "12355"."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1000 <= value < 65536 \
+        or isinstance(value, str) and re.fullmatch(r"\d{4,5}", value) is not None
+
+
+def _given_port(call: ast.Call, param: str, index: int, default: Any) -> str | None:
+    """The fixed port a call of a function that sets MASTER_PORT from `param` makes it use, as said:
+    the literal the call gives (`init_dist(port=23300)`), or the fixed default it leaves; None otherwise."""
+    port = _literal_port(call, param, index)
+    if port is not None:
+        return repr(port)
+    return f"its default {default!r}" if default is not None and not _passes(call, param, index) else None
+
+
+def _literal_port(call: ast.Call, param: str, index: int) -> Any:
+    """The fixed port a call gives the parameter (`setup(port=23300)`, `setup(rank, 12355)`), or None."""
+    given = _kw(call, param)
+    value = given.value if given is not None else call.args[index] if len(call.args) > index \
+        and not any(isinstance(a, ast.Starred) for a in call.args[:index + 1]) else None
+    return value.value if isinstance(value, ast.Constant) and _port_number(value.value) else None
+
+
 _PORT_FROM_PARAMETER = re.compile(r"""MASTER_PORT['"]\]\s*=\s*(?:str\(\s*)?(\w*port\w*)\s*\)?\s*(?:#.*)?$""", re.I)
 
 
@@ -53,15 +92,14 @@ def _fixed_port_functions(modules: list) -> dict[str, tuple[str, int, int, str, 
         for fn in ast.walk(module):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
-            params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
-            params = params[1:] if params[:1] in (["self"], ["cls"]) else params  # (as a method is called)
             for n in ast.walk(fn):
                 if isinstance(n, ast.Assign) and any(
                         isinstance(t, ast.Subscript) and _dotted(t.value).endswith("environ") and isinstance(t.slice, ast.Constant)
                         and t.slice.value == "MASTER_PORT" for t in n.targets):
                     found = _port_param(n.value, fn)
-                    if found is not None and found[0] in params:
-                        out[fn.name] = (found[0], params.index(found[0]), n.lineno, _at(module, n.lineno), found[1])
+                    if found is not None:
+                        param, index, default = found
+                        out[fn.name] = (param, index, n.lineno, _at(module, n.lineno), default)
     return out
 
 
@@ -138,9 +176,8 @@ def _fixed_init_functions(modules: list, settings: dict[str, str] | None = None,
                     short = _name_of(_dotted(n.func)) if isinstance(n, ast.Call) else ""
                     if short in ports:
                         param, index, _, where, default = ports[short]
-                        port = _literal_port(n, param, index)
-                        if port is not None or default is not None and not _passes(n, param, index):
-                            said = f"{port!r} given at {_at(module, n.lineno)}" if port is not None else f"its default {default!r}"
+                        said = _given_port(n, param, index, default)
+                        if said is not None:
                             out[fn.name] = f"{short}() at {_at(module, n.lineno)}: MASTER_PORT = its {param} at {where}, {said}"
                             break
     # ... and the project's functions that call one or start workers that do (`train_abs()` ->
@@ -284,7 +321,7 @@ def tcp_port_setting(value: ast.AST, modules: list, calls: list, source: str, ta
     port = _unwrapped(value.values[-1].value)
     setting = _setting_name(port)
     if not (text.startswith("tcp://") and text.endswith(":")) or not isinstance(port, ast.Attribute) or setting is None \
-            or re.search(rf"\.{re.escape(setting)}\s*=[^=]", source):
+            or _set_again(setting, source):
         return None
     ports = _parser_ports(modules, script_options(calls))
     if setting not in ports:
@@ -292,6 +329,11 @@ def tcp_port_setting(value: ast.AST, modules: list, calls: list, source: str, ta
     return (f"{target} takes its port from the {setting} setting, fixed to {ports[setting]}: a second job fails with "
             "'Address already in use'", "Take the port from the environment (MASTER_PORT set by the launcher) or default "
             "the setting to a free one.")
+
+
+def _set_again(setting: str, source: str) -> bool:
+    """The script sets the option again (`args.port = find_free_port()`): its default is not what runs."""
+    return re.search(rf"\.{re.escape(setting)}\s*=[^=]", source) is not None
 
 
 def _port_option(call: ast.Call) -> tuple[str, object, str] | None:
@@ -366,9 +408,9 @@ def report_helpers(modules: list, configs, text: str, names: set[str], calls: li
         short = _name_of(func)
         if short in port_helpers and short not in defined:
             param, index, line, _, default = port_helpers[short]
-            port = _literal_port(call, param, index)
-            if port is not None or default is not None and not _passes(call, param, index):
-                add("hard-coded-rendezvous", call, f"{short}() sets MASTER_PORT to the fixed port {default if port is None else port!r} "
+            said = _given_port(call, param, index, default)
+            if said is not None:
+                add("hard-coded-rendezvous", call, f"{short}() sets MASTER_PORT to a fixed port, {said} "
                     f"(its {param}, line {line} of its module): two jobs on one machine collide",
                     f"Pass a free port, or let {short}() take MASTER_PORT from the launcher.")
                 break
@@ -400,10 +442,7 @@ def _tcp_port_functions(modules: list) -> dict[str, tuple[str, int, str]]:
     for module in modules:
         for fn in ast.walk(module):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
-                params = params[1:] if params[:1] in (["self"], ["cls"]) else params
-                rebound = {t.id for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
-                           for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+                params, rebound = _call_params(fn), _rebound(fn)
                 for n in ast.walk(fn):
                     if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "init_process_group":
                         address = _init_method(n)
@@ -447,7 +486,7 @@ def _report_tcp_port_params(modules: list, calls: list, defined: set[str], add, 
             given = _kw(call, param)
             value = given.value if given is not None else call.args[index] if len(call.args) > index else None
             setting = _setting_name(value) if isinstance(value, ast.Attribute) else None
-            if setting in options and not re.search(rf"\.{re.escape(setting)}\s*=[^=]", text):
+            if setting in options and not _set_again(setting, text):
                 add("hard-coded-rendezvous", call, f"{fn}() starts the process group on a fixed tcp:// address ({at}), on the "
                     f"port of the {setting} setting, fixed to {options[setting]}: two jobs on one machine collide",
                     f"Let {fn}() use env:// (MASTER_ADDR/MASTER_PORT from the launcher), or default the setting to a free port.")
