@@ -104,6 +104,7 @@ needs_corpus = pytest.mark.skipif(not set(_HELD_OUT) <= set(CACHED) or len(CACHE
 
 
 @needs_corpus
+@pytest.mark.timeout(900)  # (879 scripts linted with their projects: about 4 minutes alone, past 5 on a busy machine)
 def test_precision_and_recall_on_real_scripts(record_property):
     rules = set(DEFAULT_RULES)
     dev, test = lc.measure(rules, split="dev"), lc.measure(rules, split="test")
