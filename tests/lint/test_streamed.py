@@ -158,8 +158,15 @@ def test_a_streamed_script_gets_exactly_the_findings_of_the_whole_tree(tmp_path,
     whole = findings(methods, False, monkeypatch)
     assert {("data-parallel", 4), ("data-parallel", 6)} <= {f[:2] for f in whole}, whole
     assert findings(methods, True, monkeypatch) == whole
-    for path in scripts():
-        assert findings(path, True, monkeypatch) == findings(path, False, monkeypatch), path
+    for path in scripts():  # (a helper of the corpus in Python 2 is refused alike, streamed or whole)
+        assert outcome(path, True, monkeypatch) == outcome(path, False, monkeypatch), path
+
+
+def outcome(path: Path, streamed: bool, monkeypatch) -> list[tuple] | str:
+    try:
+        return findings(path, streamed, monkeypatch)
+    except BadInput:
+        return "not valid Python"
 
 
 def test_a_big_script_that_does_not_compile_is_named_with_its_line(tmp_path, monkeypatch):
@@ -266,4 +273,58 @@ def test_a_streamed_script_keeps_the_fetches_known_by_their_library(tmp_path, mo
         "main()\n")
     whole = findings(script, False, monkeypatch)
     assert [line for rule, line, _ in whole if rule == "download-on-every-rank"] == [8, 15, 16], whole
+    assert findings(script, True, monkeypatch) == whole
+
+
+def test_a_streamed_script_keeps_a_function_it_picks_by_name(tmp_path, monkeypatch):
+    # OpenPCDet's `getattr(common_utils, 'init_dist_%s' % args.launcher)(args.tcp_port, ...)`: a call of
+    # a function chosen by its name, which a streamed scan must keep like the whole tree.
+    (tmp_path / "helpers.py").write_text(
+        "import torch.distributed as dist\n\n\n"
+        "def init_dist_pytorch(tcp_port, local_rank, backend='nccl'):\n"
+        "    dist.init_process_group(backend=backend, init_method='tcp://127.0.0.1:%d' % tcp_port)\n")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import argparse\nimport helpers\nimport torch.distributed as dist\n\n\n"
+        "def main():\n"
+        "    parser = argparse.ArgumentParser()\n"
+        "    parser.add_argument('--launcher', default='pytorch')\n"
+        "    parser.add_argument('--tcp_port', type=int, default=18888)\n"
+        "    args = parser.parse_args()\n"
+        "    getattr(helpers, 'init_dist_%s' % args.launcher)(args.tcp_port, 0)\n"
+        "    dist.destroy_process_group()\n\n\n"
+        "main()\n")
+    whole = findings(script, False, monkeypatch)
+    assert [(rule, line) for rule, line, _ in whole] == [("hard-coded-rendezvous", 11)], whole
+    assert findings(script, True, monkeypatch) == whole
+
+
+
+def test_a_streamed_script_keeps_its_classes_and_what_its_helpers_return(tmp_path, monkeypatch):
+    # CompressAI: `net = CustomDataParallel(net)` of a class of the script built on nn.DataParallel;
+    # SMoE: `logging = create_exp_dir(...)`, a writer the project's helper returns, then `logging(...)`.
+    (tmp_path / "utils.py").write_text(
+        "import functools\n\n\n"
+        "def logging(s, log_path, log_=True):\n"
+        "    with open(log_path, 'a+') as f_log:\n"
+        "        f_log.write(s + '\\n')\n\n\n"
+        "def create_exp_dir(dir_path):\n"
+        "    return functools.partial(logging, log_path=dir_path + '/log.txt')\n")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nimport torch.distributed as dist\nfrom torch import nn\nfrom utils import create_exp_dir\n\n\n"
+        "class CustomDataParallel(nn.DataParallel):\n"
+        "    def __getattr__(self, key):\n"
+        "        return super().__getattr__(key)\n\n\n"
+        "def main():\n"
+        "    net = nn.Linear(2, 2).cuda()\n"
+        "    if torch.cuda.device_count() > 1:\n"
+        "        net = CustomDataParallel(net)\n"
+        "    dist.init_process_group('nccl')\n"
+        "    logging = create_exp_dir('runs/exp')\n"
+        "    logging('start')\n"
+        "    dist.destroy_process_group()\n\n\n"
+        "main()\n")
+    whole = findings(script, False, monkeypatch)
+    assert {(rule, line) for rule, line, _ in whole} >= {("data-parallel", 15), ("save-on-every-rank", 18)}, whole
     assert findings(script, True, monkeypatch) == whole

@@ -11,12 +11,14 @@ from gpurig.diagnose.lint_devices import global_rank_sum
 from gpurig.diagnose.lint_guards import _all_but_one, _holds_global_rank, _mentions_rank, note_one_rank_value
 from gpurig.diagnose.lint_nodes import (
     _LAUNCHER_KEYS,
+    BUILT,
     _dotted,
     _gpu_key,
     _name_of,
     _names_a_gpu,
     _path_like,
 )
+from gpurig.diagnose.lint_paths import private_names
 from gpurig.diagnose.lint_rendezvous import _port_param
 
 # A null object: a class whose methods do nothing (`NoOp()`, `DummyWriter()`, `NullLogger()`).
@@ -36,7 +38,11 @@ class _AssignScan:
         download (`pretrained = False`) or name where a model is (`model_name = "/data/llama"`)."""
         leaf = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else None
         if leaf is not None and _SETTING.search(leaf):
-            self.settings.setdefault(leaf, set()).add(value.value if isinstance(value, ast.Constant) else _VARIES)
+            built = value
+            while isinstance(built, ast.Call) and isinstance(built.func, ast.Attribute) and built.func.attr in ("to", "cuda", "eval"):
+                built = built.func.value  # (`AutoModel.from_pretrained(name).to(device)`)
+            built = isinstance(built, ast.Call) and _name_of(_dotted(built.func)) == "from_pretrained"
+            self.settings.setdefault(leaf, set()).add(value.value if isinstance(value, ast.Constant) else BUILT if built else _VARIES)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is not None:
@@ -61,6 +67,9 @@ class _AssignScan:
                 self.null_bound.add(first)
             elif self._guard > 0:
                 self.guard_bound.add(first)
+        if self.compact and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call) \
+                and _name_of(_dotted(node.value.func)) in self.local_names:
+            self.local_names.add(first)  # (`logging = create_exp_dir(...)`: what the project's function returned, judged by it)
         if first and isinstance(node.value, ast.Call) and _name_of(_dotted(node.value.func)) in self.multi_device_classes:
             self.multi_device_models.add(first)
         if any(n in ("builtins.print", "__builtin__.print", "__builtins__.print") for n in names):
@@ -82,6 +91,9 @@ class _AssignScan:
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and _path_like(value):
             key = (self._functions[-1] if self._functions else "", node.targets[0].id)
             self.path_vars[key] = None if key in self.path_vars else value
+        elif len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) and (_path_like(value) or isinstance(value, ast.Name)):
+            attr = _dotted(node.targets[0])  # `args.output_train_file = os.path.join(args.output_dir, "train_results.txt")`
+            self.path_attrs[attr] = None if attr in self.path_attrs else (value, self._functions[-1] if self._functions else "")
         if len(node.targets) == 1 and isinstance(value, (ast.Call, ast.JoinedStr, ast.BinOp)):
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda") \
                     and value.args and first:
@@ -94,8 +106,7 @@ class _AssignScan:
             self.device_maps.append((value, tuple(self._functions)))  # {"": device}: a device_map; {"cuda:0": ...}: a map_location
         for t in node.targets:
             self._setting(t, value)
-            if isinstance(t, ast.Name) and isinstance(node.value, ast.Call) and _name_of(_dotted(node.value.func)) in ("BytesIO", "StringIO"):
-                self.buffers.add(t.id)
+            self.buffers.update(private_names(t, node.value))
         if len(node.targets) == 1:
             name = first
             if isinstance(node.value, ast.Constant) and isinstance(node.targets[0], ast.Name):

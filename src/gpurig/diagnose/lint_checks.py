@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import ast
 import re
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 from gpurig.diagnose import lint_followups as followups
 from gpurig.diagnose import lint_guards as guards
 from gpurig.diagnose import lint_modules as mods
+from gpurig.diagnose import lint_paths as paths
 from gpurig.diagnose import lint_rendezvous as rendezvous
 from gpurig.diagnose.lint_devices import RankDevices, fold_uses, report
 from gpurig.diagnose.lint_growth import _listed, _origin, _worker_starters
@@ -22,6 +23,7 @@ from gpurig.diagnose.lint_nodes import (
     _EVAL_DATA,
     _MODEL_FACTORY,
     _SAVE_HELPER,
+    BUILT,
     GPU_NAMES,
     OUTPUT_LOG_METHODS,
     _calls_function,
@@ -46,7 +48,7 @@ from gpurig.diagnose.lint_nodes import (
     _shuffles_at,
     _written_file,
 )
-from gpurig.diagnose.lint_paths import path_given
+from gpurig.diagnose.lint_paths import in_private_file, path_given
 from gpurig.diagnose.lint_project import (
     _SHELL_CALLS,
     _group_joiners,
@@ -117,9 +119,8 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     if scan.flag_guarded:  # `not args.multiprocessing_distributed or rank == 0`, that flag on by default
         on = guards.flags_on(set(scan.flag_guarded.values()), [(c, _dotted(c.func), g) for c, g in scan.calls], modules, configs())
         scan.calls = [(c, g or scan.flag_guarded.get(id(c)) in on) for c, g in scan.calls]
-    # A script that starts its own workers (mp.spawn) and is never started by a launcher (it reads no
-    # RANK/LOCAL_RANK/WORLD_SIZE; its workers may still meet through env:// on an address it sets):
-    # the function that spawns, or the __main__ block that does, runs in the parent process only, once.
+    # A script that starts its own workers (mp.spawn) and is never started by a launcher (it reads no RANK/LOCAL_RANK/WORLD_SIZE;
+    # its workers may still meet through env:// on an address it sets): the function that spawns, or the __main__ block that does, runs once.
     if (scan.spawns_in or scan.main_spawns) and not re.search(r"""['"](?:LOCAL_RANK|RANK|WORLD_SIZE)['"]""", source):
         scan.calls = [(c, g or (id(c) in scan.main_calls and scan.main_spawns)
                        or bool(scan.enclosing.get(id(c))) and scan.enclosing[id(c)][-1] in scan.spawns_in)
@@ -181,14 +182,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
         # `args.gpu is None` branch of ImageNet-style scripts); otherwise the callers may have.
         return any_set_device and inside[-1] not in scan.sets_device_in
 
-    def named_path(call: ast.Call, node: ast.AST) -> ast.AST:
-        """The path a name stands for in the call's function, when it is given exactly one."""
-        if isinstance(node, ast.Name):
-            inside = scan.enclosing.get(id(call), ())
-            value = scan.path_vars.get((inside[-1] if inside else "", node.id))
-            if value is not None:
-                return value
-        return node
+    named_path = partial(paths.named_path, scan)  # (call, node): the path a name or attribute stands for
 
     def own_gpu(device: ast.AST) -> bool:
         """A device of this process's own GPU: `local_rank`, `args.gpu`, f"cuda:{local_rank}",
@@ -340,9 +334,9 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                                                                 or bool(call.args) and _leaf_name(call.args[0]) in scan.offline_sources))) \
                 or _named_fetch(call) or (mods._builds_dataset(func, dataset_classes) and short not in scan.defined and short not in parent_built) \
                 or (short not in scan.defined and mods._fetches_by_library(call, lib_fetchers))
-            # (`pretrained=pretrained` where the script only ever sets `pretrained = False`: off)
+            # (`pretrained=pretrained` where the script only ever sets `pretrained = False`, or a model it built: off)
             on = lambda kw: kw is not None and not _is_const(kw.value, False) and not _is_const(kw.value, None) \
-                and not (isinstance(kw.value, ast.Name) and scan.settings.get(kw.value.id, {True}) <= {False, None})  # noqa: E731
+                and not (isinstance(kw.value, ast.Name) and scan.settings.get(kw.value.id, {True}) <= {False, None, BUILT})  # noqa: E731
             # `create_model_and_transforms(args.model, args.pretrained)`: the weights named by a
             # positional argument, as the `pretrained=` keyword names them.
             by_position = short not in scan.defined and not own and _MODEL_FACTORY.match(short) is not None and any(
@@ -386,7 +380,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
             if func == "torch.save":
                 target = call.args[1] if func == "torch.save" and len(call.args) > 1 else (
                     _kw(call, "f").value if func == "torch.save" and _kw(call, "f") else (call.args[0] if call.args else None))
-                in_buffer = isinstance(target, ast.Name) and target.id in scan.buffers  # io.BytesIO(): no file
+                in_buffer = in_private_file(target, scan.buffers)  # io.BytesIO(), a temporary file: no other rank's
                 per_rank = target is not None and any(_mentions_rank_value(named_path(call, n)) for n in ast.walk(target)
                                                       if isinstance(n, ast.Name))
                 if (target is None or not _mentions_rank_value(target)) and not per_rank and not in_buffer \

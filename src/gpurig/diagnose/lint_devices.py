@@ -245,10 +245,18 @@ def fold_uses(findings: list, script: str) -> list:
     not reported again. `findings` in line order; `script`: the file's name, as `related` names it."""
     ranks = [f for f in findings if f.id == "global-rank-as-device"]
     uses = [f for f in ranks[1:] if f.title.startswith(".")]
-    if not uses:
-        return findings
-    ranks[0].related += [f"{script}:{f.line}" for f in uses]
-    ranks[0].title += f" (and {len(uses)} more use{'s' if len(uses) > 1 else ''} of it as a device below)"
+    if uses:
+        ranks[0].related += [f"{script}:{f.line}" for f in uses]
+        ranks[0].title += f" (and {len(uses)} more use{'s' if len(uses) > 1 else ''} of it as a device below)"
+    # (and the same use again, `device_ids=[rank]` of each model the script wraps: said once, naming the others)
+    first: dict = {}
+    for f in ranks:
+        if not any(f is u for u in uses) and first.setdefault(f.title, f) is not f:
+            first[f.title].related.append(f"{script}:{f.line}")
+            uses.append(f)
+    for f in first.values():
+        again = sum(1 for u in uses if u.title == f.title and u is not f)
+        f.title += f" (and {again} more time{'s' if again > 1 else ''} below)" if again else ""
     return [f for f in findings if not any(f is u for u in uses)]
 
 

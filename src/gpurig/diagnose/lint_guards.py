@@ -115,12 +115,15 @@ def only_called(scan, where) -> set[str]:
              if _name_of(_dotted(c.func)) in _STATE_HOOKS and c.args and isinstance(c.args[0], ast.Name) and c.args[0].id in scan.defined}
     # (`torch.save(...)` is no call of this file's `save()`: a name a module was imported as is no object of it)
     modules = {a.asname or a.name.partition(".")[0] for node in scan.imports if isinstance(node, ast.Import) for a in node.names}
+    # (`model.train()` is no call of the file's function `train`: an object's method is one of a class)
+    methods = {m for _, m in scan.own_methods}
     while True:
         sites: dict[str, list[bool]] = {}
         for call, guarded in scan.calls:
             # f(...) and self.f(...) both count as calls of a function f defined in this file.
             name = call.func.id if isinstance(call.func, ast.Name) else (
-                call.func.attr if isinstance(call.func, ast.Attribute) and _dotted(call.func).partition(".")[0] not in modules else None)
+                call.func.attr if isinstance(call.func, ast.Attribute) and _dotted(call.func).partition(".")[0] not in modules
+                and (call.func.attr in methods or call.func.attr in hooks) else None)
             name = hooks.get(name, name) if isinstance(call.func, ast.Attribute) else name
             if name in scan.defined:
                 inside = any(f in only for f in scan.enclosing.get(id(call), ()))

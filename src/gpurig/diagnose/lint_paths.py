@@ -141,14 +141,49 @@ def path_given(call: ast.Call, helper: str) -> list[ast.AST]:
     return [*call.args, *(k.value for k in call.keywords)]
 
 
+def named_path(scan, call: ast.Call, node: ast.AST) -> ast.AST:
+    """The path a name stands for in the call's function, when it is given exactly one there; or an
+    attribute given one path once in the file (`args.log_file = os.path.join(out, "log.txt")`,
+    or a name holding one where it is set)."""
+    if isinstance(node, ast.Name):
+        inside = scan.enclosing.get(id(call), ())
+        return scan.path_vars.get((inside[-1] if inside else "", node.id)) or node
+    held = scan.path_attrs.get(_dotted(node)) if isinstance(node, ast.Attribute) else None
+    if held is not None:
+        value, where = held
+        value = scan.path_vars.get((where, value.id)) if isinstance(value, ast.Name) else value
+        return value or node
+    return node
+
+
+# Files no other process writes: in memory (io.BytesIO()), or a temporary file or folder of this
+# process's own (tempfile.NamedTemporaryFile(), mkstemp(), mkdtemp(), TemporaryDirectory()).
+PRIVATE_FILES = frozenset({"BytesIO", "StringIO", "NamedTemporaryFile", "TemporaryFile", "SpooledTemporaryFile",
+                           "mkstemp", "mkdtemp", "TemporaryDirectory"})
+
+
+def private_names(target: ast.AST | None, value: ast.AST | None) -> list[str]:
+    """The names `target = value` (or `with value as target`) binds to a private file:
+    `buf = io.BytesIO()`, `fd, path = tempfile.mkstemp()`, `with tempfile.TemporaryDirectory() as d`."""
+    if not (isinstance(value, ast.Call) and _name_of(_dotted(value.func)) in PRIVATE_FILES):
+        return []
+    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)] if isinstance(target, (ast.Name, ast.Tuple)) else []
+
+
+def in_private_file(target: ast.AST | None, private: set[str]) -> bool:
+    """A write to a private file: the name of one, its `.name`, or a path joined under a private
+    folder (`os.path.join(tmp_dir, "model.pt")`), or a temporary file made in place."""
+    return target is not None and any(isinstance(n, ast.Name) and n.id in private or isinstance(n, ast.Call)
+                                      and _name_of(_dotted(n.func)) in PRIVATE_FILES for n in ast.walk(target))
+
+
 def buffer_names(fn: ast.AST) -> set[str]:
-    """Names a function binds to an in-memory file: `buf = io.BytesIO()`, `with io.BytesIO() as f`."""
-    names = set()
+    """Names a function binds to a private file (`buf = io.BytesIO()`, `with io.BytesIO() as f`,
+    `tmp = tempfile.NamedTemporaryFile()`)."""
+    names: set[str] = set()
     for node in ast.walk(fn):
         pairs = [(t, node.value) for t in node.targets] if isinstance(node, ast.Assign) else (
             [(node.optional_vars, node.context_expr)] if isinstance(node, ast.withitem) else [])
         for target, value in pairs:
-            if isinstance(target, ast.Name) and isinstance(value, ast.Call) \
-                    and _name_of(_dotted(value.func)) in ("BytesIO", "StringIO"):
-                names.add(target.id)
+            names.update(private_names(target, value))
     return names

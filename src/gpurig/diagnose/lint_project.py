@@ -49,6 +49,7 @@ from gpurig.diagnose.lint_paths import (
     _mentions_rank_value,
     _names_a_file_in,
     buffer_names,
+    in_private_file,
     own_file_written,
     weights_held_in,
 )
@@ -326,7 +327,7 @@ def _saving_functions(modules: list) -> dict[str, str]:
             for n in ast.walk(fn):
                 if isinstance(n, ast.Call) and _dotted(n.func) == "torch.save" and n.lineno not in guarded_lines \
                         and len(n.args) > 1 and not _mentions_rank_value(n.args[1]) \
-                        and not (isinstance(n.args[1], ast.Name) and n.args[1].id in buffers | per_rank):
+                        and not in_private_file(n.args[1], buffers) and not (isinstance(n.args[1], ast.Name) and n.args[1].id in per_rank):
                     out[name] = f"torch.save at {_at(module, n.lineno)}"
                     break
                 # `def yaml_save(file, data): with open(file, "w")`: the file the caller names

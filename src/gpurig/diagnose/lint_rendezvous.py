@@ -140,14 +140,15 @@ def _fixed_init_functions(modules: list, settings: dict[str, str] | None = None,
         for fn in ast.walk(module):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
-            literals = {t.id: n.value.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
+            # (a local name given the address: `dist_init_method = 'tcp://localhost:10000'`, named where it is fixed)
+            literals = {t.id: n.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
                         and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
                         for t in n.targets if isinstance(t, ast.Name)}
             for n in ast.walk(fn):
                 value = _init_method(n) if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "init_process_group" else None
-                address = value.value if isinstance(value, ast.Constant) else literals.get(getattr(value, "id", None))
-                if isinstance(address, str) and _TCP_FIXED.match(address):
-                    out[fn.name] = f"{address!r} at {_at(module, n.lineno)}"
+                literal = value if isinstance(value, ast.Constant) else literals.get(getattr(value, "id", None))
+                if literal is not None and isinstance(literal.value, str) and _TCP_FIXED.match(literal.value):
+                    out[fn.name] = f"{literal.value!r} at {_at(module, literal.lineno)}"
                 elif value is not None and settings and _setting_name(value) in settings:
                     out[fn.name] = f"its {_setting_name(value)} setting at {_at(module, n.lineno)}, fixed to {settings[_setting_name(value)]}"
             # `os.environ['MASTER_PORT'] = '8964'`, unless only where the launcher left it unset

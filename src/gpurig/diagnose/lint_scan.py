@@ -49,6 +49,7 @@ from gpurig.diagnose.lint_nodes import (
     _walks_container,
     _worker_started,
 )
+from gpurig.diagnose.lint_paths import private_names
 from gpurig.diagnose.lint_project import _is_download_call
 
 _ADDRESS_KEYS = frozenset({"MASTER_PORT", "MASTER_ADDR"})
@@ -148,12 +149,13 @@ class _Scanner(_AssignScan, _Walker):
         self.own_methods: set[tuple[str, str]] = set()  # (class, method) defined in this file
         self.spawns_in: set[str] = set()  # functions that start the workers (mp.spawn) themselves
         self.settings: dict[str, set] = {}  # last name -> the constant values the script assigns it (x = 1, x: int = 1)
-        self.buffers: set[str] = set()  # names bound to an in-memory file (io.BytesIO())
+        self.buffers: set[str] = set()  # names bound to a private file (io.BytesIO(), a temporary file)
         self.params: dict[str, list[str]] = {}  # the file's functions: name -> parameter names (the first def)
         self.name_aliases: dict[str, set[str]] = {}  # `Exp = Exp_Informer`: name -> the names it was given
         # (function, name) -> the path expression a name is given once there (`log = os.path.join(out, "log.txt")`);
         # None where the function gives it more than one value.
         self.path_vars: dict[tuple[str, str], ast.AST | None] = {}
+        self.path_attrs: dict[str, tuple | None] = {}  # the same for an attribute, given once in the file: (value, function)
         self.touch_only: set[int] = set()  # ids of open() calls of a `with` whose body is just `pass`
         # Models moved to a device before DDP wraps them: (model's name, the device expression, the
         # open blocks, line): `model.cuda(args.gpu)`, `model = Net().to(device)`.
@@ -441,9 +443,7 @@ class _Scanner(_AssignScan, _Walker):
         first = any(_RANK_FIRST.search(_dotted(getattr(i.context_expr, "func", i.context_expr)))
                     for i in node.items)
         for i in node.items:
-            if isinstance(i.optional_vars, ast.Name) and isinstance(i.context_expr, ast.Call) \
-                    and _name_of(_dotted(i.context_expr.func)) in ("BytesIO", "StringIO"):
-                self.buffers.add(i.optional_vars.id)
+            self.buffers.update(private_names(i.optional_vars, i.context_expr))
             if isinstance(i.context_expr, ast.Call) and len(node.body) == 1 and isinstance(node.body[0], ast.Pass):
                 self.touch_only.add(id(i.context_expr))  # `with open(log, "w"): pass` only creates or empties it
         pending = [] if first else [_name_of(_dotted(i.context_expr.func)) for i in node.items
@@ -561,6 +561,7 @@ class _Scanner(_AssignScan, _Walker):
                 or bool(node.keywords) and (any(k.arg in ("download", "pretrained", "stream") for k in node.keywords)  # (requests.get(url, stream=True))
                                             or _pretrained_weights(node) is not None)
                 or func in NAMED_FETCHES  # (gdown.download, wget.download: by what they are)
+                or isinstance(node.func, ast.Call) and _dotted(node.func.func) == "getattr"  # (a function picked by its name)
                 or bool(node.args) and any("pretrained" in (_leaf_name(a) or "").lower() for a in node.args))
 
     def _note_local(self, node: ast.Import | ast.ImportFrom) -> None:

@@ -62,7 +62,8 @@ def _next_cut(source: str, pos: int) -> int:
     return found.start() if found else len(source)
 
 
-_DEF_NAME = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+# (and a class: `CustomDataParallel(net)` of `class CustomDataParallel(nn.DataParallel)` is judged as what it is built on)
+_DEF_NAME = re.compile(r"^[ \t]*(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)", re.M)
 
 
 def _stream_scan(source: str, label: str, path=None, unjudged=frozenset(), project_flags=frozenset()) -> _Scanner:
