@@ -15,6 +15,7 @@ import hashlib
 import json
 import tomllib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,31 @@ def _relative(helper: str, script: str) -> str:
     return posixpath.relpath(helper, posixpath.dirname(script))
 
 
+@lru_cache(maxsize=64)
+def _statements(path: Path) -> tuple[tuple[int, int], ...]:
+    """The line spans of a file's statements: a simple statement whole (a call over several lines),
+    a compound statement's header (`with open(...) as f:`); none for a file that does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    spans = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt):
+            body = getattr(node, "body", None)
+            end = body[0].lineno - 1 if isinstance(body, list) and body else node.end_lineno or node.lineno
+            spans.append((node.lineno, max(node.lineno, end)))
+    return tuple(spans)
+
+
+def _same_place(path: Path, judged: int, line: int) -> bool:
+    """A finding's line is the judged place: within NEAR lines of it, or in the same statement
+    (the judge named `parser.add_argument(` and the finding its `default=` three lines below)."""
+    return abs(judged - line) <= NEAR or judged > 0 and any(a <= judged <= b and a <= line <= b for a, b in _statements(path))
+
+
 def measure(rules: set[str], manifest: dict[str, dict[str, Any]] | None = None, cache: Path = CACHE,
             split: str | None = None) -> Score:
     """Lint every cached script with `rules`; a finding is true when it is a judged mistake of the
@@ -95,17 +121,17 @@ def measure(rules: set[str], manifest: dict[str, dict[str, Any]] | None = None, 
         used: set[int] = set()
 
         def names(f, m: dict, script: str = entry["file"]) -> bool:
-            """Whether the finding names the judged place (its file, a line within NEAR) among its `related`."""
+            """Whether the finding names the judged place (its file, the same line: `_same_place`) among its `related`."""
             where = _relative(m.get("file", script), script)
-            return m["line"] > 0 and any(r.rpartition(":")[0] == where and abs(int(r.rpartition(":")[2]) - m["line"]) <= NEAR
-                                         for r in f.related)
+            return m["line"] > 0 and any(r.rpartition(":")[0] == where and _same_place(cache / m.get("file", script), m["line"],
+                                                                                       int(r.rpartition(":")[2])) for r in f.related)
 
         for f in findings:
             # A mistake judged at this line first; then one judged as missing (line 0) or judged in
             # an imported module (`file`), which a finding in the script can only stand for; then one
             # at a line of the script the finding names.
             hit = next((i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id and "file" not in m
-                        and m["line"] and abs(m["line"] - f.line) <= NEAR), None)
+                        and m["line"] and _same_place(script, m["line"], f.line)), None)
             if hit is None:  # (a finding that names the project places it stands for stands for those only)
                 hit = next((i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id
                             and (m["line"] == 0 or "file" in m and (not f.related or names(f, m)))), None)
