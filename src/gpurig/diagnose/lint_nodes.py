@@ -23,9 +23,9 @@ _DOWNLOADERS = {"from_pretrained", "load_dataset", "load_state_dict_from_url", "
                 "download_url", "download_and_extract_archive", "urlretrieve",
                 "load_url"}  # torch.utils.model_zoo.load_url: load_state_dict_from_url's old name
 # Calls that fetch by what they are, whatever their arguments (see lint_project._named_fetch).
+NAMED_FETCHES = frozenset({"evaluate.load", "torch.hub.load", "torch.hub.list", "clip.load", "clip._download", "gdown.download", "wget.download"})
 # A setting's value that is a model already built (`pretrained = AutoModel.from_pretrained(...)`), no switch.
 BUILT = object()
-NAMED_FETCHES = frozenset({"evaluate.load", "torch.hub.load", "torch.hub.list", "clip.load", "clip._download", "gdown.download", "wget.download"})
 # Dataset classes that download into their root folder when it lacks the files: OGB's and PyG's.
 _AUTO_DATASETS = frozenset({
     "PygNodePropPredDataset", "PygGraphPropPredDataset", "PygLinkPropPredDataset", "NodePropPredDataset",
