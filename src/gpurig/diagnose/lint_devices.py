@@ -249,15 +249,17 @@ def fold_uses(findings: list, script: str) -> list:
         ranks[0].related += [f"{script}:{f.line}" for f in uses]
         ranks[0].title += f" (and {len(uses)} more use{'s' if len(uses) > 1 else ''} of it as a device below)"
     # (and the same use again, `device_ids=[rank]` of each model the script wraps: said once, naming the others)
-    first: dict = {}
-    for f in ranks:
-        if not any(f is u for u in uses) and first.setdefault(f.title, f) is not f:
-            first[f.title].related.append(f"{script}:{f.line}")
-            uses.append(f)
-    for f in first.values():
-        again = sum(1 for u in uses if u.title == f.title and u is not f)
+    folded = {id(f) for f in uses}
+    first: dict = {}  # title -> [the finding said, how many more times below]
+    for f in (f for f in ranks if id(f) not in folded):
+        head = first.setdefault(f.title, [f, 0])
+        if head[0] is not f:
+            head[0].related.append(f"{script}:{f.line}")
+            head[1] += 1
+            folded.add(id(f))
+    for f, again in first.values():
         f.title += f" (and {again} more time{'s' if again > 1 else ''} below)" if again else ""
-    return [f for f in findings if not any(f is u for u in uses)]
+    return [f for f in findings if id(f) not in folded]
 
 
 
