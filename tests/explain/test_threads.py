@@ -497,3 +497,34 @@ def test_an_entry_is_not_proven_by_the_threads_it_was_written_from(tmp_path):
         case.tokens = case.compute_tokens()
     assert entry.id not in th.write_entry_record(tmp_path / "a.toml", [cited])
     assert th.write_entry_record(tmp_path / "b.toml", [cited, other])[entry.id] == (1, 1)
+
+
+def test_the_shipped_catalogue_snapshot_is_the_catalogue():
+    """errors.json spares every `explain` parsing the catalogue's TOML; it must hold exactly what
+    the TOML files hold, and `calibrate` writes it again after any change to them."""
+    import json
+
+    from gpurig.knowledge import loaders
+
+    files = loaders.catalogue_files()
+    shipped = json.loads(loaders._text(loaders.CATALOGUE_SNAPSHOT))
+    assert shipped["key"] == loaders.catalogue_key(files), "errors.json is stale: run `python -m gpurig.diagnose.threads calibrate`"
+    assert shipped["entry"] == loaders.parse_catalogue_files(files)["entry"]
+    assert loaders.error_catalogue_data()["entry"] == shipped["entry"]
+
+
+def test_a_stale_or_broken_catalogue_snapshot_is_not_used():
+    """An entry added to the TOML after the snapshot was written is still known, and a snapshot
+    that is not JSON (a bad copy) costs only the time of parsing the TOML."""
+    import json
+
+    from gpurig.knowledge import loaders
+
+    files = loaders.catalogue_files()
+    old = loaders.snapshot_text(files)
+    added = '\n[[entry]]\nid = "added-later"\ntitle = "t"\ncause = "c"\nfix = "f"\nrole = "primary"\npatterns = ["x"]\n'
+    edited = files[:-1] + [(files[-1][0], files[-1][1] + added)]
+    assert loaders.catalogue_from(edited, old)["entry"][-1]["id"] == "added-later"
+    assert loaders.catalogue_from(files, old)["entry"] == loaders.parse_catalogue_files(files)["entry"]
+    for broken in ("", "{not json", json.dumps({"key": loaders.catalogue_key(files)}), old[: len(old) // 2]):
+        assert loaders.catalogue_from(files, broken)["entry"] == loaders.parse_catalogue_files(files)["entry"]

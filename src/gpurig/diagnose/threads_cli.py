@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
 from gpurig.diagnose.threads import (
@@ -32,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gpurig.diagnose.threads",
                                  description="Maintain the index of resolved threads shipped with gpurig.")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("calibrate", help="rewrite tokens.json and calibration.toml (after any change to the threads)")
+    sub.add_parser("calibrate", help="rewrite tokens.json, calibration.toml and the catalogue's errors.json "
+                   "(after any change to the threads or the catalogue)")
     sub.add_parser("stats", help="how many threads, per split and per class")
     m = sub.add_parser("measure", help="explain's rates on the development part (leave-one-out) and the test part")
     m.add_argument("--test", action="store_true", help="also measure the held-out test part (report it; never tune on it)")
@@ -43,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cases = load_cases()
     if args.cmd == "calibrate":
+        from gpurig.knowledge import loaders
+
+        files = loaders.catalogue_files()
+        Path(str(resources.files("gpurig.knowledge").joinpath(loaders.CATALOGUE_SNAPSHOT))).write_text(
+            loaders.snapshot_text(files), encoding="utf-8")
         pairs = read_case_lines()
         tokens = {c.id: c.compute_tokens() for c in list(cases) + list(raw_example_cases())}
         Path(str(threads_dir().joinpath(TOKENS_FILE))).write_text(

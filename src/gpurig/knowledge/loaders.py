@@ -23,6 +23,8 @@ Driver floors, decided from reference/compat.md ("minor-version compatibility"):
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -89,27 +91,77 @@ def _cc_tuple(cc: str) -> tuple[int, int]:
 # reading the files
 
 
-def _read(name: str) -> dict[str, Any]:
+def _text(name: str) -> str:
     try:
-        text = resources.files("gpurig.knowledge").joinpath(name).read_text(encoding="utf-8")
+        return resources.files("gpurig.knowledge").joinpath(name).read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise KnowledgeError(f"knowledge file {name} is missing from the package") from exc
+
+
+def _parse(name: str, text: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise KnowledgeError(f"knowledge file {name}: {exc}") from exc
 
 
+def _read(name: str) -> dict[str, Any]:
+    return _parse(name, _text(name))
+
+
+# The error catalogue as JSON, with the digest of the TOML files it was made from: reading it takes
+# a few milliseconds where parsing the TOML takes about 50 (every `gpurig explain` reads the
+# catalogue). `python -m gpurig.diagnose.threads calibrate` writes it; when the TOML files have
+# changed since, the digest differs and the TOML is read as before.
+CATALOGUE_SNAPSHOT = "errors.json"
+
+
+def catalogue_files() -> list[tuple[str, str]]:
+    """(name, text) of errors.toml, then each errors-<area>.toml in name order."""
+    names = ["errors.toml"] + sorted(
+        p.name for p in resources.files("gpurig.knowledge").iterdir() if re.fullmatch(r"errors-[a-z0-9-]+\.toml", p.name))
+    return [(name, _text(name)) for name in names]
+
+
+def catalogue_key(files: list[tuple[str, str]]) -> str:
+    digest = hashlib.sha256()
+    for name, text in files:
+        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def parse_catalogue_files(files: list[tuple[str, str]]) -> dict[str, Any]:
+    """The files' [[entry]] lists joined, in order."""
+    return {"entry": [e for name, text in files for e in _parse(name, text).get("entry", [])]}
+
+
+def catalogue_from(files: list[tuple[str, str]], snapshot: str | None) -> dict[str, Any]:
+    """The catalogue from `snapshot` (the text of errors.json) when it was made from exactly these
+    files, else parsed from them."""
+    try:
+        data = json.loads(snapshot) if snapshot else None
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and data.get("key") == catalogue_key(files) and isinstance(data.get("entry"), list):
+        return {"entry": data["entry"]}
+    return parse_catalogue_files(files)
+
+
+def snapshot_text(files: list[tuple[str, str]]) -> str:
+    """What errors.json holds for these files (always parsed from the TOML itself)."""
+    return json.dumps({"key": catalogue_key(files), **parse_catalogue_files(files)}, ensure_ascii=False,
+                      separators=(",", ":")) + "\n"
+
+
 @functools.cache
 def error_catalogue_data() -> dict[str, Any]:
     """The raw error catalogue: errors.toml, then each errors-<area>.toml in name order, their
     [[entry]] lists joined; `gpurig.diagnose.explain` turns it into typed entries."""
-    names = ["errors.toml"] + sorted(
-        p.name for p in resources.files("gpurig.knowledge").iterdir() if re.fullmatch(r"errors-[a-z0-9-]+\.toml", p.name))
-    entries: list[Any] = []
-    for name in names:
-        entries.extend(_read(name).get("entry", []))
-    return {"entry": entries}
+    try:
+        snapshot = _text(CATALOGUE_SNAPSHOT)
+    except KnowledgeError:
+        snapshot = None
+    return catalogue_from(catalogue_files(), snapshot)
 
 
 def _rows(name: str, table: str) -> list[dict[str, Any]]:
