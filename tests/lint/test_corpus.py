@@ -197,6 +197,34 @@ def test_a_finding_in_the_judged_statement_counts_for_it(tmp_path):
     assert _score_one(tmp_path / "far", text, "hard-coded-rendezvous", (1,)) == (1, 0, 1, 0)
 
 
+def test_a_finding_counts_for_the_nearest_judged_line(tmp_path):
+    """The judge counted the fixed MASTER_ADDR (line 4) and MASTER_PORT (line 5) apart; the one
+    finding, at the port, is the port's mistake, and the address's is the one missed."""
+    import hashlib
+
+    (tmp_path / "p").mkdir()
+    script = tmp_path / "p" / "train.py"
+    script.write_text("import os\nimport torch.distributed as dist\ndef main():\n    os.environ['MASTER_ADDR'] = '127.0.0.1'\n"
+                      "    os.environ['MASTER_PORT'] = '29500'\n    dist.init_process_group('nccl')\n"
+                      "    dist.destroy_process_group()\nmain()\n")
+    entry = {"file": "p/train.py", "path": "train.py", "url": "https://example.org/p/train.py",
+             "sha256": hashlib.sha256(script.read_bytes()).hexdigest(), "judged": "default",
+             "mistakes": [{"rule": "hard-coded-rendezvous", "line": line, "why": "w"} for line in (4, 5)]}
+    score = lc.measure(set(DEFAULT_RULES), manifest={"p": entry}, cache=tmp_path)
+    assert (score.findings, score.true_findings, score.found) == (1, 1, 1)
+    assert [m["line"] for m in score.missed] == [4]
+
+
+def test_a_port_from_an_options_default_counts_where_the_judge_named_the_default(tmp_path):
+    """MASTER_PORT set from `--port`, whose default is a fixed port: the finding is at the
+    assignment and names the option's line, so a judge who named the default finds it counted."""
+    text = ("import argparse, os\nimport torch.distributed as dist\nparser = argparse.ArgumentParser()\n"
+            "parser.add_argument('--port', type=str, default='8888')\nargs = parser.parse_args()\n"
+            "os.environ['MASTER_ADDR'] = 'localhost'\n\n\nos.environ['MASTER_PORT'] = args.port\n"
+            "dist.init_process_group('nccl')\ndist.destroy_process_group()\n")
+    assert _score_one(tmp_path, text, "hard-coded-rendezvous", (4,)) == (1, 1, 1, 1)
+
+
 def test_fetch_takes_each_file_from_the_commit_it_was_judged_at(tmp_path, monkeypatch):
     """The script and its helpers come from the entry's commit; a helper named in `helpers_at` from
     its own commit (the version that was read when the script was judged)."""
