@@ -48,7 +48,7 @@ from gpurig.diagnose.lint_nodes import (
     _shuffles_at,
     _written_file,
 )
-from gpurig.diagnose.lint_paths import in_private_file, path_given
+from gpurig.diagnose.lint_paths import gives_own_file, in_private_file, path_given
 from gpurig.diagnose.lint_project import (
     _SHELL_CALLS,
     _group_joiners,
@@ -215,6 +215,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     foreign, project_names = mods._imported_names_by_origin(scan.imports, path)
     lib_fetchers = mods._library_fetchers(scan.imports)  # lpips.LPIPS, FrechetInceptionDistance, ...
     fetched: dict[tuple, list[tuple[int, ...]]] = {}  # from_pretrained fetches reported: _refetch_key -> the blocks each ran in
+    said: dict[tuple, LintFinding] = {}  # the finding of each dataset download reported, by its _refetch_key
     param_writes: list[tuple[str, str, ast.Call]] = []  # (function of this file, its parameter, the write to the path it names)
     torch_saving_helpers = {fn[-1] for c, f, g in calls if f == "torch.save" and not g and (fn := scan.enclosing.get(id(c))) and _SAVE_HELPER.search(fn[-1])}
     for call, func, guarded in calls:
@@ -311,7 +312,9 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
             default = _kw(call, "default")  # ("tcp://127.0.0.1:23456", "29500", or the number 29500)
             # (an option nothing reads, `args.master_port` nowhere and no `vars(args)`: unused, whatever its default)
             dest = next((a.value.lstrip("-").replace("-", "_") for a in call.args if str(a.value).startswith("--")), "")
-            if dest and dest not in scan.referenced and "vars" not in names and "__dict__" not in scan.referenced and not any(isinstance(n, ast.Attribute) and n.attr == dest for m in modules for n in ast.walk(m)):
+            # (nor one the script sets again, `args.port = random.randint(...)`: its default is not what runs)
+            if dest and (dest not in scan.referenced and "vars" not in names and "__dict__" not in scan.referenced and not any(
+                    isinstance(n, ast.Attribute) and n.attr == dest for m in modules for n in ast.walk(m)) or rendezvous._set_again(dest, text)):
                 default = None
             if default is not None and isinstance(default.value, ast.Constant) and not isinstance(default.value.value, bool) \
                     and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$|[\w.-]+:\d{4,5}$", str(default.value.value)):
@@ -344,7 +347,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
             weights = short not in scan.defined and _pretrained_weights(call) is not None  # torchvision's weights=
             file_weights = on(pretrained) and _names_a_file(pretrained.value)  # `ram(pretrained=args.checkpoint)`
             # (the same class and source fetched before it on its path, in every rank: read from the cache)
-            refetch, blocks = _refetch_key(call, scan.enclosing.get(id(call), ())), scan.blocks_of.get(id(call), ())
+            refetch, blocks = _refetch_key(call, scan.enclosing.get(id(call), ()), short == "from_pretrained" and settings_with_launch(True) or None), scan.blocks_of.get(id(call), ())
             cached = refetch is not None and any(blocks[:len(b)] == b for b in [*fetched.get(refetch, ()), *(
                 fetched.get(("pipeline", refetch[2]), ()) if _kw(call, "subfolder") else ())])  # (a pipeline fetched every part)
             if (on(download) or ((on(pretrained) or by_position or weights) and not own) or fetches) and not never_run(call) \
@@ -360,11 +363,12 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                 add("download-on-every-rank", call, f"{what} runs in every rank at once{also}: they race to write the same files",
                     "Download once before training: `if local_rank == 0: <download>` then dist.barrier(), and construct "
                     "with download=False in every rank (or download ahead of the run).", downloading_helpers.get(head, ""))
-            is_log = (
-                short in OUTPUT_LOG_METHODS
-                and "." in func
-                and any(w in func.split(".")[0].lower() for w in ("log", "logger", "logging"))
-            )
+                said.setdefault(refetch, findings[-1])
+            elif cached and on(download) and refetch in said:  # (the same dataset's files again, in every rank: one mistake)
+                said[refetch].related.append(f"{here}:{call.lineno}")
+                said[refetch].title += f" (and again at line {call.lineno}, the same files)"
+            is_log = short in OUTPUT_LOG_METHODS and "." in func and any(
+                w in func.split(".")[0].lower() for w in ("log", "logger", "logging"))
             # A message that names its rank, or goes to stderr, is meant to come from every rank.
             per_rank_message = (short == "print" or is_log) and (
                 any(_mentions_rank(a) for a in call.args)
@@ -398,7 +402,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                     method = helper is not None and any(m == helper for _, m in scan.own_methods)
                     every = [(c, g2) for c, f2, g2 in calls if helper and (
                         _calls_function(f2, helper) or (method and f2.rpartition(".")[2] == helper and "." in f2))]
-                    sites = [c for c, g2 in every if not g2]
+                    sites = [c for c, g2 in every if not g2 and not gives_own_file(scan, c, helper, call, target)]
                     for site in sites or ([] if every else [call]):
                         where = f"{_name_of(_dotted(site.func))}() saves with {kind} (line {call.lineno})" if site is not call else kind
                         add("save-on-every-rank", site, f"{where} runs on every rank: they write the same file at once", fix,
@@ -520,7 +524,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                         where)
                 elif isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and _setting_name(assign.value):
                     setting = _setting_name(assign.value)  # `= hps.train.port`, `= str(config["port"])`
-                    ports = {**rendezvous.port_settings(modules, configs, assign.value, rendezvous.script_options(calls)), **rendezvous.own_ports(calls, text)}
+                    ports = {**rendezvous.port_settings(modules, configs, assign.value, rendezvous.script_options(calls)), **rendezvous.own_ports(calls, text, here)}
                     if setting in ports:
                         add("hard-coded-rendezvous", assign,
                             f"MASTER_PORT comes from the {setting} setting, fixed to {ports[setting]}: "

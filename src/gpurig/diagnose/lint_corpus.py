@@ -130,8 +130,10 @@ def measure(rules: set[str], manifest: dict[str, dict[str, Any]] | None = None, 
             # A mistake judged at this line first; then one judged as missing (line 0) or judged in
             # an imported module (`file`), which a finding in the script can only stand for; then one
             # at a line of the script the finding names.
-            hit = next((i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id and "file" not in m
-                        and m["line"] and _same_place(script, m["line"], f.line)), None)
+            # (the nearest such mistake: a finding at the judged line of MASTER_PORT is that one, not MASTER_ADDR's above)
+            hit = min((i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id and "file" not in m
+                       and m["line"] and _same_place(script, m["line"], f.line)),
+                      key=lambda i: abs(mistakes[i]["line"] - f.line), default=None)
             if hit is None:  # (a finding that names the project places it stands for stands for those only)
                 hit = next((i for i, m in enumerate(mistakes) if i not in used and m["rule"] == f.id
                             and (m["line"] == 0 or "file" in m and (not f.related or names(f, m)))), None)

@@ -241,22 +241,28 @@ def _device_use(node: ast.AST, names: set[str]) -> ast.AST | None:
 
 def fold_uses(findings: list, script: str) -> list:
     """The global rank made a device is one mistake, however many tensors it then moves: its uses
-    (`.to(rank)`, `.cuda(rank)`) after the first place it is reported are named there (`related`),
-    not reported again. `findings` in line order; `script`: the file's name, as `related` names it."""
+    (`.to(rank)`, `.cuda(rank)`) are named (`related`) where the device is chosen (`set_device`,
+    `device_ids=`; else at the first use), not reported again. `findings` in line order; `script`:
+    the file's name, as `related` names it."""
     ranks = [f for f in findings if f.id == "global-rank-as-device"]
-    uses = [f for f in ranks[1:] if f.title.startswith(".")]
-    if uses:
-        ranks[0].related += [f"{script}:{f.line}" for f in uses]
-        ranks[0].title += f" (and {len(uses)} more use{'s' if len(uses) > 1 else ''} of it as a device below)"
+    # (said where the device is chosen, `set_device(rank)` or `device_ids=[rank]`, when the script does:
+    # a model's `.to(rank)` above it is one of its uses)
+    head = next((f for f in ranks if not f.title.startswith(".")), ranks[0] if ranks else None)
+    uses = [f for f in ranks if f is not head and f.title.startswith(".")]
     # (and the same use again, `device_ids=[rank]` of each model the script wraps: said once, naming the others)
     folded = {id(f) for f in uses}
     first: dict = {}  # title -> [the finding said, how many more times below]
     for f in (f for f in ranks if id(f) not in folded):
-        head = first.setdefault(f.title, [f, 0])
-        if head[0] is not f:
-            head[0].related.append(f"{script}:{f.line}")
-            head[1] += 1
+        said = first.setdefault(f.title, [f, 0])
+        if said[0] is not f:
+            said[0].related.append(f"{script}:{f.line}")
+            said[1] += 1
             folded.add(id(f))
+    if uses:
+        head.related += [f"{script}:{f.line}" for f in uses]
+        where = "below" if all(f.line > head.line for f in uses) else \
+            f"at line{'s' if len(uses) > 1 else ''} " + ", ".join(str(f.line) for f in uses)
+        head.title += f" (and {len(uses)} more use{'s' if len(uses) > 1 else ''} of it as a device {where})"
     for f, again in first.values():
         f.title += f" (and {again} more time{'s' if again > 1 else ''} below)" if again else ""
     return [f for f in findings if id(f) not in folded]

@@ -145,10 +145,14 @@ def _passes(call: ast.Call, param: str, index: int) -> bool:
 
 def _path_like(value: ast.AST) -> bool:
     """A file name or a path built from one (looked at shallowly): "log.csv", f"{out}/log.txt",
-    out / "results.txt", os.path.join(out, "main.log"), Path(out, "x.yaml")."""
+    out / "results.txt", os.path.join(out, "main.log"), Path(out, "x.yaml"), or a folder's pathlib
+    join (`self.exp_path / filename`)."""
     if isinstance(value, ast.Constant):
         return isinstance(value.value, str) and "." in value.value
     if isinstance(value, ast.JoinedStr):
+        return True
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div) and re.search(
+            r"(?i)path|dir|folder|root", _leaf_name(value.left) or ""):
         return True
     if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Div, ast.Add, ast.Mod)):
         return any(isinstance(side, ast.Constant) and isinstance(side.value, str) for side in (value.left, value.right))
@@ -321,12 +325,22 @@ def _reads_local_files(call: ast.Call) -> bool:
     return leaf is not None and _LOCAL_DIR.fullmatch(leaf) is not None
 
 
-def _refetch_key(call: ast.Call, inside: tuple[str, ...]) -> tuple | None:
+def _refetch_key(call: ast.Call, inside: tuple[str, ...], values: dict[str, set] | None = None) -> tuple | None:
     """What a from_pretrained call fetches, in its function: the class and the source it names. A second
-    call with the same key, after the first ran in every rank, reads the files the first one wrote."""
+    call with the same key, after the first ran in every rank, reads the files the first one wrote.
+    Likewise a dataset class given `download=`, by its root folder (and `split=`, which some fetch
+    apart): `MNIST(root, train=False, download=True)` after `MNIST(root, train=True, ...)` finds the
+    files there (torchvision fetches both parts at once). `values`: the script's settings, which
+    stand for their one value."""
+    if any(k.arg == "download" for k in call.keywords):
+        root = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "root"), None)
+        return None if root is None else (inside, _dotted(call.func), (ast.unparse(root),),
+                                          tuple(ast.unparse(k.value) for k in call.keywords if k.arg == "split"))
     if _name_of(_dotted(call.func)) != "from_pretrained" or not call.args:
         return None
-    return (inside, _dotted(call.func), tuple(ast.unparse(a) for a in call.args),
+    # (a setting of one value is that value: `--ref_id` and `--model_id` both default to one Hub id)
+    one = lambda a: repr(next(iter(values[n]))) if values and (n := _setting_name(a)) in values and len(values[n]) == 1 else ast.unparse(a)  # noqa: E731
+    return (inside, _dotted(call.func), tuple(one(a) for a in call.args),
             tuple(ast.unparse(k.value) for k in call.keywords if k.arg in ("subfolder", "revision", "filename")))
 
 
@@ -359,9 +373,10 @@ _ENDLESS = re.compile(r"(?:\w+_)?(?:cycle|endless|forever|infinite)(?:_(?:iter|i
                       r"|(?:\w+_)?inf_(?:iter|iterator|loader|loop|data|dataloader|batches|generator)", re.IGNORECASE)
 
 
-# A dataset for evaluation, by its name: val_dataset, dataset_val, testset, eval_data, data.valid.
-_EVAL_DATA = re.compile(r"(?:^|[._])(?:val|valid|validation|test|eval|evaluation)(?:set|_?data(?:set)?)?(?:$|[._])"
-                        r"|^(?:val|valid|test|eval)(?:set|_?data(?:set)?)$|(?:val|test)set$", re.IGNORECASE)
+# A dataset for evaluation, by its name: val_dataset, dataset_val, testset, eval_data, data.valid,
+# dev_dataset (the development set of NLP tasks).
+_EVAL_DATA = re.compile(r"(?:^|[._])(?:val|valid|validation|test|eval|evaluation|dev)(?:set|_?data(?:set)?)?(?:$|[._])"
+                        r"|^(?:val|valid|test|eval|dev)(?:set|_?data(?:set)?)$|(?:val|test|dev)set$", re.IGNORECASE)
 
 
 def _set_to_local_path(call: ast.Call, settings: dict, with_defaults: dict | None = None) -> bool:

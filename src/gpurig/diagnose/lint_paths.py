@@ -187,3 +187,20 @@ def buffer_names(fn: ast.AST) -> set[str]:
         for target, value in pairs:
             names.update(private_names(target, value))
     return names
+
+
+def gives_own_file(scan, site: ast.Call, helper: str, call: ast.Call, target: ast.AST | None) -> bool:
+    """The call `site` of a save helper gives it a file name of its rank for the parameter the save's
+    path is made of: `self.save_model(f'bestmodel_{self.args.rank}.pth')`, where save_model writes
+    `self.expPath / filename`. Each rank then writes its own file."""
+    params = scan.params.get(helper, [])
+    path = named_path(scan, call, target) if target is not None else None
+    used = [n.id for n in ast.walk(path) if isinstance(n, ast.Name) and n.id in params] if path is not None else []
+    offset = 1 if params[:1] == ["self"] and isinstance(site.func, ast.Attribute) else 0
+    for name in used:
+        given = next((k.value for k in site.keywords if k.arg == name), None)
+        index = params.index(name) - offset
+        given = given if given is not None else site.args[index] if 0 <= index < len(site.args) else None
+        if given is not None and _mentions_rank_value(given):
+            return True
+    return False

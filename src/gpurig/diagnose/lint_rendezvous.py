@@ -333,8 +333,10 @@ def tcp_port_setting(value: ast.AST, modules: list, calls: list, source: str, ta
 
 
 def _set_again(setting: str, source: str) -> bool:
-    """The script sets the option again (`args.port = find_free_port()`): its default is not what runs."""
-    return re.search(rf"\.{re.escape(setting)}\s*=[^=]", source) is not None
+    """The script sets the option again (`args.port = find_free_port()`): its default is not what runs.
+    Not a copy of the option itself (`args.dist_url = run_args.dist_url`)."""
+    name = re.escape(setting)
+    return re.search(rf"\.{name}\s*=(?!=)(?![^\n]*\b{name}\b)", source) is not None
 
 
 def _port_option(call: ast.Call) -> tuple[str, object, str] | None:
@@ -345,15 +347,16 @@ def _port_option(call: ast.Call) -> tuple[str, object, str] | None:
     return (flag[2:].replace("-", "_"), port, flag) if flag and re.fullmatch(r"\d{4,5}", str(port)) else None
 
 
-def own_ports(calls: list, text: str) -> dict[str, str]:
+def own_ports(calls: list, text: str, here: str = "") -> dict[str, str]:
     """The script's own options that default to a fixed port (`parser.add_argument("-p", "--port",
-    default=12355)`): option -> the port, as said. Not those the option's own check reports already
+    default=12355)`): option -> the port, as said (at `here`:line, the script's name, where given: the
+    finding then names the default's place too). Not those the option's own check reports already
     (`--master_port`, `--dist-port`, or a `--port` the script builds a tcp:// address from)."""
     out: dict[str, str] = {}
     for c, _, _ in [] if _BUILDS_TCP.search(text) else calls:
         found = _port_option(c)
         if found is not None and not re.search(_OPTION_CHECKED, found[2]):
-            out[found[0]] = f"{found[1]!r} (the default of its {found[2]} option at line {c.lineno})"
+            out[found[0]] = f"{found[1]!r} (the default of its {found[2]} option at {f'{here}:' if here else 'line '}{c.lineno})"
     return out
 
 
