@@ -1,8 +1,9 @@
 """What the twenty-first round of real scripts taught: a save helper given a file name of the
 rank's own writes that rank's file, a development set's sampler is no training order, the same
-dataset's files fetched again (its test split) are one mistake with the first fetch, and an option
-the script sets again (`args.dist_url = f"tcp://{host}:{random port}"`) does not run with its
-default. Each case is a small script in the shape of the public code it comes from; the expected
+dataset's files fetched again (its test split) are one mistake with the first fetch, an option the
+script sets again (`args.dist_url = f"tcp://{host}:{random port}"`) does not run with its default,
+two settings of one Hub id are one fetch, a move to the global rank is named where the device is
+chosen, and torch.distributed's own `get_rank()` alone makes no script distributed. Each case is a small script in the shape of the public code it comes from; the expected
 findings are what a careful reader says."""
 
 from __future__ import annotations
@@ -178,3 +179,31 @@ def test_a_move_to_the_global_rank_is_named_where_the_device_is_chosen(tmp_path)
     findings = lint(tmp_path, MOVED_THEN_WRAPPED, {"global-rank-as-device"})
     assert [(f.line, f.related) for f in findings] == [(9, ["train.py:8"])]
     assert "at line 8" in findings[0].title
+
+
+# An audio classifier trained in one process (DataParallel); a `--use_ddp` flag left from an older
+# version asks torch.distributed for the rank, but nothing ever starts a process group.
+VESTIGIAL_DDP = """\
+import argparse
+import torch
+ASK_IMPORT
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--use_ddp", action="store_true")
+args = parser.parse_args()
+net = torch.nn.DataParallel(torch.nn.Linear(2, 2).cuda())
+for step in range(10):
+    if not args.use_ddp or ASK == 0:
+        print(step)
+torch.save(net.state_dict(), "model.pt")
+"""
+
+
+def test_torch_distributeds_own_get_rank_alone_makes_no_distributed_script(tmp_path):
+    """Only the DataParallel is said; the save runs in the one process there is. A project's own
+    `get_rank()` (its distributed utilities may start the group) still makes the script one every rank runs."""
+    text = VESTIGIAL_DDP.replace("ASK_IMPORT", "").replace("ASK", "torch.distributed.get_rank()")
+    assert found(tmp_path, text, {"data-parallel", "save-on-every-rank"}) == [("data-parallel", 8)]
+    (tmp_path / "own").mkdir()
+    own = VESTIGIAL_DDP.replace("ASK_IMPORT", "from utils.distributed import get_rank").replace("ASK", "get_rank()")
+    assert ("save-on-every-rank", 12) in found(tmp_path / "own", own, {"data-parallel", "save-on-every-rank"})

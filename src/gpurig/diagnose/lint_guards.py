@@ -415,11 +415,16 @@ def _runs_on_every_rank(scan, calls: list, names: set[str], text: str, project_t
     """Whether the script is one that every rank runs whole: it starts or joins a process group, or
     is launched one process per GPU by its framework (Horovod, a Hugging Face Trainer read from the
     command line, Accelerate, Lightning, DeepSpeed)."""
+    # (torch.distributed's own get_rank()/get_world_size() alone are no sign: they fail without a group,
+    # so a script that never starts one calls them only on a path it does not take, a vestigial
+    # `--use_ddp`; a project's own `get_rank()` may start or find one)
+    asks = {f for _, f, _ in calls if _name_of(f) in ("get_rank", "get_world_size")}
+    own_asks = any(not re.match(r"(?:torch\.)?(?:distributed|dist)\.", f) for f in asks)
     distributed = bool(
-        names & {"init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn", "get_rank",
-                 "get_world_size", "Accelerator", "init_distributed_mode", "init_distributed", "setup_distributed",
+        names & {"init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn",
+                 "Accelerator", "init_distributed_mode", "init_distributed", "setup_distributed",
                  "init_distributed_device", "FullyShardedDataParallel", "FSDP", "fully_shard", "init_device_mesh"}
-    ) or "LOCAL_RANK" in text or bool(scan.aliases & names)
+    ) or own_asks or "LOCAL_RANK" in text or bool(scan.aliases & names)
     # Horovod: one process per GPU (horovodrun/mpirun), each running the whole script. (TensorFlow's
     # multi-worker strategy is one process per machine: its caches are per machine, not shared.)
     distributed = distributed or (bool(re.search(r"^\s*(?:from|import)\s+horovod\b", text, re.M)) and "init" in names)
