@@ -418,8 +418,8 @@ def _runs_on_every_rank(scan, calls: list, names: set[str], text: str, project_t
     # (torch.distributed's own get_rank()/get_world_size() alone are no sign: they fail without a group,
     # so a script that never starts one calls them only on a path it does not take, a vestigial
     # `--use_ddp`; a project's own `get_rank()` may start or find one)
-    asks = {f for _, f, _ in calls if _name_of(f) in ("get_rank", "get_world_size")}
-    own_asks = any(not re.match(r"(?:torch\.)?(?:distributed|dist)\.", f) for f in asks)
+    own_asks = bool(names & {"get_rank", "get_world_size"}) and re.search(
+        r"(?<!dist\.)(?<!distributed\.)\b(?:get_rank|get_world_size)\s*\(", text) is not None
     distributed = bool(
         names & {"init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn",
                  "Accelerator", "init_distributed_mode", "init_distributed", "setup_distributed",
