@@ -338,9 +338,12 @@ def _refetch_key(call: ast.Call, inside: tuple[str, ...], values: dict[str, set]
                                           tuple(ast.unparse(k.value) for k in call.keywords if k.arg == "split"))
     if _name_of(_dotted(call.func)) != "from_pretrained" or not call.args:
         return None
-    # (a setting of one value is that value: `--ref_id` and `--model_id` both default to one Hub id)
-    one = lambda a: repr(next(iter(values[n]))) if values and (n := _setting_name(a)) in values and len(values[n]) == 1 else ast.unparse(a)  # noqa: E731
-    return (inside, _dotted(call.func), tuple(one(a) for a in call.args),
+
+    def source(a: ast.AST) -> str:  # (a setting of one value is that value: `--ref_id` and `--model_id` of one Hub id)
+        name = _setting_name(a)
+        return repr(next(iter(values[name]))) if values and name in values and len(values[name]) == 1 else ast.unparse(a)
+
+    return (inside, _dotted(call.func), tuple(source(a) for a in call.args),
             tuple(ast.unparse(k.value) for k in call.keywords if k.arg in ("subfolder", "revision", "filename")))
 
 
