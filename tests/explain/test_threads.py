@@ -112,8 +112,18 @@ FRAMEWORKS = {"pytorch", "tensorflow", "keras", "accelerate", "deepspeed", "ligh
 # 63.0% -> 62.5% within three; its 535 older threads went 59.8% -> 59.4% first (two answers moved by
 # the larger index, not by the patterns). The development part 72.4% -> 72.1%. The first-right floor
 # follows, to 0.58.
-FLOOR_TEST_FIRST = 0.58
-FLOOR_TEST_TOP3 = 0.62
+# Then 52 more (b37: torch.distributed RPC, pipelining and sharded optimizers, fine-tuning stacks under
+# ZeRO-3 and tensor parallelism, GPU containers and Kubernetes device plugins, Horovod, TensorFlow
+# and torchtitan): 9 first right before they joined, 25 with nothing said, none confidently wrong;
+# 17 name a cause the index had never seen. Their development threads taught the catalogue FSDP under
+# inference_mode, RPC without init_rpc and RPC timeouts, DTensor gradient clipping, ZeRO-3 with
+# non-reentrant checkpointing, quantized models moved by a wrapper, Horovod's backward passes per
+# step, nvidia-docker 1.x's plugin and volume, GPUs the device plugin took away, unequal TensorFlow
+# workers and any newer torch.distributed name an import misses. 11 joined the test part (1 right
+# first): 58.8% -> 57.8% first, 62.5% -> 61.4% within three; its 546 older threads unchanged (321
+# first right). The development part 72.1% -> 72.1%. Both floors follow, to 0.57 and 0.61.
+FLOOR_TEST_FIRST = 0.57
+FLOOR_TEST_TOP3 = 0.61
 CEILING_TEST_CONFIDENTLY_WRONG = 0.035
 FLOOR_DEV_FIRST = 0.72
 MIN_THREADS, MIN_TEST = 600, 120
@@ -421,6 +431,27 @@ def test_the_shipped_tokens_fit_the_threads_and_the_code():
     0.3 s); after any change to the threads or to the tokenising code, `calibrate` writes it again."""
     key = th.tokens_key(th.read_case_lines())
     assert th._shipped_tokens(key) is not None, "tokens.json is stale: run `python -m gpurig.diagnose.threads calibrate`"
+
+
+def test_the_classes_come_from_the_shipped_copy_only_while_it_fits_the_toml(monkeypatch):
+    """tokens.json also carries classes.toml as read (parsing the TOML at every index load costs
+    0.02 s); its key covers classes.toml, so an edited file is read itself until `calibrate` runs."""
+    toml = th.parse_classes(th.threads_dir().joinpath(th.CLASSES_FILE).read_text(encoding="utf-8"))
+    lines = th.read_case_lines()
+    assert th._shipped(th.tokens_key(lines))["classes"] == toml
+    key = th.tokens_key(lines)
+    monkeypatch.setattr(th, "CLASSES_FILE", "calibration.toml")  # (another classes.toml: another key)
+    assert th.tokens_key(lines) != key
+    monkeypatch.undo()
+    th.load_classes.cache_clear()
+    try:
+        monkeypatch.setattr(th, "_shipped", lambda key: {"key": key, "classes": {"stale-class": {"definition": "x"}}})
+        assert th.load_classes() == {"stale-class": {"definition": "x"}}  # (a current copy is what is read)
+        th.load_classes.cache_clear()
+        monkeypatch.setattr(th, "_shipped", lambda key: None)  # a stale or missing copy: the TOML itself
+        assert th.load_classes() == toml
+    finally:
+        th.load_classes.cache_clear()
 
 
 def test_a_log_of_known_harmless_notices_needs_a_sure_thread_to_be_called_a_failure():

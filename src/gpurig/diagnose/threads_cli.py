@@ -9,12 +9,14 @@ from pathlib import Path
 
 from gpurig.diagnose.threads import (
     ALTERNATIVE,
+    CLASSES_FILE,
     ENTRY_RECORD_FILE,
     FLOOR,
     SURE,
     TOKENS_FILE,
     load_cases,
     measure_splits,
+    parse_classes,
     raw_example_cases,
     read_case_lines,
     score_for,
@@ -52,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
             loaders.snapshot_text(files), encoding="utf-8")
         pairs = read_case_lines()
         tokens = {c.id: c.compute_tokens() for c in list(cases) + list(raw_example_cases())}
+        classes = parse_classes(threads_dir().joinpath(CLASSES_FILE).read_text(encoding="utf-8"))
         Path(str(threads_dir().joinpath(TOKENS_FILE))).write_text(
-            json.dumps({"key": tokens_key(pairs), "tokens": tokens}, separators=(",", ":")) + "\n", encoding="utf-8")
+            json.dumps({"key": tokens_key(pairs), "tokens": tokens, "classes": classes}, separators=(",", ":")) + "\n",
+            encoding="utf-8")
         path = Path(str(threads_dir().joinpath("calibration.toml")))
         fit = write_calibration(path, cases)
         if fit is not None:
