@@ -146,6 +146,7 @@ def _case_lines() -> tuple[tuple[str, str], ...]:
 
 
 TOKENS_FILE = "tokens.json"
+CLASSES_FILE = "classes.toml"
 
 
 def tokens_key(pairs: Sequence[tuple[str, str]]) -> str:
@@ -177,10 +178,8 @@ def _shipped_tokens(key: str) -> dict[str, list[str]] | None:
     return tokens if isinstance(tokens, dict) else None
 
 
-CLASSES_FILE = "classes.toml"
-
-
 def parse_classes(text: str) -> dict[str, dict[str, str]]:
+    """classes.toml's classes, by id."""
     return dict(tomllib.loads(text).get("class", {}))
 
 
