@@ -113,3 +113,17 @@ def test_json_bad_input_is_still_one_json_document(run_cli, tmp_path):
     (tmp_path / "empty.log").write_text("")
     out = run_cli("explain", "--json", str(tmp_path / "empty.log"))
     assert out.returncode == 2 and "empty: nothing to explain" in json.loads(out.stdout)["error"]
+
+
+def test_help_states_the_size_of_the_shipped_index():
+    """`gpurig explain --help` says how many resolved threads it answers from; the number is written
+    by hand (counting them would load the index for --help), so it must stay within a tenth of the
+    threads the package ships."""
+    import re
+
+    from gpurig.commands.explain import HELP
+    from gpurig.diagnose.threads import load_cases
+
+    said = int(re.search(r"about ([\d,]+) resolved public threads", HELP).group(1).replace(",", ""))
+    shipped = len(load_cases())
+    assert abs(said - shipped) <= shipped / 10, (said, shipped)
