@@ -147,7 +147,9 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     set_epoch_anywhere = scan.set_epoch_call or "set_epoch" in module_calls
     if _never_destroys(scan, calls):
         names = names - {"destroy_process_group"}
-    destroys_in_modules = followups.ends_group(modules, names | {f for _, f, _ in calls})
+    # (a project function called only in an exception handler, `except: cleanup()`, never ends a run that ends normally)
+    handled_only = scan.run_in_handlers - scan.run_outside_handlers
+    destroys_in_modules = followups.ends_group(modules, (names | {f for _, f, _ in calls}) - handled_only)
     # Calls of the project that start a group or workers that do (`train_ext()`): they run in every rank.
     joins_group = set() if distributed else _group_joiners(modules)
     any_set_device = scan.set_device_call or "set_device" in module_calls  # a setup helper of the project may set it

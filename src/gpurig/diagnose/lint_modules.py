@@ -156,12 +156,23 @@ def _fetches_by_library(call: ast.Call, fetchers: set[str]) -> bool:
     return named and not any(isinstance(v, ast.Constant) and isinstance(v.value, str) and _local_path(v.value) for v in given)
 
 
-def _project_roots(path) -> tuple:
+def _project_roots(path, imports=()) -> tuple:
     """The folders the script's own imports are looked for in: its own, and two above it (a script
-    in app/vjepa/ importing src.utils)."""
+    in app/vjepa/ importing src.utils), and the folder holding a package the script lies in and
+    imports by its full name, however deep (`from pkg.train.utils import setup` in pkg/a/train/)."""
     from pathlib import Path
 
-    return () if path is None else _folders_up(Path(path).resolve().parent) + _path_folders(Path(path).resolve().parent)
+    if path is None:
+        return ()
+    folder = Path(path).resolve().parent
+    tops = {a.name.split(".")[0] for n in imports if isinstance(n, ast.Import) for a in n.names} | {
+        n.module.split(".")[0] for n in imports if isinstance(n, ast.ImportFrom) and not n.level and n.module}
+    return _folders_up(folder) + _path_folders(folder) + _package_roots(folder, tops)
+
+
+def _package_roots(folder, tops) -> tuple:
+    """The folders above the script's own package folders named in `tops` (at most six up)."""
+    return tuple(a.parent for a in (folder, *folder.parents)[:6] if a.name in tops and a.parent not in _folders_up(folder))
 
 
 def _path_folders(folder) -> tuple:
@@ -211,7 +222,7 @@ def _imported_names_by_origin(imports, path) -> tuple[set[str], set[str]]:
     load_dataset`) is the project's function, judged by its body, whatever a library calls its own."""
     import sys
 
-    roots = _project_roots(path)
+    roots = _project_roots(path, imports)
 
     def project(module: str) -> bool:
         top = module.split(".")[0]
@@ -239,7 +250,7 @@ def _project_import(node: ast.Import | ast.ImportFrom, script_dir) -> tuple[set[
             return False
         rel = Path(*name.split("."))
         return any((root / rel.with_suffix(".py")).is_file() or (root / rel / "__init__.py").is_file()
-                   for root in _folders_up(script_dir) + _path_folders(script_dir))
+                   for root in _folders_up(script_dir) + _path_folders(script_dir) + _package_roots(script_dir, {name.split(".")[0]}))
 
     if isinstance(node, ast.ImportFrom):
         if node.level or local(node.module) or any(local(f"{node.module}.{a.name}") for a in node.names):
@@ -256,7 +267,8 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
     import statements when already collected (the scanner does), else they are looked for in `tree`."""
     from pathlib import Path
 
-    roots = _project_roots(path)
+    imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))] if imports is None else imports
+    roots = _project_roots(path, imports)
     if not roots:
         return []
     base = roots[0]
@@ -308,7 +320,7 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
                     if module is not None and cand.name == "__init__.py":
                         re_exports(cand, module)
 
-    read(_imported_names(ast.walk(tree) if imports is None else imports), base)
+    read(_imported_names(imports), base)
     done = 0
     for _ in range(3):  # what those modules (and the ones their packages re-export) import
         step, done = list(zip(paths[done:], found[done:], strict=True)), len(found)
