@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from gpurig.diagnose.lint import RULES, lint_file
 
 UTILS = """
@@ -58,34 +60,48 @@ def test_the_same_package_ending_its_group_is_quiet(tmp_path):
     assert "no-destroy-process-group" not in _ids(script)
 
 
-def test_a_cleanup_called_only_when_training_failed_does_not_end_a_run_that_ends_normally(tmp_path):
+@pytest.mark.parametrize(("ending", "reported"), [
+    # only when training failed: a run that ends normally never ends its group
+    ("except Exception as e:\n        cleanup()\n        raise", True),
+    ("finally:\n        cleanup()", False),  # every run
+])
+def test_a_cleanup_in_an_exception_handler_or_in_finally(tmp_path, ending, reported):
     _write(tmp_path, "utils.py", UTILS)
-    script = _write(tmp_path, "train.py", """
-        from utils import setup, cleanup
+    script = tmp_path / "train.py"
+    script.write_text("from utils import setup, cleanup\n\n"
+                      "def main(rank, world_size):\n"
+                      "    setup(rank, world_size)\n"
+                      "    try:\n"
+                      "        for step in range(10):\n"
+                      "            pass\n"
+                      f"    {ending}\n")
+    assert ("no-destroy-process-group" in _ids(script)) is reported
 
-        def main(rank, world_size):
-            setup(rank, world_size)
-            try:
-                for step in range(10):
-                    pass
-            except Exception as e:
-                cleanup()
-                raise
+
+def test_a_projects_class_naming_a_map_location_from_the_rank_it_was_given(tmp_path):
+    # The script hands the global rank to the project's trainer as `local_rank`; the trainer builds
+    # its torch.load map_location from it in a variable first (`'cuda:%d' % self.local_rank`).
+    _write(tmp_path, "trainer.py", """
+        import torch
+
+        class Trainer:
+            def __init__(self, config, local_rank=0):
+                self.local_rank = local_rank
+
+            def load_checkpoint(self, path):
+                map_location = 'cuda:%d' % self.local_rank
+                return torch.load(path, map_location={'cuda:0': map_location})
     """)
-    assert "no-destroy-process-group" in _ids(script)
-
-
-def test_a_cleanup_in_finally_ends_every_run(tmp_path):
-    _write(tmp_path, "utils.py", UTILS)
     script = _write(tmp_path, "train.py", """
-        from utils import setup, cleanup
+        import torch
+        import torch.distributed as dist
+        from trainer import Trainer
 
-        def main(rank, world_size):
-            setup(rank, world_size)
-            try:
-                for step in range(10):
-                    pass
-            finally:
-                cleanup()
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        trainer = Trainer({}, local_rank=rank)
+        trainer.load_checkpoint("last.pth")
+        dist.destroy_process_group()
     """)
-    assert "no-destroy-process-group" not in _ids(script)
+    findings = [f for f in lint_file(str(script), select=set(RULES)) if f.id == "global-rank-as-device"]
+    assert findings and "trainer.py:9" in findings[0].related

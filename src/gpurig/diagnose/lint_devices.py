@@ -224,7 +224,12 @@ def rank_parameters(modules: list) -> dict[str, tuple[int, str, str]]:
 
 def _device_use(node: ast.AST, names: set[str]) -> ast.AST | None:
     """The device expression, where `node` makes one of `names` a device: set_device(x),
-    device_ids=[x], .to(x), .cuda(x), torch.device(f"cuda:{x}" ...)."""
+    device_ids=[x], .to(x), .cuda(x), torch.device(f"cuda:{x}" ...), and a device named first
+    (`map_location = 'cuda:%d' % self.local_rank`, handed to torch.load below)."""
+    if isinstance(node, ast.Assign) and (isinstance(node.value, (ast.JoinedStr, ast.BinOp)) or isinstance(
+            node.value, ast.Call) and _dotted(node.value.func) in ("torch.device", "device")):
+        held = lambda n: isinstance(n, (ast.Name, ast.Attribute)) and _dotted(n) in names  # noqa: E731
+        return node.value if _rank_device(node.value, held) else None
     if not isinstance(node, ast.Call):
         return None
     short = _name_of(_dotted(node.func))
