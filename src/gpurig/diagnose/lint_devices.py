@@ -226,9 +226,11 @@ def _device_use(node: ast.AST, names: set[str]) -> ast.AST | None:
     """The device expression, where `node` makes one of `names` a device: set_device(x),
     device_ids=[x], .to(x), .cuda(x), torch.device(f"cuda:{x}" ...), and a device named first
     (`map_location = 'cuda:%d' % self.local_rank`, handed to torch.load below)."""
+    def held(n: ast.AST) -> bool:
+        return isinstance(n, (ast.Name, ast.Attribute)) and _dotted(n) in names
+
     if isinstance(node, ast.Assign) and (isinstance(node.value, (ast.JoinedStr, ast.BinOp)) or isinstance(
             node.value, ast.Call) and _dotted(node.value.func) in ("torch.device", "device")):
-        held = lambda n: isinstance(n, (ast.Name, ast.Attribute)) and _dotted(n) in names  # noqa: E731
         return node.value if _rank_device(node.value, held) else None
     if not isinstance(node, ast.Call):
         return None
@@ -240,8 +242,7 @@ def _device_use(node: ast.AST, names: set[str]) -> ast.AST | None:
         value = node
     if value is None and _kw(node, "map_location") is not None:  # torch.load(..., map_location='cuda:%d' % rank)
         value = _kw(node, "map_location").value
-    found = value is not None and _rank_device(value, lambda n: isinstance(n, (ast.Name, ast.Attribute)) and _dotted(n) in names)
-    return value if found else None
+    return value if value is not None and _rank_device(value, held) else None
 
 
 def fold_uses(findings: list, script: str) -> list:
