@@ -13,6 +13,7 @@ from gpurig.diagnose.lint_guards import _holds_global_rank
 from gpurig.diagnose.lint_modules import _at
 from gpurig.diagnose.lint_nodes import (
     _calls_function,
+    _cuda_format,
     _dotted,
     _gpu_key,
     _kept_on_self,
@@ -38,6 +39,8 @@ def _rank_device(node: ast.AST, is_rank: Callable[[ast.AST], bool]) -> bool:
     if isinstance(node, ast.JoinedStr):
         text = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
         return text.startswith("cuda:") and any(isinstance(v, ast.FormattedValue) and is_rank(v.value) for v in node.values)
+    if _cuda_format(node):  # "cuda:{}".format(rank)
+        return any(is_rank(a) for a in node.args)
     if isinstance(node, ast.Call) and _names_a_gpu(node) and _name_of(_dotted(node.func)).endswith("_device"):
         return _rank_device(node.args[0], is_rank)  # select_device(f"cuda:{rank}")
     if isinstance(node, ast.Call) and _dotted(node.func) in ("torch.device", "device") and node.args:
@@ -81,8 +84,9 @@ def local_group(scan, calls: list) -> bool:
     """`init_process_group(rank=local_rank)`: the group numbers the processes by their local rank, so
     what dist.get_rank() returns is a GPU of this machine (a second node is wrong another way)."""
     given = [_kw(c, "rank").value for c, f, _ in calls if _name_of(f) == "init_process_group" and _kw(c, "rank")]
-    return any("local_rank" in _dotted(v).lower() or _dotted(v) in scan.local_rank_names or _holds_global_rank(v, "LOCAL_RANK")
-               for v in given)
+    # (by its name, unless the script gives that name the global rank: `args.local_rank = int(os.environ["RANK"])`)
+    return any("local_rank" in _dotted(v).lower() and _dotted(v) not in scan.rank_names or _dotted(v) in scan.local_rank_names
+               or _holds_global_rank(v, "LOCAL_RANK") for v in given)
 
 
 class RankDevices:
@@ -112,7 +116,15 @@ class RankDevices:
         sites = [c for c, f, _ in self.calls if _calls_function(f, inside[-1])]
         return bool(sites) and all(
             len(c.args) > i and isinstance(c.args[i], ast.Name)
-            and (c.args[i].id in scan.local_rank_names or "local_rank" in c.args[i].id.lower()) for c in sites)
+            and (c.args[i].id in scan.local_rank_names or "local_rank" in c.args[i].id.lower() or self._spawn_index(c.args[i].id, c))
+            for c in sites)
+
+    def _spawn_index(self, name: str, call: ast.AST) -> bool:
+        """`name` is the first parameter of the worker function `call` is in: mp.spawn's process index
+        on this node (`def main_single(gpu, flags): ... train(..., gpu)`)."""
+        inside = self.scan.enclosing.get(id(call), ())
+        params = self.scan.params.get(inside[-1], []) if inside else []
+        return bool(params) and inside[-1] in self.scan.worker_functions and params[0] == name
 
     def is_global_rank(self, node: ast.AST, call: ast.AST | tuple[str, ...] | None = None) -> bool:
         """Whether the expression names the global rank (Accelerate's `process_index` too; its

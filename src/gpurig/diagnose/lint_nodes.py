@@ -179,8 +179,17 @@ def _kept_on_self(fn: ast.AST, params: set[str]) -> set[str]:
             and isinstance(t, ast.Attribute) and _dotted(t.value) == "self"}
 
 
+def _cuda_format(value: ast.AST) -> bool:
+    """`"cuda:{}".format(i)`: a device string filled in by str.format."""
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "format" \
+        and isinstance(value.func.value, ast.Constant) and str(value.func.value.value).startswith("cuda:")
+
+
 def _names_a_gpu(value: ast.AST) -> bool:
-    """`torch.device("cuda", i)`, f"cuda:{i}", "cuda:%d" % i: a device expression (looked at shallowly)."""
+    """`torch.device("cuda", i)`, f"cuda:{i}", "cuda:%d" % i, "cuda:{}".format(i): a device expression
+    (looked at shallowly)."""
+    if _cuda_format(value):
+        return True
     if isinstance(value, ast.Call):  # (or a helper given one: YOLO's `select_device(f"cuda:{rank}")`)
         return isinstance(value.func, (ast.Attribute, ast.Name)) and (_leaf_name(value.func) == "device" or (
             (_leaf_name(value.func) or "").endswith("_device") and len(value.args) == 1 and _names_a_gpu(value.args[0])))

@@ -1,0 +1,92 @@
+"""What the twenty-second round of real scripts taught about the global rank used as a GPU index:
+a name that says "local" but is given the global rank holds the global rank (the group started with
+it is numbered by the global rank too), a device string filled in by str.format is a device, and a
+worker's parameter given mp.spawn's process index is a GPU of this machine whatever it is called.
+Each case is a small script in the shape of the public code it comes from; the expected findings
+are what a careful reader says."""
+
+from __future__ import annotations
+
+import textwrap
+
+from gpurig.diagnose.lint import lint_file
+
+
+def found(tmp_path, text: str) -> list[tuple[str, int]]:
+    (tmp_path / "train.py").write_text(textwrap.dedent(text))
+    return sorted((f.id, f.line) for f in lint_file(str(tmp_path / "train.py"), select={"global-rank-as-device"}))
+
+
+# A Gaussian-splatting trainer: init_distributed_mode stores RANK under the name local_rank (the
+# local rank goes to args.gpu), starts the group with it, and train() builds its device from it.
+GLOBAL_UNDER_A_LOCAL_NAME = """\
+import os
+import torch
+import torch.distributed as dist
+
+
+def init_distributed_mode(args):
+    args.local_rank = int(os.environ["RANK"])
+    args.world_size = int(os.environ["WORLD_SIZE"])
+    args.gpu = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(args.gpu)
+    dist.init_process_group("nccl", world_size=args.world_size, rank=args.local_rank)
+
+
+def train(args):
+    device = DEVICE
+    model = torch.nn.Linear(2, 2).to(device)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    args = parse()
+    init_distributed_mode(args)
+    train(args)
+"""
+
+
+def test_the_global_rank_kept_under_the_name_local_rank_is_the_global_rank(tmp_path):
+    for device in ('f"cuda:{args.local_rank}"', '"cuda:{}".format(args.local_rank)', '"cuda:%d" % args.local_rank'):
+        assert found(tmp_path, GLOBAL_UNDER_A_LOCAL_NAME.replace("DEVICE", device)) == [("global-rank-as-device", 15)], device
+
+
+def test_a_name_local_rank_given_the_local_rank_stays_a_fine_gpu(tmp_path):
+    text = GLOBAL_UNDER_A_LOCAL_NAME.replace("DEVICE", '"cuda:{}".format(args.local_rank)')
+    text = text.replace('args.local_rank = int(os.environ["RANK"])', 'args.local_rank = int(os.environ["LOCAL_RANK"])')
+    assert found(tmp_path, text) == []
+
+
+# An energy-based-model trainer: the spawned worker computes the global rank_idx for the group, but
+# hands train() its spawn index `gpu`, which train() calls rank_idx.
+SPAWN_INDEX_UNDER_A_RANK_NAME = """\
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def train(model, flags, rank_idx):
+    torch.cuda.set_device(rank_idx)
+    dev = torch.device("cuda:{}".format(rank_idx))
+    model.to(dev)
+
+
+def main_single(gpu, flags):
+    rank_idx = flags.node_rank * flags.gpus + gpu
+    dist.init_process_group("nccl", init_method="env://", world_size=flags.nodes * flags.gpus, rank=rank_idx)
+    train(torch.nn.Linear(2, 2), flags, GIVEN)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    mp.spawn(main_single, nprocs=8, args=(parse(),))
+"""
+
+
+def test_a_parameter_given_the_spawn_index_is_a_gpu_of_this_machine(tmp_path):
+    assert found(tmp_path, SPAWN_INDEX_UNDER_A_RANK_NAME.replace("GIVEN", "gpu")) == []
+
+
+def test_a_parameter_given_the_global_rank_is_still_reported(tmp_path):
+    assert found(tmp_path, SPAWN_INDEX_UNDER_A_RANK_NAME.replace("GIVEN", "rank_idx")) == [
+        ("global-rank-as-device", 7), ("global-rank-as-device", 8)]
