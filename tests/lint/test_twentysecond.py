@@ -90,3 +90,51 @@ def test_a_parameter_given_the_spawn_index_is_a_gpu_of_this_machine(tmp_path):
 def test_a_parameter_given_the_global_rank_is_still_reported(tmp_path):
     assert found(tmp_path, SPAWN_INDEX_UNDER_A_RANK_NAME.replace("GIVEN", "rank_idx")) == [
         ("global-rank-as-device", 7), ("global-rank-as-device", 8)]
+
+
+# A SAM fine-tuning script: every rank loads the checkpoint with map_location='cuda:0', a fixed GPU,
+# directly or through the project's builder; each process works on its own GPU.
+FIXED_GPU_LOAD = """\
+import os
+import torch
+import torch.distributed as dist
+from build import build_sam
+
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)
+dist.init_process_group("nccl")
+state = torch.load("sam_vit_b.pth", map_location=LOCATION)
+sam = build_sam("sam_vit_b.pth")
+dist.destroy_process_group()
+"""
+
+BUILDER = """\
+import torch
+
+
+def build_sam(checkpoint):
+    with open(checkpoint, "rb") as f:
+        return torch.load(f, map_location=LOCATION)
+"""
+
+
+def test_a_checkpoint_loaded_onto_one_gpu_named_by_number_in_every_rank(tmp_path):
+    for location in ("'cuda:0'", "torch.device('cuda:1')", "torch.device('cuda', 0)"):
+        (tmp_path / "build.py").write_text(BUILDER.replace("LOCATION", location))
+        findings = [f for f in lint_file(str(_write(tmp_path, FIXED_GPU_LOAD.replace("LOCATION", location))))
+                    if f.id == "torch-load-without-map-location"]
+        assert [f.line for f in findings] == [9, 10], location
+        assert "onto that one GPU" in findings[0].title and "build.py:6" in findings[1].title, location
+
+
+def test_a_checkpoint_loaded_onto_the_processs_own_gpu_or_the_cpu_is_fine(tmp_path):
+    (tmp_path / "build.py").write_text(BUILDER.replace("LOCATION", "'cpu'"))
+    for location in ("'cpu'", "f'cuda:{local_rank}'", "'cuda'", "torch.device('cuda', local_rank)"):
+        findings = [f for f in lint_file(str(_write(tmp_path, FIXED_GPU_LOAD.replace("LOCATION", location))))
+                    if f.id == "torch-load-without-map-location"]
+        assert findings == [], location
+
+
+def _write(tmp_path, text: str):
+    (tmp_path / "train.py").write_text(text)
+    return tmp_path / "train.py"

@@ -7,15 +7,13 @@ from __future__ import annotations
 import ast
 import re
 
-from gpurig.diagnose.lint_devices import global_rank_sum
+from gpurig.diagnose.lint_devices import _gpu_key, _names_a_gpu, global_rank_sum
 from gpurig.diagnose.lint_guards import _all_but_one, _holds_global_rank, _mentions_rank, note_one_rank_value
 from gpurig.diagnose.lint_nodes import (
     _LAUNCHER_KEYS,
     BUILT,
     _dotted,
-    _gpu_key,
     _name_of,
-    _names_a_gpu,
     _path_like,
 )
 from gpurig.diagnose.lint_paths import private_names

@@ -14,7 +14,7 @@ from gpurig.diagnose import lint_guards as guards
 from gpurig.diagnose import lint_modules as mods
 from gpurig.diagnose import lint_paths as paths
 from gpurig.diagnose import lint_rendezvous as rendezvous
-from gpurig.diagnose.lint_devices import RankDevices, fold_uses, report
+from gpurig.diagnose.lint_devices import RankDevices, _loose_load, fold_uses, report
 from gpurig.diagnose.lint_growth import _listed, _origin, _worker_starters
 from gpurig.diagnose.lint_guards import _mentions_rank, _never_destroys, _never_run, _runs_on_every_rank
 from gpurig.diagnose.lint_nodes import (
@@ -266,13 +266,10 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
         if func == "torch.load":
             own_file = bool(call.args) and (_mentions_rank_value(call.args[0])  # each rank reads what it saved
                                             or _data_file(call.args[0]))  # a prepared dataset: CPU tensors
-            if _kw(call, "map_location") is None and len(call.args) < 2 and distributed and not guarded and not own_file \
-                    and not never_run(call):
-                add(
-                    "torch-load-without-map-location", call,
-                    "torch.load without map_location: tensors saved on cuda:0 load onto GPU 0 in every rank",
-                    "torch.load(path, map_location='cpu') (then .to(device)), or map_location=f'cuda:{local_rank}'.",
-                )
+            loose = _loose_load(call)
+            if loose and distributed and not guarded and not own_file and not never_run(call):
+                add("torch-load-without-map-location", call, loose,
+                    "torch.load(path, map_location='cpu') (then .to(device)), or map_location=f'cuda:{local_rank}'.")
         if helper in rank_device_helpers and short not in scan.defined and ("global-rank-as-device", _origin(rank_device_helpers[short])) not in reported_helpers \
                 and not guarded:
             reported_helpers.add(("global-rank-as-device", _origin(rank_device_helpers[short])))
@@ -283,8 +280,8 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                 and distributed and not guarded:
             reported_helpers.add(("torch-load-without-map-location", _origin(loading_helpers[short])))
             add("torch-load-without-map-location", call,
-                f"{short}() reads a checkpoint ({loading_helpers[short]}) without map_location on every rank: "
-                "tensors saved on cuda:0 load onto GPU 0 in every rank",
+                f"{short}() reads a checkpoint ({loading_helpers[short]}) " + ("on every rank: all of them onto that one GPU" if " onto " in
+                loading_helpers[short] else "without map_location on every rank: tensors saved on cuda:0 load onto GPU 0 in every rank"),
                 "Give that torch.load map_location='cpu' (then .to(device)), or map_location=f'cuda:{local_rank}'.")
         if short == "init_process_group":
             init = _init_method(call)

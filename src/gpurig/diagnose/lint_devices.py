@@ -7,19 +7,18 @@ for cuda:8 on the second.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterator
 
 from gpurig.diagnose.lint_guards import _holds_global_rank
 from gpurig.diagnose.lint_modules import _at
 from gpurig.diagnose.lint_nodes import (
     _calls_function,
-    _cuda_format,
     _dotted,
-    _gpu_key,
     _kept_on_self,
     _kw,
+    _leaf_name,
     _name_of,
-    _names_a_gpu,
 )
 
 # What a finding of this rule says: (node, title, fix).
@@ -27,6 +26,55 @@ Said = tuple[ast.AST, str, str]
 MAP_FIX = "device_map={'': accelerator.local_process_index} (or int(os.environ['LOCAL_RANK']))."
 LOCATION_FIX = "Map onto this process's own GPU: map_location=f\"cuda:{int(os.environ['LOCAL_RANK'])}\" (or 'cpu', then .to(device))."
 LOCAL_FIX = "Move to the local GPU: device = torch.device('cuda', int(os.environ['LOCAL_RANK'])); x.to(device)."
+
+
+def _cuda_format(value: ast.AST) -> bool:
+    """`"cuda:{}".format(i)`: a device string filled in by str.format."""
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "format" \
+        and isinstance(value.func.value, ast.Constant) and str(value.func.value.value).startswith("cuda:")
+
+
+def _names_a_gpu(value: ast.AST) -> bool:
+    """`torch.device("cuda", i)`, f"cuda:{i}", "cuda:%d" % i, "cuda:{}".format(i): a device expression
+    (looked at shallowly)."""
+    if _cuda_format(value):
+        return True
+    if isinstance(value, ast.Call):  # (or a helper given one: YOLO's `select_device(f"cuda:{rank}")`)
+        return isinstance(value.func, (ast.Attribute, ast.Name)) and (_leaf_name(value.func) == "device" or (
+            (_leaf_name(value.func) or "").endswith("_device") and len(value.args) == 1 and _names_a_gpu(value.args[0])))
+    if isinstance(value, ast.JoinedStr):
+        first = value.values[0] if value.values else None
+    else:
+        first = value.left if isinstance(value, ast.BinOp) else None
+    return isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.startswith("cuda")
+
+
+def _fixed_gpu(value: ast.AST | None) -> bool:
+    """A map_location naming one GPU by number: 'cuda:0', torch.device('cuda:1'), torch.device('cuda', 0).
+    Every rank that loads with it puts the tensors on that one GPU."""
+    if isinstance(value, ast.Call) and _dotted(value.func) in ("torch.device", "device") and value.args:
+        args = value.args
+        if len(args) == 2 and isinstance(args[0], ast.Constant) and args[0].value == "cuda":
+            return isinstance(args[1], ast.Constant) and isinstance(args[1].value, int)
+        value = args[0] if len(args) == 1 else None
+    return isinstance(value, ast.Constant) and isinstance(value.value, str) and re.fullmatch(r"cuda:\d+", value.value) is not None
+
+
+def _loose_load(call: ast.Call) -> str | None:
+    """What is wrong with where a torch.load(...) puts the tensors, said in the finding's words: no
+    map_location (the GPU they were saved from), or one GPU named by number; None when it is fine."""
+    location = _kw(call, "map_location")
+    value = location.value if location is not None else call.args[1] if len(call.args) > 1 else None
+    if value is None:
+        return "torch.load without map_location: tensors saved on cuda:0 load onto GPU 0 in every rank"
+    if _fixed_gpu(value):
+        return f"torch.load(map_location={ast.unparse(value)[:40]}): every rank loads the tensors onto that one GPU"
+    return None
+
+
+def _gpu_key(key: ast.AST | None) -> bool:
+    """A key of a map_location dict that names a GPU: 'cuda:0', 'cuda:%d' % 0, f"cuda:{i}"."""
+    return key is not None and (isinstance(key, ast.Constant) and str(key.value).startswith("cuda:") or _names_a_gpu(key))
 
 
 def _rank_device(node: ast.AST, is_rank: Callable[[ast.AST], bool]) -> bool:

@@ -179,32 +179,6 @@ def _kept_on_self(fn: ast.AST, params: set[str]) -> set[str]:
             and isinstance(t, ast.Attribute) and _dotted(t.value) == "self"}
 
 
-def _cuda_format(value: ast.AST) -> bool:
-    """`"cuda:{}".format(i)`: a device string filled in by str.format."""
-    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "format" \
-        and isinstance(value.func.value, ast.Constant) and str(value.func.value.value).startswith("cuda:")
-
-
-def _names_a_gpu(value: ast.AST) -> bool:
-    """`torch.device("cuda", i)`, f"cuda:{i}", "cuda:%d" % i, "cuda:{}".format(i): a device expression
-    (looked at shallowly)."""
-    if _cuda_format(value):
-        return True
-    if isinstance(value, ast.Call):  # (or a helper given one: YOLO's `select_device(f"cuda:{rank}")`)
-        return isinstance(value.func, (ast.Attribute, ast.Name)) and (_leaf_name(value.func) == "device" or (
-            (_leaf_name(value.func) or "").endswith("_device") and len(value.args) == 1 and _names_a_gpu(value.args[0])))
-    if isinstance(value, ast.JoinedStr):
-        first = value.values[0] if value.values else None
-    else:
-        first = value.left if isinstance(value, ast.BinOp) else None
-    return isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.startswith("cuda")
-
-
-def _gpu_key(key: ast.AST | None) -> bool:
-    """A key of a map_location dict that names a GPU: 'cuda:0', 'cuda:%d' % 0, f"cuda:{i}"."""
-    return key is not None and (isinstance(key, ast.Constant) and str(key.value).startswith("cuda:") or _names_a_gpu(key))
-
-
 def _one_process_group(call: ast.Call) -> bool:
     """`init_process_group(..., world_size=1)`: a group of one process that a library needs (a
     single-GPU run), not a distributed run to tear down at the end."""
