@@ -1,7 +1,9 @@
-"""What the twenty-second round of real scripts taught about the global rank used as a GPU index:
+"""What the twenty-second round of real scripts taught. About the global rank used as a GPU index:
 a name that says "local" but is given the global rank holds the global rank (the group started with
 it is numbered by the global rank too), a device string filled in by str.format is a device, and a
-worker's parameter given mp.spawn's process index is a GPU of this machine whatever it is called.
+worker's parameter given mp.spawn's process index is a GPU of this machine whatever it is called;
+a map_location naming one GPU by number piles every rank's copy onto it; and fair-esm's pretrained
+models, OmegaConf.save and a model's push_to_hub write or fetch the same files from every rank.
 Each case is a small script in the shape of the public code it comes from; the expected findings
 are what a careful reader says."""
 
@@ -138,3 +140,41 @@ def test_a_checkpoint_loaded_onto_the_processs_own_gpu_or_the_cpu_is_fine(tmp_pa
 def _write(tmp_path, text: str):
     (tmp_path / "train.py").write_text(text)
     return tmp_path / "train.py"
+
+
+# A protein language model trained under Accelerate, a geospatial benchmark with Hydra configs and a
+# small LM pretraining loop that pushes to the Hub: each rank does what only one should.
+EVERY_RANK_WRITES = """\
+import os
+import esm
+import torch
+import torch.distributed as dist
+from omegaconf import OmegaConf
+
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)
+dist.init_process_group("nccl")
+esm_model, alphabet = esm.pretrained.esm2_t33_650M_UR50D()
+OmegaConf.save(cfg, "runs/config.yaml")
+train(model)
+model.push_to_hub("me/my-lm")
+tokenizer.push_to_hub("me/my-lm")
+trainer.push_to_hub()
+dist.destroy_process_group()
+"""
+
+
+def test_fair_esm_weights_a_hydra_config_and_a_hub_push_on_every_rank(tmp_path):
+    findings = {(f.id, f.line) for f in lint_file(str(_write(tmp_path, EVERY_RANK_WRITES)))}
+    assert ("download-on-every-rank", 10) in findings  # esm.pretrained fetches into torch hub's cache
+    assert ("save-on-every-rank", 11) in findings  # OmegaConf.save of one file
+    assert ("save-on-every-rank", 13) in findings  # the first push of the run's block
+    assert ("save-on-every-rank", 14) not in findings  # (the same push, said once)
+    assert ("save-on-every-rank", 15) not in findings  # a Trainer pushes from its main process itself
+
+
+def test_the_same_writes_on_one_rank_are_fine(tmp_path):
+    guarded = EVERY_RANK_WRITES.replace("esm_model, alphabet = esm.pretrained.esm2_t33_650M_UR50D()\n", "")
+    for line in ('OmegaConf.save(cfg, "runs/config.yaml")', 'model.push_to_hub("me/my-lm")', 'tokenizer.push_to_hub("me/my-lm")'):
+        guarded = guarded.replace(line, f"if dist.get_rank() == 0:\n    {line}")
+    assert [f for f in lint_file(str(_write(tmp_path, guarded))) if f.id in ("save-on-every-rank", "download-on-every-rank")] == []

@@ -140,6 +140,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     # (rule, what the helper does in the end): reported once, at the first call that gets there
     # (`WATrainer()` and `Trainer()` both reaching the same DataParallel are one mistake).
     reported_helpers: set[tuple[str, str]] = set()
+    pushed: set[int] = set()  # the blocks whose first push_to_hub was reported (its others push the same run)
     text = source
     uses_cuda = scan.cuda_call or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
     distributed = _runs_on_every_rank(scan, calls, names, text, _imports_trainer(modules)) or bool(names & _group_starters(modules))
@@ -406,12 +407,13 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                         where = f"{_name_of(_dotted(site.func))}() saves with {kind} (line {call.lineno})" if site is not call else kind
                         add("save-on-every-rank", site, f"{where} runs on every rank: they write the same file at once", fix,
                             f"{here}:{call.lineno}" if site is not call else "")
-            # `model.save_pretrained(out)` on every rank: each writes the same files (Accelerate's
-            # form passes is_main_process=, which decides).
-            # A Hugging Face dataset's save_to_disk(path) the same way: every rank writes the same folder.
-            if short in ("save_pretrained", "save_to_disk") and isinstance(call.func, ast.Attribute) and _kw(call, "is_main_process") is None \
-                    and (not call.args or not _mentions_rank_value(call.args[0])):
-                add("save-on-every-rank", call, f"{ast.unparse(call.func)[:80]}() runs on every rank: they write the same files at once",
+            # `model.save_pretrained(out)` / a dataset's save_to_disk(path) on every rank write the same files (Accelerate's form passes
+            # is_main_process=, which decides); `model.push_to_hub(repo)`, the first of a block's pushes, uploads them (a Trainer's: its main process).
+            pushes = short == "push_to_hub" and "trainer" not in _dotted(getattr(call.func, "value", call.func)).lower() and not pushed & set(scan.blocks_of.get(id(call), ()))
+            if (short in ("save_pretrained", "save_to_disk") or pushes) and isinstance(call.func, ast.Attribute) and _kw(call, "is_main_process") is None \
+                    and (not call.args or not _mentions_rank_value(call.args[0])) and _dotted(call.func.value) != "self":
+                pushed.update(scan.blocks_of.get(id(call), ())[-1:] if pushes else ())
+                add("save-on-every-rank", call, f"{ast.unparse(call.func)[:80]}() runs on every rank: they {'push' if pushes else 'write'} the same files at once",
                     "Save from one rank: `if rank == 0: model.save_pretrained(...)` (with Accelerate: "
                     "save_pretrained(..., is_main_process=accelerator.is_main_process, save_function=accelerator.save)).")
             names_a_file = not saving_helpers.get(short, "").startswith("open(") or any(

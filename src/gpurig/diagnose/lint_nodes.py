@@ -535,17 +535,21 @@ _FILE_WRITERS = {"savefig": (0, "fname"), "save_image": (1, "fp"), "imwrite": (0
                  "copyfile": (1, "dst"), "copy2": (1, "dst")}
 # NumPy's: only as `np.save(...)` / `numpy.save(...)` (a `save` of anything else is another call).
 _NUMPY_WRITERS = {"save": (0, "file"), "savez": (0, "file"), "savez_compressed": (0, "file"), "savetxt": (0, "fname")}
+# Writers known by their whole name (a `save` of anything else is another call): OmegaConf's config.
+_NAMED_WRITERS = {"OmegaConf.save": (1, "f")}
 
 
 def _written_file(call: ast.Call, func: str) -> ast.AST | None:
     """The file a call writes, where it names one: `path.write_text()` (the path), `plt.savefig(path)`,
     `torchvision.utils.save_image(x, path)`, `cv2.imwrite(path, img)`, `shutil.copyfile(src, dst)`,
-    `np.save(path, array)`."""
+    `np.save(path, array)`, `OmegaConf.save(cfg, path)`."""
     short = func.rpartition(".")[2]
     if short in ("write_text", "write_bytes"):
         return call.func.value if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) else None
     if func in (f"np.{short}", f"numpy.{short}") and short in _NUMPY_WRITERS:
         at, key = _NUMPY_WRITERS[short]
+    elif func in _NAMED_WRITERS:
+        at, key = _NAMED_WRITERS[func]
     elif short not in _FILE_WRITERS or (short.startswith("copy") and func not in (short, "shutil." + short)):
         return None
     else:
@@ -575,7 +579,7 @@ _RULE_CALLS = frozenset({
     "DataParallel", "data_parallel", "DistributedDataParallel", "DDP", "set_device", "set_device_index", "to", "cuda",
     "load", "list", "init_process_group", "destroy_process_group", "add_argument", "print", "save", "SummaryWriter",
     "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "setLevel", "basicConfig", "disable",
-    "save_pretrained", "save_to_disk", "Trainer", "Fabric", "write_text", "write_bytes", "load_data", "FSDP",
+    "save_pretrained", "save_to_disk", "push_to_hub", "Trainer", "Fabric", "write_text", "write_bytes", "load_data", "FSDP",
     "FullyShardedDataParallel", *_FILE_WRITERS, *_NUMPY_WRITERS, "system", "run", "call", "check_call", "check_output", "Popen",
     "register_save_state_pre_hook", "register_load_state_pre_hook", "save_state", "load_state", "fully_shard",
     "init_device_mesh", "TrainingArguments", "Seq2SeqTrainingArguments", "from_config",

@@ -118,7 +118,7 @@ _SHELL_FETCH = re.compile(r"(?:^|[;&|]\s*)(?:wget|gdown|curl|aria2c)\s")
 
 def _named_fetch(call: ast.Call) -> bool:
     """A call that fetches by what it is, not by a keyword: torch.hub, evaluate, OpenAI's clip.load,
-    gdown and wget, a streamed `requests.get`, a Keras dataset's load_data() (unless the path it is
+    fair-esm's pretrained models, gdown and wget, a streamed `requests.get`, a Keras dataset's load_data() (unless the path it is
     given holds the rank: one file per rank)."""
     func = _dotted(call.func)
     if func in NAMED_FETCHES:
@@ -129,6 +129,8 @@ def _named_fetch(call: ast.Call) -> bool:
         command = "".join(n.value for n in ast.walk(call.args[0]) if isinstance(n, ast.Constant) and isinstance(n.value, str))
         return _SHELL_FETCH.search(command) is not None
     head, _, short = func.rpartition(".")
+    if head == "esm.pretrained" and short.startswith("esm"):  # fair-esm: esm2_t33_650M_UR50D() fetches into torch hub's cache
+        return True
     # (diffusers before 0.12: `DDPMScheduler.from_config(model_id, subfolder="scheduler")` fetches the
     # scheduler's config as from_pretrained does; from_config given a config object fetches nothing)
     if short == "from_config" and _kw(call, "subfolder") is not None and call.args and not _reads_local_files(call):
