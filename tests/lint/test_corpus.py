@@ -85,6 +85,10 @@ CACHED = [name for name, entry in MANIFEST.items() if lc.present(entry)]
 # The 691 older development scripts measure 86.1% / 87.5% (from 86.0% / 87.5%) and the 231 older
 # held-out ones 77.6% / 80.2% (from 76.4% / 79.3%): the development precision floor goes to 84% for
 # the harder scripts that joined, and the held-out floors rise to 77% and 80%.
+# Measured whole again on 2026-12-07 (827 development scripts present, 248 held out), the twenty-second
+# round included: development 84.2% / 86.3%, held out 78.1% / 79.9% (its 239 older scripts 78.2% /
+# 80.4%, the round's 9 first met at 76.9% / 62.5%). After learning from the round's development
+# scripts: development 84.2% / 86.5%, held out 78.0% / 80.1% (older 78.1% / 80.7%): the floors hold.
 DEV_PRECISION, DEV_RECALL = 0.84, 0.85
 TEST_PRECISION, TEST_RECALL = 0.77, 0.80
 
@@ -107,10 +111,10 @@ def test_the_manifest_names_real_scripts_and_judged_mistakes():
     assert splits.count("test") >= 8 and splits.count("dev") >= 30
 
 
-# Every held-out script, and most development ones (a repository can vanish from where it was fetched:
-# the development part is then measured on those present).
+# Nearly every held-out script (98%) and most development ones (a repository can vanish from where it
+# was fetched, or grow past what a copy can hold: each part is then measured on those present).
 _HELD_OUT = [n for n, e in MANIFEST.items() if lc.split_of(e) == "test"]
-needs_corpus = pytest.mark.skipif(not set(_HELD_OUT) <= set(CACHED) or len(CACHED) < 0.8 * len(MANIFEST),
+needs_corpus = pytest.mark.skipif(len(set(_HELD_OUT) & set(CACHED)) < 0.98 * len(_HELD_OUT) or len(CACHED) < 0.8 * len(MANIFEST),
                                   reason="the third-party scripts are not here: python -m gpurig.diagnose.lint_corpus fetch")
 
 
@@ -126,7 +130,7 @@ def test_precision_and_recall_on_real_scripts(record_property):
 
 @needs_corpus
 def test_the_official_ddp_tutorials_get_only_their_fixed_port():
-    tutorials = {n: e for n, e in MANIFEST.items() if "ddp-tutorial-series" in e["path"]}
+    tutorials = {n: e for n, e in MANIFEST.items() if "ddp-tutorial-series" in e["path"] and n in CACHED}
     assert len(tutorials) >= 4
     from gpurig.diagnose.lint import lint_file
 

@@ -409,9 +409,10 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                             f"{here}:{call.lineno}" if site is not call else "")
             # `model.save_pretrained(out)` / a dataset's save_to_disk(path) on every rank write the same files (Accelerate's form passes
             # is_main_process=, which decides); `model.push_to_hub(repo)`, the first of a block's pushes, uploads them (a Trainer's: its main process).
-            pushes = short == "push_to_hub" and "trainer" not in _dotted(getattr(call.func, "value", call.func)).lower() and not pushed & set(scan.blocks_of.get(id(call), ()))
+            pushes = short == "push_to_hub" and _dotted(getattr(call.func, "value", call.func)) != "self" \
+                and "trainer" not in _dotted(getattr(call.func, "value", call.func)).lower() and not pushed & set(scan.blocks_of.get(id(call), ()))
             if (short in ("save_pretrained", "save_to_disk") or pushes) and isinstance(call.func, ast.Attribute) and _kw(call, "is_main_process") is None \
-                    and (not call.args or not _mentions_rank_value(call.args[0])) and _dotted(call.func.value) != "self":
+                    and (not call.args or not _mentions_rank_value(call.args[0])):
                 pushed.update(scan.blocks_of.get(id(call), ())[-1:] if pushes else ())
                 add("save-on-every-rank", call, f"{ast.unparse(call.func)[:80]}() runs on every rank: they {'push' if pushes else 'write'} the same files at once",
                     "Save from one rank: `if rank == 0: model.save_pretrained(...)` (with Accelerate: "

@@ -60,11 +60,16 @@ def _fixed_gpu(value: ast.AST | None) -> bool:
     return isinstance(value, ast.Constant) and isinstance(value.value, str) and re.fullmatch(r"cuda:\d+", value.value) is not None
 
 
+def _map_location(call: ast.Call) -> ast.AST | None:
+    """What a torch.load(...) is given as map_location, by keyword or second argument."""
+    location = _kw(call, "map_location")
+    return location.value if location is not None else call.args[1] if len(call.args) > 1 else None
+
+
 def _loose_load(call: ast.Call) -> str | None:
     """What is wrong with where a torch.load(...) puts the tensors, said in the finding's words: no
     map_location (the GPU they were saved from), or one GPU named by number; None when it is fine."""
-    location = _kw(call, "map_location")
-    value = location.value if location is not None else call.args[1] if len(call.args) > 1 else None
+    value = _map_location(call)
     if value is None:
         return "torch.load without map_location: tensors saved on cuda:0 load onto GPU 0 in every rank"
     if _fixed_gpu(value):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import re
 
-from gpurig.diagnose.lint_devices import _loose_load
+from gpurig.diagnose.lint_devices import _loose_load, _map_location
 from gpurig.diagnose.lint_growth import (
     _grown,
     _guarded_lines,
@@ -444,8 +444,8 @@ def _loading_functions(modules: list) -> dict[str, str]:
             for n in ast.walk(fn):
                 if isinstance(n, ast.Call) and _dotted(n.func) == "torch.load" and n.lineno not in guarded_lines \
                         and n.args and _loose_load(n) and not _mentions_rank_value(n.args[0]) and not _data_file(n.args[0]):
-                    fixed = _kw(n, "map_location")  # (or one GPU named by number: map_location='cuda:0')
-                    onto = f" onto {ast.unparse(fixed.value)[:30]}" if fixed is not None else ""
+                    fixed = _map_location(n)  # (or one GPU named by number: map_location='cuda:0')
+                    onto = f" onto {ast.unparse(fixed)[:30]}" if fixed is not None else ""
                     out[name] = f"torch.load{onto} at {_at(module, n.lineno)}"
                     break
     return out
