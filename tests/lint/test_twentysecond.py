@@ -171,6 +171,8 @@ def test_fair_esm_weights_a_hydra_config_and_a_hub_push_on_every_rank(tmp_path):
     assert ("save-on-every-rank", 13) in findings  # the first push of the run's block
     assert ("save-on-every-rank", 14) not in findings  # (the same push, said once)
     assert ("save-on-every-rank", 15) not in findings  # a Trainer pushes from its main process itself
+    push = next(f for f in lint_file(str(tmp_path / "train.py")) if f.line == 13)
+    assert "push the same files" in push.title and push.fix.startswith("Push from one rank")
 
 
 def test_the_same_writes_on_one_rank_are_fine(tmp_path):

@@ -409,13 +409,13 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                             f"{here}:{call.lineno}" if site is not call else "")
             # `model.save_pretrained(out)` / a dataset's save_to_disk(path) on every rank write the same files (Accelerate's form passes
             # is_main_process=, which decides); `model.push_to_hub(repo)`, the first of a block's pushes, uploads them (a Trainer's: its main process).
-            pushes = short == "push_to_hub" and _dotted(getattr(call.func, "value", call.func)) != "self" \
-                and "trainer" not in _dotted(getattr(call.func, "value", call.func)).lower() and not pushed & set(scan.blocks_of.get(id(call), ()))
+            receiver = _dotted(call.func.value).lower() if isinstance(call.func, ast.Attribute) else ""
+            pushes = short == "push_to_hub" and receiver != "self" and "trainer" not in receiver and not pushed & set(scan.blocks_of.get(id(call), ()))
             if (short in ("save_pretrained", "save_to_disk") or pushes) and isinstance(call.func, ast.Attribute) and _kw(call, "is_main_process") is None \
                     and (not call.args or not _mentions_rank_value(call.args[0])):
                 pushed.update(scan.blocks_of.get(id(call), ())[-1:] if pushes else ())
                 add("save-on-every-rank", call, f"{ast.unparse(call.func)[:80]}() runs on every rank: they {'push' if pushes else 'write'} the same files at once",
-                    "Save from one rank: `if rank == 0: model.save_pretrained(...)` (with Accelerate: "
+                    "Push from one rank: `if rank == 0: model.push_to_hub(...)`." if pushes else "Save from one rank: `if rank == 0: model.save_pretrained(...)` (with Accelerate: "
                     "save_pretrained(..., is_main_process=accelerator.is_main_process, save_function=accelerator.save)).")
             names_a_file = not saving_helpers.get(short, "").startswith("open(") or any(
                 any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(a)) and not _mentions_rank_value(a)

@@ -543,7 +543,9 @@ class _Scanner(_AssignScan, _Walker):
         elif short in ("DistributedDataParallel", "DDP"):
             self.device_before[id(node)] = any(self._path)
             self.blocks_of[id(node)] = tuple(self._blocks)
-        elif short in ("from_pretrained", "push_to_hub"):  # (a second fetch of the same files after it on its path reads the cache)
+        # (a second fetch of the same files after a from_pretrained on its path reads the cache; a second push_to_hub
+        # in the block of one already reported uploads the same run)
+        elif short in ("from_pretrained", "push_to_hub"):
             self.blocks_of[id(node)] = tuple(self._blocks)
         elif short in ("setLevel", "basicConfig") and _mentions_rank(node):
             self.silenced = True
