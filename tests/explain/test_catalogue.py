@@ -503,6 +503,24 @@ REFERENCE_ROWS = [
     ("    handle = torch_symm_mem.rendezvous(self.buffer, self.group.group_name)\nRuntimeError: CUDA driver error: "
      "invalid argument", "vllm-symm-mem-allreduce-setup"),
     ("    assert ddp_world_size == 8\nAssertionError", "script-hardcodes-world-size"),
+    # (b41) each in another wording than the entry's own example
+    ('sshd[41]: chroot("/var/run/sshd"): Operation not permitted [preauth]', "sshd-missing-sys-chroot-capability"),
+    ("$ colossalai run --nproc_per_node 4 --hostfile hosts train.py\nbash: line 1: export: `-x=1': not a valid identifier\n"
+     "Error: failed to run torchrun on 10.0.0.2, exception: Encountered a bad command exit code!", "launcher-env-export-invalid"),
+    ("[W socket.cpp:436] [c10d] The server socket has failed to bind to 10.1.2.3:29500 (errno: 99 - Cannot assign "
+     "requested address).", "bind-address-not-on-this-host"),
+    ("RuntimeError: All tensors must be on devices[0]: 0", "ddp-device-ids-omitted"),
+    ("  File \"/opt/conda/lib/python3.10/site-packages/torch/nn/modules/_functions.py\", line 56, in forward\n"
+     "RuntimeError: Expected counts to have type Half but got Float", "syncbn-half-model"),
+    ("E coordination_service.cc:1170] /job:jax_worker/replica:0/task:5 has been set to ERROR in coordination service: "
+     "UNAVAILABLE: Task /job:jax_worker/replica:0/task:5 heartbeat timeout. This indicates that the remote task has "
+     "failed, got preempted, or crashed unexpectedly.", "jax-heartbeat-timeout-too-short"),
+    ("WARNING:absl:Conversion for <class 'jax._src.sharding_impls.PmapSharding'> has not been implemented.",
+     "orbax-save-pmap-replicated-state"),
+    ("ValueError: PositionalSharding([[{GPU 0}] [{GPU 1}]]) is only valid for values of rank 2, but was applied to a "
+     "value of rank 1", "jax-sharding-rank-mismatch"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: TCP client failed to connect/validate to "
+     "host trainer-0:29400 - Temporary failure in name resolution", "rendezvous-hostname-unresolvable"),
 ]
 
 
