@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
     @app.command("explain", help=HELP)
     def explain(
         source: str = typer.Argument(None, help="A log file, '-' for stdin, a run directory; default: the last `gpurig launch` run."),
-        json_out: bool = typer.Option(False, "--json", help='One JSON document: "matches" (each with id, title, cause, fix, confidence, evidence, source, kind, class, see_also), "input", "world", "next_steps" (when nothing matched) and "benign" (harmless notices, with "failed": whether the log also reports a failure they do not explain). Bad input: {"source", "error", "matches": []} and exit 2.'),
+        json_out: bool = typer.Option(False, "--json", help='One JSON document: "matches" (each with id, title, cause, fix, confidence, evidence, source, kind, class, see_also), "input", "world", "next_steps" and "raised_in" (when nothing matched: the library whose own code raised the error, if any) and "benign" (harmless notices, with "failed": whether the log also reports a failure they do not explain). Bad input: {"source", "error", "matches": []} and exit 2.'),
     ) -> None:
         try:
             problem = _explain(source, json_out)

@@ -23,7 +23,7 @@ from gpurig.diagnose.catalogue import (
     match_catalogue,
     rank_matches,
 )
-from gpurig.diagnose.loglines import clean
+from gpurig.diagnose.loglines import clean, raised_in
 
 # --- pasted reports ---------------------------------------------------------------------------
 
@@ -82,6 +82,7 @@ class Explanation:
     world: str = "unknown"  # what the log comes from: pytorch, tensorflow, docker, ... (for the next steps)
     benign: list[Match] = field(default_factory=list)  # known harmless messages, when nothing else was recognised
     failed: bool = False  # beside the harmless notices, the log reports a failure they do not explain
+    raised_in: dict | None = None  # the installed package whose own code raised the last traceback (nothing matched)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"matches": [m.to_dict() for m in self.matches], "input": self.input,
@@ -95,6 +96,8 @@ class Explanation:
             data["facts"] = self.facts
         if not self.matches:
             data["next_steps"] = self.next_steps
+            if self.raised_in is not None:
+                data["raised_in"] = self.raised_in
         return data
 
 
@@ -363,7 +366,20 @@ def explain_text(text: str, index: Any = "default", exclude: str | None = None) 
                          failed=bool(harmless) and facts is None and _fails_beside(text, harmless))
     if not result.matches:
         result.next_steps = list(WORLD_STEPS.get(world, NEXT_STEPS))
+        result.raised_in = raised_in(text)
+        if result.raised_in is not None:
+            result.next_steps.insert(0, _library_step(result.raised_in))
     return result
+
+
+def _library_step(where: dict) -> str:
+    """What to do about an error no entry and no thread names, raised inside a library's own code."""
+    pkg, message = where["package"], where["message"]
+    look_for = f'"{message[:120]}"' if message else "the exception's message"
+    version = f" Compare the installed version (`pip show {where['pip']}`) with its release notes." if where["pip"] else ""
+    return (f"The error is raised inside {pkg} ({where['file']}, line {where['line']}, in {where['function']}): if the "
+            f"call into it is right, search {pkg}'s issues for {look_for}. An error in a library's own code is often a "
+            f"bug of one release, fixed in the next, or a release that does not match the framework under it.{version}")
 
 
 def _threads_for(ranked: list[Match], text: str) -> list[Match]:

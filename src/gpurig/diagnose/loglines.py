@@ -239,3 +239,48 @@ def tokens_of_title(title: str) -> list[str]:
     return line_tokens([normalise_line(title)])
 
 
+
+
+# Where a Python traceback ends: its last frame, when that frame is in an installed package's own
+# code, and the exception it raised there. An error that no entry and no thread names, raised inside
+# a library, is most often a bug of one release of that library or a release that does not match
+# the framework under it: the package and the message are what to look for in its issues. Not the
+# frameworks themselves (an error inside torch is mostly the arguments the caller gave it), nor a
+# launcher reporting that its child failed.
+_TRACE_FRAME = re.compile(r'^[ \t]*File "([^"\n]+)", line (\d+), in ([^\s\n]+)', re.M)
+_STDLIB = re.compile(r"[/\\]lib(?:64)?[/\\]python\d(?:\.\d+)?[/\\](?!site-packages|dist-packages)|[/\\]Lib[/\\](?!site-packages)|^<frozen ")
+_PACKAGE_DIR = re.compile(r"[/\\](?:site|dist)-packages[/\\]([A-Za-z_]\w*)")
+_RAISED = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b(?::.*)?")
+_PIP_NAMES = {"sklearn": "scikit-learn", "cv2": "opencv-python", "PIL": "pillow", "yaml": "pyyaml",
+              "skimage": "scikit-image", "attr": "attrs", "google": "", "_pytest": "pytest"}
+_FRAMEWORKS = frozenset({"torch", "tensorflow", "keras", "tf_keras", "jax", "jaxlib", "paddle", "mxnet", "numpy", "multiprocess",
+                         "fire", "hydra", "click", "typer"})  # (and the command-line dispatchers that call the script)
+_LAUNCHER_FAILED = re.compile(r"(?:\w+\.)*(?:CalledProcessError|ChildFailedError|ProcessRaisedException|ProcessExitedException|SystemExit)\b")
+
+
+def raised_in(text: str) -> dict | None:
+    """The installed package whose own code raised the log's last traceback: {"package", "pip",
+    "file", "line", "function", "message"}; None when the last frame is the user's code, the
+    standard library, or there is no traceback."""
+    plain = bare(text) or text
+    frames = list(_TRACE_FRAME.finditer(plain))
+    if not frames:
+        return None
+    # The innermost frame outside the standard library (enum's __getitem__ raising for torchvision)
+    last = next((f for f in reversed(frames) if not _STDLIB.search(f.group(1))), frames[-1])
+    end = frames[-1].end()
+    package = _PACKAGE_DIR.search(last.group(1))
+    if package is None or package.group(1) in _FRAMEWORKS or "/launcher/" in last.group(1).replace("\\", "/"):
+        return None
+    message = ""
+    for line in plain[end:].split("\n")[1:12]:  # the source line and carets, then the exception
+        if _TRACE_FRAME.match(line):
+            break
+        if _RAISED.fullmatch(line.strip()):
+            message = line.strip()
+            break
+    if _LAUNCHER_FAILED.match(message):
+        return None
+    name = package.group(1)
+    return {"package": name, "pip": _PIP_NAMES.get(name, name), "file": last.group(1)[package.start(1):].replace("\\", "/"),
+            "line": int(last.group(2)), "function": last.group(3), "message": message[:200]}
