@@ -521,6 +521,25 @@ REFERENCE_ROWS = [
      "value of rank 1", "jax-sharding-rank-mismatch"),
     ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: TCP client failed to connect/validate to "
      "host trainer-0:29400 - Temporary failure in name resolution", "rendezvous-hostname-unresolvable"),
+    # (b42)
+    ("NVRM: The NVIDIA Tesla K80 GPU installed in this system is supported through the NVIDIA 470.xx Legacy drivers. "
+     "Please visit http://www.nvidia.com/object/unix.html for more information.  The 535.129.03 NVIDIA driver will "
+     "ignore this GPU.  Continuing probe...", "driver-branch-dropped-gpu"),
+    ("$ dcgmi diag -r 1\nError: Detected unsupported Cuda version", "dcgm-older-than-driver-cuda"),
+    ("RuntimeError: CUDA error in cuMemCreate(&handle, size, &prop, 0): CUDA_ERROR_NOT_PERMITTED",
+     "cuda-fabric-memory-not-permitted"),
+    ("  File \"/env/lib/python3.10/site-packages/torchmetrics/metric.py\", line 590, in _sync_dist\n"
+     "    if isinstance(output_dict[attr][0], Tensor):\nIndexError: list index out of range", "metric-state-empty-on-rank"),
+    ("  File \"/env/lib/python3.11/site-packages/accelerate/accelerator.py\", line 1459, in prepare_model\n"
+     "AssertionError: found no DeviceMesh from dtensor args for c10d.broadcast_.default!", "ddp-over-dtensor-params"),
+    ("[rank1]: RuntimeError: Trying to create tensor with negative dimension -4611686018427387904: [-4611686018427387904]",
+     "collective-garbage-size"),
+    ("NotImplementedError: NF4Tensor dispatch: attempting to run aten.split.Tensor, this is not supported",
+     "tensor-subclass-missing-distributed-op"),
+    ("model = FullyShardedDataParallel(model)  # after convert_to_float8_training\n"
+     "AttributeError: 'WeightWithDynamicFloat8CastTensor' object has no attribute '_tensor'", "fsdp2-only-feature-used-with-fsdp1"),
+    ("  File \"/env/site-packages/torchao/float8/float8_utils.py\", line 102, in tensor_to_amax\n"
+     "RuntimeError: max(): Expected reduction dim to be specified for input.numel() == 0.", "fsdp-float8-all-gather-uneven-shard"),
 ]
 
 

@@ -19,7 +19,7 @@ Reads a log file, stdin ('-'), a `gpurig launch` run directory, or with no argum
 
   1. a catalogue of the errors users meet on multi-GPU machines (CUDA, NCCL, torchrun,
      DataLoader, TensorFlow, containers, drivers), each with a precise cause and fix;
-  2. when the catalogue is not sure, the closest of about 2,900 resolved public threads
+  2. when the catalogue is not sure, the closest of about 3,000 resolved public threads
      (issues and forum posts), with the cause that thread established, its fix and its URL, or
      the catalogue entry whose real examples the log resembles (a typo, another version's words).
 
