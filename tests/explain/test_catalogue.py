@@ -540,6 +540,27 @@ REFERENCE_ROWS = [
      "AttributeError: 'WeightWithDynamicFloat8CastTensor' object has no attribute '_tensor'", "fsdp2-only-feature-used-with-fsdp1"),
     ("  File \"/env/site-packages/torchao/float8/float8_utils.py\", line 102, in tensor_to_amax\n"
      "RuntimeError: max(): Expected reduction dim to be specified for input.numel() == 0.", "fsdp-float8-all-gather-uneven-shard"),
+    # (b43)
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device (nms_kernel at "
+     "/src/myproject/csrc/nms_cuda.cu:103)", "extension-built-for-other-gpu-arch"),
+    ("ValueError: Cannot use multiple GPUs with different Compute Capabilities for the same model",
+     "heterogeneous-gpus-in-one-model"),
+    ("PermissionError: [Errno 13] Permission denied: '/tmp/torch_extensions/py310_cu121/fused_adam/lock'",
+     "extension-cache-dir-not-writable"),
+    ("  File \"/env/site-packages/mamba_ssm/ops/triton/ssd_combined.py\", line 316\n"
+     "RuntimeError: Triton Error [CUDA]: context is destroyed", "triton-kernel-on-wrong-device"),
+    ("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nRuntimeError: Triton Error [CUDA]: device "
+     "kernel image is invalid", "triton-ptxas-newer-than-driver"),
+    ("RuntimeError: Index file /tmp/tmpa81b2c3d/val/index.json took too long to download, bailing out: 120.000 < 120.002 sec.",
+     "streaming-per-rank-random-local-dir"),
+    ("AssertionError: Each bucket's buffer size should be divisible by 8", "megatron-distopt-bucket-not-padded-to-dp"),
+    ("    writer = SummaryWriter()\n  File \"/env/site-packages/torch/utils/tensorboard/writer.py\", line 247, in "
+     "__init__\n    mkdir(name, mode)\nFileExistsError: [Errno 17] File exists: 'runs/Jan02_10-00-00_node1'",
+     "logger-init-on-every-rank"),
+    ("composer.utils.dist.MissingEnvironmentError: Torch distributed is initialized but environment variable "
+     "LOCAL_WORLD_SIZE is not set.", "not-launched-with-torchrun"),
+    ("node3:1234:1290 [0] NCCL INFO Could not find NET with id 0", "nccl-release-bug"),
+    ("TypeError: can't pickle _thread.RLock objects", "spawn-pickle-error"),
 ]
 
 

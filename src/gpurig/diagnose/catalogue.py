@@ -258,6 +258,7 @@ HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": 
          "per-process-gpu-masking-breaks-nccl-p2p": "p2p-not-supported",  # (the pair has P2P; each worker sees one GPU)
          "downloaded-library-incomplete": "shared-memory-bus-error",  # (the bus error of mapping a truncated library)
          "proprietary-kernel-module-unsupported-gpu": "faulty-gpu-hardware",  # (RmInitAdapter failed: the module, not the card)
+         "extension-built-for-other-gpu-arch": "no-kernel-image",  # (torch's wheel has the arch; the extension does not)
          "nccl-watchdog-timeout": "nccl-watchdog-teardown"}  # (the teardown only points back at the timeout read)
 
 
