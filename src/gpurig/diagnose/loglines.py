@@ -239,8 +239,6 @@ def tokens_of_title(title: str) -> list[str]:
     return line_tokens([normalise_line(title)])
 
 
-
-
 # Where a Python traceback ends: its last frame, when that frame is in an installed package's own
 # code, and the exception it raised there. An error that no entry and no thread names, raised inside
 # a library, is most often a bug of one release of that library or a release that does not match
