@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpurig.diagnose.run_diagnosis import analyze_traces, exit_code_for, explain_run
+from gpurig.diagnose.run_diagnosis import analyze_traces, exit_code_for, explain_run, user_frame
 from gpurig.launch.collect import (
     RankLog,
     RunRecord,
@@ -60,6 +60,26 @@ def test_consequence_is_not_the_root_cause():
     assert diag.root_rank == 1 and diag.exit_code == 137 and diag.signal == "SIGKILL"
     assert diag.matches[0].id == "host-out-of-memory-killed"
     assert diag.ranks == {"0": "secondary", "1": "primary"}
+
+
+def test_where_is_the_users_line_not_a_dist_packages_or_stdlib_frame():
+    # NGC containers and Debian's Python keep packages in dist-packages; a conda Python's standard
+    # library is under lib/python3.X: neither is where the user's code was.
+    trace = """Traceback (most recent call last):
+  File "/workspace/train.py", line 88, in <module>
+    main()
+  File "/workspace/train.py", line 42, in main
+    trainer.train()
+  File "/usr/local/lib/python3.10/dist-packages/transformers/trainer.py", line 1539, in train
+    return inner_training_loop(
+  File "/opt/conda/lib/python3.11/concurrent/futures/_base.py", line 456, in result
+    return self.__get_result()
+RuntimeError: DataLoader worker (pid 4121) is killed by signal: Bus error.
+"""
+    assert user_frame(trace) == "train.py:42 trainer.train()"
+    windows = trace.replace("/usr/local/lib/python3.10/dist-packages/", "C:\\Python311\\Lib\\site-packages\\")
+    windows = windows.replace("/workspace/", "D:\\work\\")
+    assert user_frame(windows) == "train.py:42 trainer.train()"
 
 
 def _dump(path: Path, entries: list[tuple[int, str, str]], pg=("0", "default_pg")) -> None:

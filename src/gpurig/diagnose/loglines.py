@@ -253,6 +253,14 @@ _PIP_NAMES = {"sklearn": "scikit-learn", "cv2": "opencv-python", "PIL": "pillow"
               "skimage": "scikit-image", "attr": "attrs", "google": "", "_pytest": "pytest"}
 _FRAMEWORKS = frozenset({"torch", "tensorflow", "keras", "tf_keras", "jax", "jaxlib", "paddle", "mxnet", "numpy", "multiprocess",
                          "fire", "hydra", "click", "typer"})  # (and the command-line dispatchers that call the script)
+
+
+def installed_frame(path: str) -> bool:
+    """Whether a traceback frame's file is the standard library's or an installed package's (site- or
+    dist-packages: Debian's and NGC containers' Pythons put packages in dist-packages), not the user's."""
+    return bool(_STDLIB.search(path) or _PACKAGE_DIR.search(path))
+
+
 _LAUNCHER_FAILED = re.compile(r"(?:\w+\.)*(?:CalledProcessError|ChildFailedError|ProcessRaisedException|ProcessExitedException|SystemExit)\b")
 
 

@@ -19,6 +19,7 @@ from gpurig.diagnose.catalogue import (
     rank_matches,
 )
 from gpurig.diagnose.explain import GENERIC, _threads_for
+from gpurig.diagnose.loglines import installed_frame
 
 # --- reading a traceback --------------------------------------------------------------------
 
@@ -43,16 +44,17 @@ def user_frame(text: str) -> str | None:
     found = None
     for m in _NCCL_FRAME.finditer(text):
         path = m.group(2)
-        if "/torch/" not in path and "site-packages" not in path:
+        if "/torch/" not in path and not installed_frame(path):
             found = f"{path.rsplit('/', 1)[-1]}:{m.group(3)}"
             break  # innermost first in this format
     if found:
         return found
     for m in _FRAME.finditer(text):
         path = m.group(1)
-        if "/torch/" in path or "site-packages" in path or path.startswith("<frozen") or "/launch/inject/" in path:
+        if "/torch/" in path or installed_frame(path) or "/launch/inject/" in path:
             continue
-        found = f"{path.rsplit('/', 1)[-1]}:{m.group(2)} {m.group(4).strip()}"
+        name = re.split(r"[/\\]", path)[-1]
+        found = f"{name}:{m.group(2)} {m.group(4).strip()}"
     return found
 
 
