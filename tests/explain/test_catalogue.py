@@ -561,6 +561,31 @@ REFERENCE_ROWS = [
      "LOCAL_WORLD_SIZE is not set.", "not-launched-with-torchrun"),
     ("node3:1234:1290 [0] NCCL INFO Could not find NET with id 0", "nccl-release-bug"),
     ("TypeError: can't pickle _thread.RLock objects", "spawn-pickle-error"),
+    # (b45)
+    ("E1102 08:15:44.120 sharding.py:431] The available devices are different from the devices used to save the "
+     "checkpoint.  Please restore checkpoint by passing new shardings for target devices.",
+     "orbax-restore-on-other-devices-without-sharding"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/nfs/u/.cache/huggingface/datasets/parquet/"
+     "default-8c1d2e3f4a5b6c7d/0.0.0/0123abcd/cache-9f8e7d6c5b4a3f2e.arrow'", "cache-files-race-between-ranks"),
+    ("  File \"/opt/conda/lib/python3.9/site-packages/datasets/builder.py\", line 690, in download_post_processing_resources\n"
+     "    for split in self.info.splits:\nTypeError: 'NoneType' object is not iterable", "cache-files-race-between-ranks"),
+    ("    os.makedirs(out_dir, exist_ok=True)\n  File \"/usr/lib/python3.10/os.py\", line 225, in makedirs\n"
+     "    mkdir(name, mode)\nFileExistsError: [Errno 17] File exists: '/gpfs/proj/run7/ckpt'", "concurrent-mkdir-on-shared-fs"),
+    ("NCCL_ALGO=Tree NCCL_PROTO=LL128 ./build/all_reduce_perf -b 1M -e 64M -f 2 -g 8\n"
+     "# Out of bounds values : 12 FAILED\n# Avg bus bandwidth    : 101.3", "nccl-forced-protocol-corruption"),
+    ("WARN: IPC failure: Sending data over socket failed: No such file or directory\n"
+     "/workspace/nvshmem_src/src/host/mem/mem_heap.cpp:exchange_heap_memory_handle:812: Fatal IPC Failure",
+     "duplicate-hostnames-across-nodes"),
+    ("  File \"/usr/local/lib/python3.10/dist-packages/torch/distributed/elastic/agent/server/api.py\", line 600, in "
+     "_rendezvous\n    workers = self._assign_worker_ranks(store, group_rank, group_world_size, spec)\n"
+     "TypeError: _assign_worker_ranks() takes 4 positional arguments but 5 were given", "wrapper-version-incompat"),
+    ("RuntimeError: replicas_[0].size() >= 1 ASSERT FAILED at /opt/pytorch/torch/csrc/distributed/c10d/reducer.cpp:54, "
+     "please report a bug to PyTorch. Expected at least one parameter.", "ddp-no-trainable-params"),
+    ("  File \"/usr/local/lib/python3.8/dist-packages/keras/metrics/base_metric.py\", line 140, in update_state_fn\n"
+     "ValueError: SyncOnReadVariable does not support `assign_add` in cross-replica context when aggregation is set "
+     "to `tf.VariableAggregation.SUM`.", "tf-variable-outside-strategy-scope"),
+    ("[rank3]:[W1201 09:00:00.000000000 socket.cpp:462] [c10d] waitForInput: socket SocketImpl(fd=55, "
+     "addr=[node1]:50000, remote=[node0]:29400) timed out after 600000ms", "nccl-watchdog-timeout"),
 ]
 
 
