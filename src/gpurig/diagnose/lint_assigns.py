@@ -13,6 +13,7 @@ from gpurig.diagnose.lint_nodes import (
     _LAUNCHER_KEYS,
     BUILT,
     _dotted,
+    _local_path,
     _name_of,
     _path_like,
 )
@@ -40,7 +41,12 @@ class _AssignScan:
             while isinstance(built, ast.Call) and isinstance(built.func, ast.Attribute) and built.func.attr in ("to", "cuda", "eval"):
                 built = built.func.value  # (`AutoModel.from_pretrained(name).to(device)`)
             built = isinstance(built, ast.Call) and _name_of(_dotted(built.func)) == "from_pretrained"
-            self.settings.setdefault(leaf, set()).add(value.value if isinstance(value, ast.Constant) else BUILT if built else _VARIES)
+            # (a name put under a folder of this machine, `'../pretrained_models/' + args.name`: that folder)
+            head = value.values[0] if isinstance(value, ast.JoinedStr) and value.values else value
+            while isinstance(head, ast.BinOp) and isinstance(head.op, ast.Add):
+                head = head.left
+            under = head.value if head is not value and isinstance(head, ast.Constant) and _local_path(head.value) else None
+            self.settings.setdefault(leaf, set()).add(value.value if isinstance(value, ast.Constant) else under or (BUILT if built else _VARIES))
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is not None:

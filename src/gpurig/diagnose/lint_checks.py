@@ -46,6 +46,7 @@ from gpurig.diagnose.lint_nodes import (
     _set_to_local_path,
     _setting_name,
     _shuffles_at,
+    _unwrapped,
     _written_file,
 )
 from gpurig.diagnose.lint_paths import gives_own_file, in_private_file, path_given
@@ -511,11 +512,10 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                     add("hard-coded-rendezvous", assign, *found)
             if isinstance(target, ast.Subscript) and _dotted(target.value) == "os.environ":
                 key = target.slice
-                value = assign.value.value if isinstance(assign.value, ast.Constant) else (
-                    constants.get(assign.value.id) if isinstance(assign.value, ast.Name) else None)
-                # (or a constant of the project's module it imports: `from config.setting import MASTER_PORT`)
-                value, where = (value, "") if value is not None or not isinstance(assign.value, ast.Name) \
-                    or assign.value.id not in project_names else rendezvous._module_constants(modules).get(assign.value.id, (None, ""))
+                bare = _unwrapped(assign.value)  # (`str(2345)`: 2345; or a constant of the project's module it imports: `from config.setting import MASTER_PORT`)
+                value = bare.value if isinstance(bare, ast.Constant) else (constants.get(bare.id) if isinstance(bare, ast.Name) else None)
+                value, where = (value, "") if value is not None or not isinstance(bare, ast.Name) \
+                    or bare.id not in project_names else rendezvous._module_constants(modules).get(bare.id, (None, ""))
                 # The port is what collides; a fixed address comes with it and is one mistake, not two.
                 if isinstance(key, ast.Constant) and key.value == "MASTER_PORT" and value is not None:
                     add(

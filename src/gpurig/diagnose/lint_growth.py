@@ -16,11 +16,13 @@ from gpurig.diagnose.lint_nodes import _constant_defaults, _dotted, _name_of, _w
 from gpurig.diagnose.lint_paths import objects_built
 
 
-def _guarded_lines(fn: ast.AST, with_else: bool = False, left_on: frozenset[str] = frozenset()) -> set[int]:
+def _guarded_lines(fn: ast.AST, with_else: bool = False, left_on: frozenset[str] = frozenset(),
+                   left_off: frozenset[str] = frozenset()) -> set[int]:
     """Lines of `fn` under a rank check (`if rank == 0:` bodies; with_else, their else branches too),
-    on a branch only a run of one process takes (`else:` of `if dist.is_initialized():`), or on the
+    on a branch only a run of one process takes (`else:` of `if dist.is_initialized():`), on the
     branch a switch defaulting to True that no caller passes (`left_on`) turns off (`def
-    __init__(self, use_fid_inception=True)`: `else: inception_v3(pretrained=True)` never runs)."""
+    __init__(self, use_fid_inception=True)`: `else: inception_v3(pretrained=True)` never runs), or
+    on the branch a switch every caller leaves False (`left_off`) turns on (`if pretrained:`)."""
     if runs_on_main_only(fn):  # `@rank_zero_only def save(...)`: all of it
         return {n.lineno for n in ast.walk(fn) if hasattr(n, "lineno")}
     lines: set[int] = set()
@@ -35,6 +37,8 @@ def _guarded_lines(fn: ast.AST, with_else: bool = False, left_on: frozenset[str]
         switch = stmt.test.operand if isinstance(stmt.test, ast.UnaryOp) and isinstance(stmt.test.op, ast.Not) else stmt.test
         if isinstance(switch, ast.Name) and switch.id in on:  # (the default's branch runs; the other does not)
             one_body, one_else = (True, False) if switch is not stmt.test else (False, True)
+        elif isinstance(switch, ast.Name) and switch.id in left_off:
+            one_body, one_else = (True, False) if switch is stmt.test else (False, True)
         for branch, counts in ((stmt.body, rank or one_body), (stmt.orelse, (rank and with_else) or one_else)):
             if counts:
                 lines |= {n.lineno for b in branch for n in ast.walk(b) if hasattr(n, "lineno")}
@@ -186,3 +190,72 @@ def switches_left_on(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str, call
     reach = max((len(c.args) for c in mine), default=0)
     return frozenset(k for k, v in _constant_defaults(fn).items()
                      if v is True and k not in given and not (k in params and params.index(k) < reach))
+
+
+def switches_left_off(modules: list, calls: list[ast.Call]):
+    """A function `off(fn, name)` giving the parameters of `fn` (called as `name`: a class's name for
+    its `__init__`) that every call of it leaves False or None: not given where they default to False
+    or None, given False or None, or given the caller's own parameter left off the same way
+    (`resnet18()` -> `_resnet(arch, block, layers, pretrained, progress, **kwargs)`: its `if
+    pretrained:` never runs). One the project never calls nor names (dead code, such as
+    `resnet152()` beside the `resnet18()` it uses) leaves them all off, but for what a call by lookup
+    gives by keyword (`models.__dict__[arch](pretrained=True)`); one named without a call
+    (`mp.spawn(worker)`, a callback) has none."""
+    init_of = _inits(modules)
+    enclosing: dict[int, ast.AST] = {}  # id(call) -> the innermost function of the project it is in
+    for module in modules:
+        for f in ast.walk(module):
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                enclosing.update((id(n), f) for n in ast.walk(f) if isinstance(n, ast.Call))
+    by_name: dict[str, list[ast.Call]] = {}
+    for c in calls:
+        by_name.setdefault(_name_of(_dotted(c.func)), []).append(c)
+    looked_up = [c for c in calls if not isinstance(c.func, (ast.Name, ast.Attribute))]
+    callees = {id(c.func) for c in calls}
+    named = {n.id if isinstance(n, ast.Name) else n.attr for m in modules for n in ast.walk(m)
+             if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in callees}
+    memo: dict[int, frozenset[str]] = {}
+
+    def caller_off(call: ast.Call) -> frozenset[str]:
+        caller = enclosing.get(id(call))
+        return frozenset() if caller is None else off(caller, init_of.get(id(caller), caller.name))
+
+    def left_off_by(call: ast.Call, p: str, index: int | None, default_off: bool) -> bool:
+        """Whether `call` leaves parameter `p` (at position `index`) False or None."""
+        given = next((k.value for k in call.keywords if k.arg == p), None)
+        if given is None and index is not None and call in looked_up:
+            return default_off  # (a call by lookup: only what it gives by keyword is read)
+        if given is None and index is not None and index < len(call.args):
+            given = call.args[index]
+        if given is None:
+            caller = enclosing.get(id(call))
+            mine = {a.arg for a in caller.args.posonlyargs + caller.args.args + caller.args.kwonlyargs} if caller else set()
+            # `*args` may hold it; `**kwargs` too, unless they are the caller's own and it names `p` itself
+            if any(isinstance(a, ast.Starred) for a in call.args[: (index or 0) + 1]) or any(
+                    k.arg is None and not (caller and caller.args.kwarg and isinstance(k.value, ast.Name)
+                                           and k.value.id == caller.args.kwarg.arg and p in mine) for k in call.keywords):
+                return False
+            return default_off
+        if isinstance(given, ast.Starred):
+            return False
+        if isinstance(given, ast.Constant):
+            return given.value is False or given.value is None
+        return isinstance(given, ast.Name) and given.id in caller_off(call)
+
+    def off(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> frozenset[str]:
+        if id(fn) in memo:
+            return memo[id(fn)]
+        memo[id(fn)] = frozenset()  # (while it is worked out: a cycle of calls knows nothing)
+        mine = by_name.get(name) or ([] if name in named else looked_up)
+        if not mine and name in named:
+            return memo[id(fn)]
+        positional = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        positional = positional[1:] if positional[:1] in (["self"], ["cls"]) else positional
+        defaults = _constant_defaults(fn)
+        left = frozenset(p for p in positional + [a.arg for a in fn.args.kwonlyargs] if all(
+            left_off_by(c, p, positional.index(p) if p in positional else None,
+                        p in defaults and (defaults[p] is False or defaults[p] is None)) for c in mine))
+        memo[id(fn)] = left
+        return left
+
+    return off

@@ -424,7 +424,9 @@ def _runs_on_every_rank(scan, calls: list, names: set[str], text: str, project_t
         names & {"init_process_group", "DistributedDataParallel", "DDP", "DistributedSampler", "spawn",
                  "Accelerator", "init_distributed_mode", "init_distributed", "setup_distributed",
                  "init_distributed_device", "FullyShardedDataParallel", "FSDP", "fully_shard", "init_device_mesh"}
-    ) or own_asks or "LOCAL_RANK" in text or bool(scan.aliases & names)
+    ) or own_asks or "LOCAL_RANK" in text or bool(scan.aliases & names) or (
+        # (a script reading the launcher's WORLD_SIZE or RANK, alpaca-lora's `ddp = world_size != 1`, is run by one)
+        re.search(r"""environ(?:\.get\(\s*|\[\s*)["'](?:WORLD_SIZE|RANK)["']""", text) is not None)
     # Horovod: one process per GPU (horovodrun/mpirun), each running the whole script. (TensorFlow's
     # multi-worker strategy is one process per machine: its caches are per machine, not shared.)
     distributed = distributed or (bool(re.search(r"^\s*(?:from|import)\s+horovod\b", text, re.M)) and "init" in names)

@@ -226,7 +226,10 @@ def _data_file(path: ast.AST) -> bool:
         names = [leaf] if leaf else []
     if not names:
         return False
-    stem = os.path.splitext(os.path.basename(names[-1]))[0]
+    folder, stem = os.path.split(names[-1])
+    stem = os.path.splitext(stem)[0]
+    if not re.search(r"[A-Za-z]", stem):  # (`'datasets/cache/{}.bin'.format(name)`: the folder says what it holds)
+        stem = os.path.basename(folder.rstrip("/"))
     # (or a Trainer checkpoint's parts that hold no CUDA tensor: scheduler.pt, rng_state.pth, training_args.bin)
     return _DATA_STEM.fullmatch(stem) is not None and not _NOT_DATA.search(stem) \
         or re.fullmatch(r"(?:lr_)?scheduler|rng_state(?:_\d+)?|training_args", stem) is not None
@@ -313,12 +316,17 @@ def _refetch_key(call: ast.Call, inside: tuple[str, ...], values: dict[str, set]
     call with the same key, after the first ran in every rank, reads the files the first one wrote.
     Likewise a dataset class given `download=`, by its root folder (and `split=`, which some fetch
     apart): `MNIST(root, train=False, download=True)` after `MNIST(root, train=True, ...)` finds the
-    files there (torchvision fetches both parts at once). `values`: the script's settings, which
+    files there (torchvision fetches both parts at once); and a Hub dataset by its name and
+    configuration, whatever split. `values`: the script's settings, which
     stand for their one value."""
     if any(k.arg == "download" for k in call.keywords):
         root = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "root"), None)
         return None if root is None else (inside, _dotted(call.func), (ast.unparse(root),),
                                           tuple(ast.unparse(k.value) for k in call.keywords if k.arg == "split"))
+    if _name_of(_dotted(call.func)) == "load_dataset" and call.args:
+        # (a Hub dataset is downloaded and prepared whole, every split, at its first load: `split=` reads it)
+        return (inside, "load_dataset", tuple(ast.unparse(a) for a in call.args[:2]),
+                tuple(ast.unparse(k.value) for k in call.keywords if k.arg in ("name", "data_files", "data_dir", "revision")))
     if _name_of(_dotted(call.func)) != "from_pretrained" or not call.args:
         return None
 

@@ -14,6 +14,7 @@ from gpurig.diagnose.lint_growth import (
     _inits,
     _module_name,
     _through,
+    switches_left_off,
     switches_left_on,
 )
 from gpurig.diagnose.lint_guards import (
@@ -189,6 +190,17 @@ _FIRST_CACHE: dict[int, tuple] = {}  # id(function) -> (function, whether rank 0
 _MAX_SITES = 8  # the fetches of one helper named in its findings
 
 
+def _local_path_names(fn: ast.AST) -> set[str]:
+    """The names `fn` assigns, every time, a constant path of this machine."""
+    values: dict[str, list] = {}
+    for n in ast.walk(fn):
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                if isinstance(t, ast.Name):
+                    values.setdefault(t.id, []).append(n.value)
+    return {k for k, vs in values.items() if all(isinstance(v, ast.Constant) and _local_path(v.value) for v in vs)}
+
+
 def _downloading_functions(modules: list, script_calls: list = ()) -> dict[str, str]:
     """Functions of the project's own modules that download without a rank check: name -> what.
     A class whose `__init__` downloads stands under its own name: building it downloads
@@ -203,6 +215,7 @@ def _downloading_functions(modules: list, script_calls: list = ()) -> dict[str, 
     own_modules = {part for m in modules for part in _module_name(m).split(".")}
     out: dict[str, str] = {}
     calls = [n for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)] + list(script_calls)
+    left_off = switches_left_off(modules, calls)
     for module in modules:
         imports = [n for n in ast.walk(module) if isinstance(n, (ast.Import, ast.ImportFrom))]
         fetchers, datasets, shadowed = _library_fetchers(imports), _dataset_classes(imports), _shadowed(module)
@@ -211,9 +224,11 @@ def _downloading_functions(modules: list, script_calls: list = ()) -> dict[str, 
         for fn in ast.walk(module):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or _rank_zero_first(fn) or id(fn) in shadowed:
                 continue
-            guarded_lines = _guarded_lines(fn, left_on=switches_left_on(fn, init_of.get(id(fn), fn.name), calls))
-            # parameters that default to a path of this machine (`tokenizer_path='../model'`)
-            local = {name for name, value in _constant_defaults(fn).items() if _local_path(value)}
+            name = init_of.get(id(fn), fn.name)
+            guarded_lines = _guarded_lines(fn, left_on=switches_left_on(fn, name, calls), left_off=left_off(fn, name))
+            # parameters that default to a path of this machine (`tokenizer_path='../model'`), and names
+            # the function sets only to such paths (`local_path = '/maindata/ckpts/text_encoder'`)
+            local = {name for name, value in _constant_defaults(fn).items() if _local_path(value)} | _local_path_names(fn)
             bound = _assigned_once(fn)  # (`weights = ResNet50_Weights.IMAGENET1K_V2` ... `resnet50(weights=weights)`)
             # every fetch of the function, each a thing its callers do on every rank
             sites = [f"{_name_of(_dotted(n.func)) or ast.unparse(n.func)[:40]} at {_at(module, n.lineno)}"

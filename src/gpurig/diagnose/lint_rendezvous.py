@@ -7,7 +7,7 @@ import ast
 import re
 from typing import Any
 
-from gpurig.diagnose.lint_growth import _grown
+from gpurig.diagnose.lint_growth import _grown, _origin
 from gpurig.diagnose.lint_modules import _at
 from gpurig.diagnose.lint_nodes import (
     _call_params,
@@ -402,11 +402,17 @@ def report_helpers(modules: list, configs, text: str, names: set[str], calls: li
                 at = text.find(repr(value)[1:-1])  # (the line the script fixes it at, named in the finding)
                 fixed[key] = f"{value!r} at {here}:{text.count(chr(10), 0, at) + 1}" if at >= 0 and here else f"{value!r} in the script"
         init_helpers = _fixed_init_functions(modules, fixed, _parser_ports(modules, script_options(calls)))
+    elif "MASTER_PORT" not in text:
+        # the script starts the group itself, from the environment a helper fixed first
+        # (`DistributedEnviron()`, whose `__init__` sets `os.environ['MASTER_PORT'] = '39591'`)
+        init_helpers = {k: v for k, v in _fixed_init_functions(modules).items() if "MASTER_PORT" in _origin(v)}
     for call, func, _ in calls:
         short = _name_of(func)
         if short in init_helpers and short not in defined:
-            add("hard-coded-rendezvous", call, f"{short}() starts the process group on a fixed address ({init_helpers[short]}): "
-                "two jobs on one machine collide", f"Let {short}() use env:// (MASTER_ADDR/MASTER_PORT from the launcher).")
+            port = "MASTER_PORT" in _origin(init_helpers[short])
+            add("hard-coded-rendezvous", call, f"{short}() {'fixes the rendezvous port' if port else 'starts the process group on a fixed address'} "
+                f"({init_helpers[short]}): two jobs on one machine collide", f"Let {short}() " + (
+                    "leave MASTER_PORT to the launcher, or pick a free port." if port else "use env:// (MASTER_ADDR/MASTER_PORT from the launcher)."))
             break
     for call, func, _ in calls:
         short = _name_of(func)

@@ -254,8 +254,9 @@ class _Scanner(_AssignScan, _Walker):
         if self._set_devices > before and (
                 not isinstance(stmt, _BRANCHING) or getattr(stmt, "_both_set_device", False)):
             self._path[-1] = True  # set_device ran on the path of everything after this statement
-        # `if rank != 0: return` guards everything after it in the same block (see leaves_one_rank).
-        if leaves_one_rank(stmt, self._rank_test):
+        # `if rank != 0: return` guards everything after it in the same block (see leaves_one_rank); after
+        # an unconditional `raise` (a code path retired with `raise RuntimeError("not supported")`) nothing runs.
+        if leaves_one_rank(stmt, self._rank_test) or isinstance(stmt, ast.Raise):
             self._guard += 1
             state[0] += 1
 
@@ -545,7 +546,7 @@ class _Scanner(_AssignScan, _Walker):
             self.blocks_of[id(node)] = tuple(self._blocks)
         # (a second fetch of the same files after a from_pretrained on its path reads the cache; a second push_to_hub
         # in the block of one already reported uploads the same run)
-        elif short in ("from_pretrained", "push_to_hub"):
+        elif short in ("from_pretrained", "push_to_hub", "load_dataset"):
             self.blocks_of[id(node)] = tuple(self._blocks)
         elif short in ("setLevel", "basicConfig") and _mentions_rank(node):
             self.silenced = True
