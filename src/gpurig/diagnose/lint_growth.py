@@ -192,43 +192,46 @@ def switches_left_on(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str, call
                      if v is True and k not in given and not (k in params and params.index(k) < reach))
 
 
-def switches_left_off(modules: list, calls: list[ast.Call]):
-    """A function `off(fn, name)` giving the parameters of `fn` (called as `name`: a class's name for
-    its `__init__`) that every call of it leaves False or None: not given where they default to False
-    or None, given False or None, or given the caller's own parameter left off the same way
-    (`resnet18()` -> `_resnet(arch, block, layers, pretrained, progress, **kwargs)`: its `if
+class SwitchesLeftOff:
+    """`SwitchesLeftOff(modules, calls)(fn, name)`: the parameters of `fn` (called as `name`: a
+    class's name for its `__init__`) that every call of it leaves False or None: not given where they
+    default to False or None, given False or None, or given the caller's own parameter left off the
+    same way (`resnet18()` -> `_resnet(arch, block, layers, pretrained, progress, **kwargs)`: its `if
     pretrained:` never runs). One the project never calls nor names (dead code, such as
     `resnet152()` beside the `resnet18()` it uses) leaves them all off, but for what a call by lookup
     gives by keyword (`models.__dict__[arch](pretrained=True)`); one named without a call
-    (`mp.spawn(worker)`, a callback) has none."""
-    init_of = _inits(modules)
-    enclosing: dict[int, ast.AST] = {}  # id(call) -> the innermost function of the project it is in
-    for module in modules:
-        for f in ast.walk(module):
-            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                enclosing.update((id(n), f) for n in ast.walk(f) if isinstance(n, ast.Call))
-    by_name: dict[str, list[ast.Call]] = {}
-    for c in calls:
-        by_name.setdefault(_name_of(_dotted(c.func)), []).append(c)
-    looked_up = [c for c in calls if not isinstance(c.func, (ast.Name, ast.Attribute))]
-    callees = {id(c.func) for c in calls}
-    named = {n.id if isinstance(n, ast.Name) else n.attr for m in modules for n in ast.walk(m)
-             if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in callees}
-    memo: dict[int, frozenset[str]] = {}
+    (`mp.spawn(worker)`, a callback) has none. (A class, not closures that call each other: those
+    would hold the syntax trees in a reference cycle after the lint.)"""
 
-    def caller_off(call: ast.Call) -> frozenset[str]:
-        caller = enclosing.get(id(call))
-        return frozenset() if caller is None else off(caller, init_of.get(id(caller), caller.name))
+    def __init__(self, modules: list, calls: list[ast.Call]) -> None:
+        self.init_of = _inits(modules)
+        self.enclosing: dict[int, ast.AST] = {}  # id(call) -> the innermost function of the project it is in
+        for module in modules:
+            for f in ast.walk(module):
+                if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    self.enclosing.update((id(n), f) for n in ast.walk(f) if isinstance(n, ast.Call))
+        self.by_name: dict[str, list[ast.Call]] = {}
+        for c in calls:
+            self.by_name.setdefault(_name_of(_dotted(c.func)), []).append(c)
+        self.looked_up = [c for c in calls if not isinstance(c.func, (ast.Name, ast.Attribute))]
+        callees = {id(c.func) for c in calls}
+        self.named = {n.id if isinstance(n, ast.Name) else n.attr for m in modules for n in ast.walk(m)
+                      if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in callees}
+        self.memo: dict[int, frozenset[str]] = {}
 
-    def left_off_by(call: ast.Call, p: str, index: int | None, default_off: bool) -> bool:
+    def _caller_off(self, call: ast.Call) -> frozenset[str]:
+        caller = self.enclosing.get(id(call))
+        return frozenset() if caller is None else self(caller, self.init_of.get(id(caller), caller.name))
+
+    def _left_off_by(self, call: ast.Call, p: str, index: int | None, default_off: bool) -> bool:
         """Whether `call` leaves parameter `p` (at position `index`) False or None."""
         given = next((k.value for k in call.keywords if k.arg == p), None)
-        if given is None and index is not None and call in looked_up:
+        if given is None and index is not None and call in self.looked_up:
             return default_off  # (a call by lookup: only what it gives by keyword is read)
         if given is None and index is not None and index < len(call.args):
             given = call.args[index]
         if given is None:
-            caller = enclosing.get(id(call))
+            caller = self.enclosing.get(id(call))
             mine = {a.arg for a in caller.args.posonlyargs + caller.args.args + caller.args.kwonlyargs} if caller else set()
             # `*args` may hold it; `**kwargs` too, unless they are the caller's own and it names `p` itself
             if any(isinstance(a, ast.Starred) for a in call.args[: (index or 0) + 1]) or any(
@@ -240,22 +243,20 @@ def switches_left_off(modules: list, calls: list[ast.Call]):
             return False
         if isinstance(given, ast.Constant):
             return given.value is False or given.value is None
-        return isinstance(given, ast.Name) and given.id in caller_off(call)
+        return isinstance(given, ast.Name) and given.id in self._caller_off(call)
 
-    def off(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> frozenset[str]:
-        if id(fn) in memo:
-            return memo[id(fn)]
-        memo[id(fn)] = frozenset()  # (while it is worked out: a cycle of calls knows nothing)
-        mine = by_name.get(name) or ([] if name in named else looked_up)
-        if not mine and name in named:
-            return memo[id(fn)]
+    def __call__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> frozenset[str]:
+        if id(fn) in self.memo:
+            return self.memo[id(fn)]
+        self.memo[id(fn)] = frozenset()  # (while it is worked out: a cycle of calls knows nothing)
+        mine = self.by_name.get(name) or ([] if name in self.named else self.looked_up)
+        if not mine and name in self.named:
+            return self.memo[id(fn)]
         positional = [a.arg for a in fn.args.posonlyargs + fn.args.args]
         positional = positional[1:] if positional[:1] in (["self"], ["cls"]) else positional
         defaults = _constant_defaults(fn)
         left = frozenset(p for p in positional + [a.arg for a in fn.args.kwonlyargs] if all(
-            left_off_by(c, p, positional.index(p) if p in positional else None,
-                        p in defaults and (defaults[p] is False or defaults[p] is None)) for c in mine))
-        memo[id(fn)] = left
+            self._left_off_by(c, p, positional.index(p) if p in positional else None,
+                              p in defaults and (defaults[p] is False or defaults[p] is None)) for c in mine))
+        self.memo[id(fn)] = left
         return left
-
-    return off

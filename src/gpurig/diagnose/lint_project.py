@@ -9,12 +9,12 @@ import re
 
 from gpurig.diagnose.lint_devices import _loose_load, _map_location
 from gpurig.diagnose.lint_growth import (
+    SwitchesLeftOff,
     _grown,
     _guarded_lines,
     _inits,
     _module_name,
     _through,
-    switches_left_off,
     switches_left_on,
 )
 from gpurig.diagnose.lint_guards import (
@@ -215,7 +215,7 @@ def _downloading_functions(modules: list, script_calls: list = ()) -> dict[str, 
     own_modules = {part for m in modules for part in _module_name(m).split(".")}
     out: dict[str, str] = {}
     calls = [n for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)] + list(script_calls)
-    left_off = switches_left_off(modules, calls)
+    left_off = SwitchesLeftOff(modules, calls)
     for module in modules:
         imports = [n for n in ast.walk(module) if isinstance(n, (ast.Import, ast.ImportFrom))]
         fetchers, datasets, shadowed = _library_fetchers(imports), _dataset_classes(imports), _shadowed(module)
