@@ -302,3 +302,27 @@ def test_the_same_dataset_on_two_branches_is_one_finding_naming_both(tmp_path):
     assert found(tmp_path, branches, "download-on-every-rank") == [("download-on-every-rank", 7)]
     [finding] = lint_file(str(tmp_path / "train.py"), select={"download-on-every-rank"})
     assert "train.py:9" in finding.related
+
+
+def test_nothing_after_an_unconditional_raise_runs_in_a_project_helper_either(tmp_path):
+    helper = {"saving.py": """\
+        import torch
+
+
+        def save_model_fsdp(model, save_dir):
+            RETIRE
+            torch.save(model.state_dict(), save_dir + "/model.pt")
+        """}
+    script = """\
+    import torch.distributed as dist
+    from saving import save_model_fsdp
+
+    dist.init_process_group("nccl")
+    model = build()
+    save_model_fsdp(model, "out")
+    dist.destroy_process_group()
+    """
+    retired = {k: v.replace("RETIRE", 'raise RuntimeError("FSDP is not supported anymore.")') for k, v in helper.items()}
+    assert found(tmp_path, script, "save-on-every-rank", retired) == []
+    kept = {k: v.replace("RETIRE", "model = model") for k, v in helper.items()}
+    assert found(tmp_path, script, "save-on-every-rank", kept) == [("save-on-every-rank", 6)]

@@ -21,8 +21,9 @@ def _guarded_lines(fn: ast.AST, with_else: bool = False, left_on: frozenset[str]
     """Lines of `fn` under a rank check (`if rank == 0:` bodies; with_else, their else branches too),
     on a branch only a run of one process takes (`else:` of `if dist.is_initialized():`), on the
     branch a switch defaulting to True that no caller passes (`left_on`) turns off (`def
-    __init__(self, use_fid_inception=True)`: `else: inception_v3(pretrained=True)` never runs), or
-    on the branch a switch every caller leaves False (`left_off`) turns on (`if pretrained:`)."""
+    __init__(self, use_fid_inception=True)`: `else: inception_v3(pretrained=True)` never runs), on
+    the branch a switch every caller leaves False (`left_off`) turns on (`if pretrained:`), or after
+    an unconditional `raise` (as the scanner reads the script itself)."""
     if runs_on_main_only(fn):  # `@rank_zero_only def save(...)`: all of it
         return {n.lineno for n in ast.walk(fn) if hasattr(n, "lineno")}
     lines: set[int] = set()
@@ -42,6 +43,12 @@ def _guarded_lines(fn: ast.AST, with_else: bool = False, left_on: frozenset[str]
         for branch, counts in ((stmt.body, rank or one_body), (stmt.orelse, (rank and with_else) or one_else)):
             if counts:
                 lines |= {n.lineno for b in branch for n in ast.walk(b) if hasattr(n, "lineno")}
+    # After an unconditional `raise` nothing in its block runs (a path retired with `raise NotImplementedError`).
+    for node in ast.walk(fn):
+        for block in (getattr(node, f, None) for f in ("body", "orelse", "finalbody")):
+            cut = next((i for i, s in enumerate(block) if isinstance(s, ast.Raise)), None) if isinstance(block, list) else None
+            if cut is not None:
+                lines |= {n.lineno for s in block[cut + 1:] for n in ast.walk(s) if hasattr(n, "lineno")}
     return lines
 
 
@@ -214,6 +221,7 @@ class SwitchesLeftOff:
         for c in calls:
             self.by_name.setdefault(_name_of(_dotted(c.func)), []).append(c)
         self.looked_up = [c for c in calls if not isinstance(c.func, (ast.Name, ast.Attribute))]
+        self.looked_up_ids = {id(c) for c in self.looked_up}
         callees = {id(c.func) for c in calls}
         self.named = {n.id if isinstance(n, ast.Name) else n.attr for m in modules for n in ast.walk(m)
                       if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in callees}
@@ -226,7 +234,7 @@ class SwitchesLeftOff:
     def _left_off_by(self, call: ast.Call, p: str, index: int | None, default_off: bool) -> bool:
         """Whether `call` leaves parameter `p` (at position `index`) False or None."""
         given = next((k.value for k in call.keywords if k.arg == p), None)
-        if given is None and index is not None and call in self.looked_up:
+        if given is None and index is not None and id(call) in self.looked_up_ids:
             return default_off  # (a call by lookup: only what it gives by keyword is read)
         if given is None and index is not None and index < len(call.args):
             given = call.args[index]
