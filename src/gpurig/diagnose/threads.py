@@ -149,17 +149,49 @@ TOKENS_FILE = "tokens.json"
 CLASSES_FILE = "classes.toml"
 
 
-def tokens_key(pairs: Sequence[tuple[str, str]]) -> str:
-    """What the shipped tokens (and the classes beside them) were computed from: every thread line,
-    every catalogue example, classes.toml, and the code that makes tokens of a log (this module and
-    `loglines.py`)."""
-    digest = hashlib.sha256(Path(__file__).read_bytes() + Path(__file__).with_name("loglines.py").read_bytes()
+def tokens_key() -> str:
+    """What the shipped tokens (and the classes and case fields beside them) were computed from, as
+    bytes: every thread file, the catalogue's TOML files (its examples), classes.toml, and the code
+    that makes tokens of a log (this module and `loglines.py`). Hashing the bytes is what lets an
+    index load without parsing a thread."""
+    from gpurig.knowledge.loaders import catalogue_files
+
+    here = Path(__file__)
+    digest = hashlib.sha256(here.read_bytes() + here.with_name("loglines.py").read_bytes()
                             + threads_dir().joinpath(CLASSES_FILE).read_bytes())
-    for where, line in pairs:
-        digest.update(where.encode() + b"\0" + line.encode() + b"\n")
-    for case in raw_example_cases():
-        digest.update(case.id.encode() + b"\0" + case.log.encode() + b"\n")
+    for item in sorted(threads_dir().iterdir(), key=lambda p: p.name):
+        if item.name.endswith(".jsonl"):
+            digest.update(item.name.encode() + b"\0" + item.read_bytes() + b"\0")
+    for name, text in catalogue_files():
+        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
     return digest.hexdigest()
+
+
+def shipped_record(cases: Sequence[Case], examples: Sequence[Case]) -> dict[str, Any]:
+    """What tokens.json holds besides the key: every case's tokens, and the fields an answer shows
+    (the threads' in order, the examples by their entry), so that `default_index` reads this file
+    alone."""
+    entries: dict[str, list[str]] = {}
+    for e in examples:
+        entries.setdefault(e.entry, [e.title, e.cause, e.fix])
+    return {"tokens": {c.id: c.compute_tokens() for c in [*cases, *examples]},
+            "cases": [[c.id, c.url, c.title, c.framework, c.cls, c.cause, c.fix, c.split] for c in cases],
+            "examples": [[e.id, e.entry] for e in examples], "entries": entries}
+
+
+def _light_cases(shipped: dict[str, Any] | None) -> list[Case] | None:
+    """The index's cases (threads, then the catalogue's examples) from a current tokens.json, without
+    their logs; None where it lacks them."""
+    try:
+        tokens, classes, entries = shipped["tokens"], load_classes(), shipped["entries"]
+        cases = [Case(id=i, url=url, title=title, framework=fw, cls=canonical(cls, classes), log="", cause=cause, fix=fix,
+                      established_by="", found_by="", split=split, tokens=tokens[i])
+                 for i, url, title, fw, cls, cause, fix, split in shipped["cases"]]
+        return cases + [Case(id=i, url="", title=entries[e][0], framework="", cls=canonical(e, classes), log="",
+                             cause=entries[e][1], fix=entries[e][2], established_by="", found_by="", tokens=tokens[i],
+                             entry=e) for i, e in shipped["examples"]]
+    except (TypeError, KeyError, ValueError):
+        return None
 
 
 @lru_cache(maxsize=2)
@@ -241,7 +273,7 @@ def load_cases() -> tuple[Case, ...]:
 @lru_cache(maxsize=1)
 def _shipped_key() -> str:
     """`tokens_key` of the shipped threads and examples, computed once per process."""
-    return tokens_key(_case_lines())
+    return tokens_key()
 
 
 def _ready(cases: Iterable[Case], key: str) -> tuple[Case, ...]:
@@ -411,9 +443,11 @@ def _evidence(lines: list[tuple[str, str]], case_words: set[str]) -> str:
 
 @lru_cache(maxsize=1)
 def default_index() -> ThreadIndex | None:
-    """The index of every shipped thread, or None where rank_bm25 is not installed."""
+    """The index of every shipped thread, or None where rank_bm25 is not installed. Built from
+    tokens.json alone while it fits the shipped files (no thread parsed, the catalogue not read)."""
     try:
-        return ThreadIndex(load_cases())
+        light = _light_cases(_shipped(_shipped_key()))
+        return ThreadIndex(load_cases()) if light is None else ThreadIndex(light, examples=False)
     except ImportError:
         return None
 
