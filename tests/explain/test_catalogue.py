@@ -586,6 +586,25 @@ REFERENCE_ROWS = [
      "to `tf.VariableAggregation.SUM`.", "tf-variable-outside-strategy-scope"),
     ("[rank3]:[W1201 09:00:00.000000000 socket.cpp:462] [c10d] waitForInput: socket SocketImpl(fd=55, "
      "addr=[node1]:50000, remote=[node0]:29400) timed out after 600000ms", "nccl-watchdog-timeout"),
+    # (b46)
+    ("F0301 10:11:12.000000  4242 python_layer.hpp:25] PythonLayer is not implemented in Multi-GPU training\n"
+     "*** Check failure stack trace: ***", "caffe-python-layer-multi-gpu"),
+    ("horovodrun -np 4 python train.py\nsh: 1: mpirun: not found", "mpi-not-installed"),
+    ("  File \"/opt/conda/lib/python3.6/site-packages/cntk/cntk_py.py\", line 18, in swig_import_helper\n"
+     "ImportError: libmpi_cxx.so.1: cannot open shared object file: No such file or directory", "mpi-not-installed"),
+    ("Faiss assertion 'p + size == head_' failed in void faiss::gpu::StackDeviceMemory::Stack::returnAlloc(char*, "
+     "size_t, cudaStream_t) at /project/faiss/faiss/gpu/utils/StackDeviceMemory.cpp:144", "faiss-gpu-index-used-from-threads"),
+    ("  File \"D:\\envs\\det\\lib\\site-packages\\mylib\\dist.py\", line 80, in __init__\n"
+     "    signal.signal(signal.SIGUSR2, self.handler)\nAttributeError: module 'signal' has no attribute 'SIGUSR2'",
+     "multi-gpu-unsupported-on-windows"),
+    ("I0301 10:00:00.000000  101 parallel.cpp:170] USE_NCCL := 1 must be specified for multi-GPU", "nccl-not-built-in"),
+    ("mxnet.base.MXNetError: [09:00:00] src/kvstore/kvstore.cc:40: compile with USE_DIST_KVSTORE=1 to use dist_sync",
+     "nccl-not-built-in"),
+    ("xgboost.core.XGBoostError: [10:00:00] ../src/collective/nccl_device_communicator.cu:40: Check failed: n_uniques "
+     "== world (1 vs. 4) : Multiple processes within communication group running on same CUDA device is not supported.",
+     "duplicate-gpu"),
+    ("[rank0]: AssertionError: parallel_world_size 8 must be equal to dit_parallel_size 4", "parallel-size-not-divisible"),
+    ("ModuleNotFoundError: No module named 'tensorflow.contrib'", "wrapper-api-changed"),
 ]
 
 

@@ -196,8 +196,13 @@ FRAMEWORKS = {"pytorch", "tensorflow", "keras", "accelerate", "deepspeed", "ligh
 # closed-rendezvous entry); test 54.4% first,
 # 58.1% within three (its 611 older threads from 335 / 355 to 335 / 358). The development floor
 # follows the new threads, to 0.69.
-FLOOR_TEST_FIRST = 0.54
-FLOOR_TEST_TOP3 = 0.58
+# Then 40 more (b46: scientific models, retrieval and recommenders, video and 3D repositories, the
+# older frameworks; 6 of 30 development and 1 of 10 held-out ones right before they joined):
+# development 69.3% after they joined, 69.7% after the catalogue learned from them; test 53.7% first
+# (336 of 626), 57.3% within three, its 616 older threads unchanged at 335 / 358. The test part's
+# first-right and within-three floors follow the new threads, to 0.53 and 0.57.
+FLOOR_TEST_FIRST = 0.53
+FLOOR_TEST_TOP3 = 0.57
 CEILING_TEST_CONFIDENTLY_WRONG = 0.035
 FLOOR_DEV_FIRST = 0.69
 MIN_THREADS, MIN_TEST = 600, 120
