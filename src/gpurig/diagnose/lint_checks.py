@@ -61,6 +61,7 @@ from gpurig.diagnose.lint_project import (
     _project_helpers,
     _sampler_functions,
     _silences_output,
+    receiver_of_helper,
 )
 from gpurig.diagnose.lint_rules import RULES, LintFinding, fold_alternatives
 from gpurig.diagnose.lint_scan import _Scanner
@@ -137,7 +138,10 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     calls += followups.worker_calls(calls, scan.defined)
     names = set(scan.short_names)
     module_calls = {_name_of(_dotted(n.func)) for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)}
-    downloading_helpers, saving_helpers, loading_helpers, data_parallel_helpers, rank_device_helpers = _project_helpers(modules, scan.name_aliases, scan.imports, [c for c, _, _ in calls])
+    downloading_helpers, saving_helpers, loading_helpers, data_parallel_helpers, rank_device_helpers, ambiguous = _project_helpers(
+        modules, scan.name_aliases, scan.imports, [c for c, _, _ in calls])
+    instances = {a.targets[0].id: _name_of(_dotted(a.value.func)) for a, _ in scan.assigns if isinstance(a, ast.Assign)
+                 and len(a.targets) == 1 and isinstance(a.targets[0], ast.Name) and isinstance(a.value, ast.Call)}  # model = Model()
     # (rule, what the helper does in the end): reported once, at the first call that gets there
     # (`WATrainer()` and `Trainer()` both reaching the same DataParallel are one mistake).
     reported_helpers: set[tuple[str, str]] = set()
@@ -215,8 +219,8 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     rank_names, given_local_rank, is_global_rank = devices.rank_names, devices.given_local_rank, devices.is_global_rank
 
     report(devices, add, modules)
-    # library names, and the project's own (`from data_utils import load_dataset`: judged by its body)
-    foreign, project_names = mods._imported_names_by_origin(scan.imports, path)
+    # library names (and project names no module read defines), and the project's own (judged by its body)
+    foreign, project_names = mods._names_by_origin(scan.imports, path, modules)
     lib_fetchers = mods._library_fetchers(scan.imports)  # lpips.LPIPS, FrechetInceptionDistance, ...
     fetched: dict[tuple, list[tuple[int, ...]]] = {}  # from_pretrained fetches reported: _refetch_key -> the blocks each ran in
     said: dict[tuple, LintFinding] = {}  # the finding of each dataset download reported, by its _refetch_key
@@ -224,7 +228,8 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     torch_saving_helpers = {fn[-1] for c, f, g in calls if f == "torch.save" and not g and (fn := scan.enclosing.get(id(c))) and _SAVE_HELPER.search(fn[-1])}
     for call, func, guarded in calls:
         short = _name_of(func)
-        helper = None if func.partition(".")[0] in foreign else short  # (`OmegaConf.load` is no helper of the project)
+        helper = None if func.partition(".")[0] in foreign or not receiver_of_helper(func, ambiguous, instances, scan.name_aliases) \
+            else short  # (`OmegaConf.load` is no helper of the project, nor `batch.load()` where other classes' load reads a checkpoint)
         if (short == "DataParallel" or short in scan.data_parallel_classes or func.endswith("parallel.data_parallel")) and not _one_listed_gpu(call) \
                 and mods._torch_data_parallel(scan.data_parallel_classes.get(short, func), scan.imports, project_names):
             add(
@@ -305,23 +310,10 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                 f"{'init_method' if short == 'init_process_group' else short + '()'} gets the project's {setting} setting, "
                 f"fixed to {fixed_settings[setting]}: a second job on this machine fails with 'Address already in use'",
                 "Default that setting to env:// and let the launcher choose the port (`gpurig launch` / torchrun).")
-        # A rendezvous option with a fixed default: --dist-url/--master-port/--init-method, or a plain
-        # --port in a script that builds its own tcp:// address from it.
-        if short == "add_argument" and any(isinstance(a, ast.Constant) and isinstance(a.value, str) and (
-                re.search(rendezvous._OPTION_CHECKED, a.value)
-                or (re.fullmatch(r"--?(?:\w+[-_])?port", a.value) and rendezvous._BUILDS_TCP.search(text))) for a in call.args):
-            default = _kw(call, "default")  # ("tcp://127.0.0.1:23456", "29500", or the number 29500)
-            # (an option nothing reads, `args.master_port` nowhere and no `vars(args)`: unused, whatever its default)
-            dest = next((a.value.lstrip("-").replace("-", "_") for a in call.args if str(a.value).startswith("--")), "")
-            # (nor one the script sets again, `args.port = random.randint(...)`: its default is not what runs)
-            if dest and (dest not in scan.referenced and "vars" not in names and "__dict__" not in scan.referenced and not any(
-                    isinstance(n, ast.Attribute) and n.attr == dest for m in modules for n in ast.walk(m)) or rendezvous._set_again(dest, text)):
-                default = None
-            if default is not None and isinstance(default.value, ast.Constant) and not isinstance(default.value.value, bool) \
-                    and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$|[\w.-]+:\d{4,5}$", str(default.value.value)):
-                add("hard-coded-rendezvous", default.value, f"the rendezvous default {default.value.value!r} is fixed: two jobs "
-                    f"on one machine collide ('Address already in use'){rendezvous.option_uses(text, dest, here)}",
-                    "Default to env:// and let the launcher choose the port (`gpurig launch` / torchrun --master-port 0).")
+        fixed = rendezvous.fixed_option_default(call, scan, names, modules, text, here) if short == "add_argument" else None
+        if fixed is not None:  # (--dist-url/--master-port/--init-method with a fixed default)
+            add("hard-coded-rendezvous", fixed[0], fixed[1],
+                "Default to env:// and let the launcher choose the port (`gpurig launch` / torchrun --master-port 0).")
         if (distributed or short in joins_group) and not guarded and id(call) not in scan.cache_fills:
             # Under a rank that goes first (`with main_process_first():`, or a fetch done first): the
             # others fetch from its cache after it, but what they write, every one of them writes

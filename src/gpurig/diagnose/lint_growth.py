@@ -89,10 +89,27 @@ def _started_workers(call: ast.Call) -> list[ast.AST]:
 
 
 def _worker_starters(modules: list) -> set[str]:
-    """The project's functions that start worker processes (a `launch(main, num_gpus)` of its own)."""
-    return {fn.name for m in modules for fn in ast.walk(m) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and any(_started_workers(n) or isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ("spawn", "start_processes")
-                    for n in ast.walk(fn) if isinstance(n, ast.Call))}
+    """The project's functions that start worker processes (a `launch(main, num_gpus)` of its own):
+    through mp.spawn / start_processes, by running Python again per GPU (`subprocess.Popen(["python3",
+    *sys.argv], env=...)`, ByteTrack's launch_by_subprocess), or by calling another such function of
+    the project (its `launch` -> `launch_by_subprocess`)."""
+    functions = [fn for m in modules for fn in ast.walk(m) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+    def reruns_python(fn) -> bool:  # a child process of the Python interpreter, given this script's arguments
+        return any(isinstance(n, ast.Call) and _dotted(n.func) in ("subprocess.Popen", "Popen", "subprocess.run") for n in ast.walk(fn)) \
+            and any(isinstance(n, ast.Constant) and isinstance(n.value, str) and re.match(r"python[\d.]*$", n.value)
+                    or _dotted(n) == "sys.executable" for n in ast.walk(fn))
+
+    starters = {fn.name for fn in functions
+                if any(_started_workers(n) or _name_of(_dotted(n.func)) in ("spawn", "start_processes")
+                       for n in ast.walk(fn) if isinstance(n, ast.Call)) or reruns_python(fn)}
+    grew = True
+    while grew:
+        more = {fn.name for fn in functions if fn.name not in starters and any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in starters for n in ast.walk(fn))}
+        starters |= more
+        grew = bool(more)
+    return starters
 
 
 def _through(callee: str, what: str, where: str) -> str:

@@ -313,6 +313,10 @@ def _exits(body: list[ast.stmt], test: ast.AST | None = None) -> bool:
     return not isinstance(body[-1], ast.Raise) or test is None or _all_but_one(test)
 
 
+# dist.get_rank() and the projects' own wrappers of it (`utils.get_rank()`, MeMOTR's `distributed_rank()`)
+_GLOBAL_RANK_CALL = re.compile(r"get_(?:global_|dist(?:ributed)?_|world_)?rank|(?:global|dist(?:ributed)?|world)_rank")
+
+
 def _holds_global_rank(value: ast.AST, key: str = "RANK") -> bool:
     """`int(os.environ["RANK"])`, `os.environ.get("RANK")`, `os.getenv("RANK")`, `dist.get_rank()`,
     `hvd.rank()`, `accelerator.process_index`, a list of one of those (not LOCAL_RANK); with
@@ -321,7 +325,7 @@ def _holds_global_rank(value: ast.AST, key: str = "RANK") -> bool:
         return _holds_global_rank(value.elts[0], key)
     if isinstance(value, ast.Call):
         func = _dotted(value.func)
-        if key == "RANK" and (_name_of(func) == "get_rank" or func in ("hvd.rank", "horovod.rank")):
+        if key == "RANK" and (_GLOBAL_RANK_CALL.fullmatch(_name_of(func)) or func in ("hvd.rank", "horovod.rank")):
             return True  # (Horovod's rank() is global too; its local_rank() is the index on the node)
         if key == "LOCAL_RANK" and func in ("hvd.local_rank", "horovod.local_rank"):
             return True

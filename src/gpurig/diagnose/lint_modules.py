@@ -240,6 +240,28 @@ def _imported_names_by_origin(imports, path) -> tuple[set[str], set[str]]:
     return foreign, own
 
 
+def _names_by_origin(imports, path, modules: list) -> tuple[set[str], set[str]]:
+    """`_imported_names_by_origin`, with the project's names that no module read defines among the
+    first (names whose calls are none of the project's helpers): `from .config import Config` where
+    config.py is not read makes `Config.load(...)` unknown, not the `load` another module defines
+    (sockeye's `ParallelDataSet.load`). A module read is known by its name (`from . import data_io`)
+    and by what its top level defines or assigns (a name another module only imports is not read)."""
+    foreign, own = _imported_names_by_origin(imports, path)
+    known: set[str] = set()
+    for m in modules:
+        parts = getattr(m, "gpurig_where", "").replace(os.sep, "/").removesuffix(".py").split("/")
+        known.add(parts[-2] if parts[-1] == "__init__" and len(parts) > 1 else parts[-1])
+        for n in m.body:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                known.add(n.name)
+            elif isinstance(n, ast.Assign):
+                known.update(t.id for t in n.targets if isinstance(t, ast.Name))
+    # (a name is known by what it imports: `from src.train import main as app_main` is train.py's main)
+    original = {a.asname or a.name.split(".")[0]: a.name.rpartition(".")[2] for node in imports
+                if isinstance(node, (ast.Import, ast.ImportFrom)) for a in node.names}
+    return foreign | {name for name in own if name not in known and original.get(name, name) not in known}, own
+
+
 def _project_import(node: ast.Import | ast.ImportFrom, script_dir) -> tuple[set[str], set[str], bool]:
     """What one import statement takes from the script's own project (files in its folder or up to
     two above): (names it binds from the project, of which the roots of calls, whether `import *`)."""

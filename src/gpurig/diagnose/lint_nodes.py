@@ -317,8 +317,8 @@ def _refetch_key(call: ast.Call, inside: tuple[str, ...], values: dict[str, set]
     Likewise a dataset class given `download=`, by its root folder (and `split=`, which some fetch
     apart): `MNIST(root, train=False, download=True)` after `MNIST(root, train=True, ...)` finds the
     files there (torchvision fetches both parts at once); and a Hub dataset by its name and
-    configuration, whatever split. `values`: the script's settings, which
-    stand for their one value."""
+    configuration, whatever split; and a dataset class that fetches as it is built, by its root.
+    `values`: the script's settings, which stand for their one value."""
     if any(k.arg == "download" for k in call.keywords):
         root = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "root"), None)
         return None if root is None else (inside, _dotted(call.func), (ast.unparse(root),),
@@ -327,7 +327,13 @@ def _refetch_key(call: ast.Call, inside: tuple[str, ...], values: dict[str, set]
         # (a Hub dataset is downloaded and prepared whole, every split, at its first load: `split=` reads it)
         return (inside, "load_dataset", tuple(ast.unparse(a) for a in call.args[:2]),
                 tuple(ast.unparse(k.value) for k in call.keywords if k.arg in ("name", "data_files", "data_dir", "revision")))
-    if _name_of(_dotted(call.func)) != "from_pretrained" or not call.args:
+    name = _name_of(_dotted(call.func))
+    if name[:1].isupper() and name != "from_pretrained":
+        # A dataset class that fetches as it is built (PyG's `QM9(root, 'train')`, then `QM9(root, 'valid')`):
+        # by its root folder, whatever part it then reads.
+        root = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "root"), None)
+        return None if root is None else (inside, _dotted(call.func), (ast.unparse(root),), ())
+    if name != "from_pretrained" or not call.args:
         return None
 
     def source(a: ast.AST) -> str:  # (a setting of one value is that value: `--ref_id` and `--model_id` of one Hub id)

@@ -434,11 +434,17 @@ def _data_parallel_functions(modules: list) -> dict[str, str]:
     return _grown(modules, found)
 
 
-def _loading_functions(modules: list) -> dict[str, str]:
+def _loading_functions(modules: list) -> tuple[dict[str, str], dict[str, set[str]]]:
     """Functions of the project's own modules (and classes, through their __init__) that read a
     checkpoint with torch.load and no map_location, without a rank check: name -> where. Called on
-    every rank, each loads it onto the GPU it was saved from."""
+    every rank, each loads it onto the GPU it was saved from. Beside them, the method names that
+    other classes of the project define without such a load (sockeye's `Batch.load(device)` beside
+    `ParallelDataSet.load`), each with the classes whose method loads: a call of one stands for the
+    loading method only on an object of such a class (`receiver_of_helper`)."""
     out: dict[str, str] = {}
+    owner = {id(f): c.name for module in modules for c in ast.walk(module) if isinstance(c, ast.ClassDef) for f in c.body}
+    loaders: dict[str, set[str | None]] = {}  # name -> the classes whose method of that name loads (None: a function)
+    idle: set[str] = set()  # method names some class defines without a loose load
     for module in modules:
         shadowed = _shadowed(module)
         for node in ast.walk(module):
@@ -462,8 +468,12 @@ def _loading_functions(modules: list) -> dict[str, str]:
                     fixed = _map_location(n)  # (or one GPU named by number: map_location='cuda:0')
                     onto = f" onto {ast.unparse(fixed)[:30]}" if fixed is not None else ""
                     out[name] = f"torch.load{onto} at {_at(module, n.lineno)}"
+                    loaders.setdefault(name, set()).add(owner.get(id(node)) if isinstance(node, ast.FunctionDef) else None)
                     break
-    return out
+            else:
+                if id(node) in owner:
+                    idle.add(name)
+    return out, {name: classes for name, classes in loaders.items() if name in idle and None not in classes}
 
 
 def _imported_definitions(modules: list, imports) -> dict[str, str]:
@@ -490,7 +500,8 @@ def _project_helpers(modules: list, name_aliases: dict[str, set[str]], imports=(
     name -> where. A class or function picked by a name first (`Exp = Exp_Informer` ... `Exp(args)`)
     stands under that name too. A name the script imports from a module defining it is that
     module's: another module's function of the same name says nothing of it."""
-    found = (_downloading_functions(modules, calls), _saving_functions(modules), _loading_functions(modules),
+    loading, ambiguous = _loading_functions(modules)
+    found = (_downloading_functions(modules, calls), _saving_functions(modules), loading,
              _data_parallel_functions(modules), _global_rank_device_functions(modules))
     imported = _imported_definitions(modules, imports)
     for name, file in imported.items():
@@ -510,5 +521,17 @@ def _project_helpers(modules: list, name_aliases: dict[str, set[str]], imports=(
             target = next((t for t in sorted(targets) if t in helpers), None)
             if alias not in helpers and target is not None:
                 helpers[alias] = f"through {target}(): {helpers[target]}"
-    return found
+    return (*found, ambiguous)
+
+
+def receiver_of_helper(func: str, ambiguous: dict[str, set[str]], instances: dict[str, str], name_aliases: dict[str, set[str]]) -> bool:
+    """Whether a call `func` may stand for the project's helper of its name: always, unless several
+    classes define that method and only some of them load (`ambiguous`); then only on an object the
+    script built from one of those (`instances`: name -> the class it was built from; `Exp =
+    Exp_Forecast` ... `exp = Exp(args)` stands for the classes the name was picked from)."""
+    head, _, short = func.rpartition(".")
+    if short not in ambiguous:
+        return True
+    kind = instances.get(head)
+    return kind is not None and bool(({kind} | name_aliases.get(kind, set())) & ambiguous[short])
 

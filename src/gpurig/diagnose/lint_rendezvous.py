@@ -332,6 +332,40 @@ def tcp_port_setting(value: ast.AST, modules: list, calls: list, source: str, ta
             "the setting to a free one.")
 
 
+def fixed_option_default(call: ast.Call, scan, names: set[str], modules: list, text: str, here: str) -> tuple[ast.AST, str] | None:
+    """A rendezvous option of `parser.add_argument(...)` with a fixed default, as (the default, what
+    a finding says): --dist-url/--master-port/--init-method, or a plain --port in a script that
+    builds its own tcp:// address from it. Not an option nothing reads (`option_unread`), nor one
+    the script sets again (`args.port = random.randint(...)`: its default is not what runs)."""
+    if not any(isinstance(a, ast.Constant) and isinstance(a.value, str) and (
+            re.search(_OPTION_CHECKED, a.value) or (re.fullmatch(r"--?(?:\w+[-_])?port", a.value) and _BUILDS_TCP.search(text)))
+            for a in call.args):
+        return None
+    default = _kw(call, "default")  # ("tcp://127.0.0.1:23456", "29500", or the number 29500)
+    dest = next((a.value.lstrip("-").replace("-", "_") for a in call.args if str(a.value).startswith("--")), "")
+    if dest and (option_unread(dest, scan, names, modules, text) or _set_again(dest, text)):
+        return None
+    if default is not None and isinstance(default.value, ast.Constant) and not isinstance(default.value.value, bool) \
+            and re.match(r"tcp://[^:]+:\d+$|\d{4,5}$|[\w.-]+:\d{4,5}$", str(default.value.value)):
+        return default.value, (f"the rendezvous default {default.value.value!r} is fixed: two jobs on one machine collide "
+                               f"('Address already in use'){option_uses(text, dest, here)}")
+    return None
+
+
+def option_unread(dest: str, scan, names: set[str], modules: list, text: str) -> bool:
+    """Whether nothing reads the argparse option `dest`: no `args.<dest>` in the script or the project's
+    modules, and its name in no string (`getattr(args, "<dest>")`, `opt["<dest>"]` after `opt =
+    vars(args)`); with `vars(args)` or `args.__dict__`, the options are not splatted into a call either
+    (`main(**vars(args))`). A local variable of the same name is not the option (`master_port =
+    os.getenv("MASTER_PORT", "6600")`)."""
+    if dest in scan.attributes or re.search(rf"""['"]{re.escape(dest)}['"]""", text):
+        return False
+    if any(isinstance(n, ast.Attribute) and n.attr == dest or isinstance(n, ast.Constant) and n.value == dest
+           for m in modules for n in ast.walk(m)):
+        return False
+    return not (("vars" in names or "__dict__" in scan.referenced) and re.search(r"[(,]\s*\*\*\s*[\w(]", text))
+
+
 def _set_again(setting: str, source: str) -> bool:
     """The script sets the option again (`args.port = find_free_port()`): its default is not what runs.
     Not a copy of the option itself (`args.dist_url = run_args.dist_url`)."""

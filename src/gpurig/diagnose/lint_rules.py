@@ -57,36 +57,49 @@ ONE_BRANCH_RULES = frozenset({"download-on-every-rank", "save-on-every-rank", "t
 
 
 def fold_alternatives(findings: list[LintFinding], chains, script: str) -> list[LintFinding]:
-    """Findings of a ONE_BRANCH_RULES rule in different branches of one chain (`chains`: per
-    if / elif / else, the line ranges of its branches) are reported once, at the first branch that
-    has one; the others are named there (`related`). A finding is in the innermost branch holding
-    its line. `findings` in line order; `script`: the file's name, as `related` names it."""
+    """Findings of a ONE_BRANCH_RULES rule on paths of which only one runs are reported once, at the
+    first; the others are named there (`related`). Two findings are on such paths when some chain
+    (`chains`: per if / elif / else, the line ranges of its branches) holds them in different
+    branches, the innermost or one around them: a fetch in an inner `elif` and one in the outer
+    `else`. A finding joins the first one reported only when it is on another path than every
+    finding already joined there (two loads one after the other in the `else` are two mistakes).
+    `findings` in line order; `script`: the file's name, as `related` names it."""
     lines = sorted({f.line for f in findings if f.id in ONE_BRANCH_RULES})
     if not lines or not chains:
         return findings
-    inner: dict[int, tuple[int, int, int]] = {}  # line -> (size, chain, branch) of the innermost branch holding it
+    holding: dict[int, dict[int, int]] = {}  # line -> {chain: branch} of every branch holding it
+    inner: dict[int, tuple[int, int]] = {}  # line -> (size, chain) of the innermost branch holding it
     for k, ranges in enumerate(chains):  # (a big file has thousands of chains and few such findings)
         for i, (first, last) in enumerate(ranges):
             j = bisect_left(lines, first)
             while j < len(lines) and lines[j] <= last:
+                holding.setdefault(lines[j], {})[k] = i
                 if lines[j] not in inner or last - first < inner[lines[j]][0]:
-                    inner[lines[j]] = (last - first, k, i)
+                    inner[lines[j]] = (last - first, k)
                 j += 1
+
+    def apart(a: int, b: int) -> bool:  # (lines on paths of which one runs)
+        return any(chain in holding[b] and holding[b][chain] != branch for chain, branch in holding[a].items())
+
     folded: set[int] = set()
-    kept: dict[tuple[str, int], tuple[int, LintFinding, list[int]]] = {}  # (rule, chain) -> (branch, first finding, lines folded)
+    groups: list[tuple[LintFinding, list[int]]] = []  # (the finding reported, the lines of the group)
+    others: dict[int, list[int]] = {}  # id of a finding reported -> the lines folded into it
     for f in findings:
-        if f.id not in ONE_BRANCH_RULES or f.line not in inner:
+        if f.id not in ONE_BRANCH_RULES or f.line not in holding:
             continue
-        _, chain, branch = inner[f.line]
-        first = kept.setdefault((f.id, chain), (branch, f, []))
-        if first[0] != branch:
-            first[1].related += [r for r in [f"{script}:{f.line}", *f.related] if r not in first[1].related]  # (and what it stood for)
-            first[2].append(f.line)
-            folded.add(id(f))
-    for _, f, others in kept.values():
-        places = ", ".join(f"{script}:{n}" for n in others)
-        if len(others) == 1:
-            f.title += f" (and at {places}, in the other branch of the same if: one of the two runs)"
-        elif others:
-            f.title += f" (and at {places}, in the other branches of the same if: one of them runs)"
+        # (the group of a finding in the other branch of its own innermost if first: a tokenizer's alternative)
+        fits = [head for head, members in groups if head.id == f.id and all(apart(f.line, m) for m in members)]
+        into = next((h for h in fits if inner[h.line][1] == inner[f.line][1]), fits[0] if fits else None)
+        if into is None:
+            groups.append((f, [f.line]))
+            continue
+        next(members for head, members in groups if head is into).append(f.line)
+        into.related += [r for r in [f"{script}:{f.line}", *f.related] if r not in into.related]  # (and what it stood for)
+        others.setdefault(id(into), []).append(f.line)
+        folded.add(id(f))
+    for f in findings:
+        if id(f) in others:
+            places = ", ".join(f"{script}:{n}" for n in others[id(f)])
+            f.title += (f" (and at {places}, in the other branch of the same if: one of the two runs)" if len(others[id(f)]) == 1
+                        else f" (and at {places}, in the other branches of the same if: one of them runs)")
     return [f for f in findings if id(f) not in folded]

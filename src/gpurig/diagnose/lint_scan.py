@@ -179,6 +179,7 @@ class _Scanner(_AssignScan, _Walker):
         self._block_count = 0
         self.blocks_of: dict[int, tuple[int, ...]] = {}  # id(DDP or from_pretrained call) -> its open blocks
         self.referenced: set[str] = set()  # every name read, and every attribute named (a function used anywhere)
+        self.attributes: set[str] = set()  # every attribute named (`args.master_port`: an option read)
         # Functions of this file that build a DistributedSampler: name -> (how it shuffles (see
         # `_sampler_shuffle`), the line of its first).
         self.sampler_functions: dict[str, tuple[tuple[str, int] | None, int]] = {}
@@ -322,6 +323,7 @@ class _Scanner(_AssignScan, _Walker):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         self.referenced.add(node.attr)
+        self.attributes.add(node.attr)
         self.visit(node.value)
 
     def visit_IfExp(self, node: ast.IfExp) -> None:
