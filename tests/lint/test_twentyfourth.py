@@ -12,18 +12,7 @@ classification and molecule repositories); the expected findings are what a care
 
 from __future__ import annotations
 
-import textwrap
-
-from gpurig.diagnose.lint import lint_file
-
-
-def found(tmp_path, text: str, rule: str, files: dict[str, str] | None = None) -> list[tuple[str, int]]:
-    for name, body in (files or {}).items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(textwrap.dedent(body))
-    (tmp_path / "train.py").write_text(textwrap.dedent(text))
-    return sorted((f.id, f.line) for f in lint_file(str(tmp_path / "train.py"), select={rule}))
-
+from tests.lint.lintcase import found
 
 # ByteTrack's tools/train.py over its copy of YOLOX's launcher.
 LAUNCHER = {"yolox/__init__.py": "", "yolox/core/__init__.py": "from .launch import launch\n", "yolox/core/launch.py": """\

@@ -10,18 +10,9 @@ repositories); the expected findings are what a careful reader says."""
 
 from __future__ import annotations
 
-import textwrap
+from tests.lint.lintcase import found
 
 from gpurig.diagnose.lint import lint_file
-
-
-def found(tmp_path, text: str, rule: str, files: dict[str, str] | None = None) -> list[tuple[str, int]]:
-    for name, body in (files or {}).items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(textwrap.dedent(body))
-    (tmp_path / "train.py").write_text(textwrap.dedent(text))
-    return sorted((f.id, f.line) for f in lint_file(str(tmp_path / "train.py"), select={rule}))
-
 
 # An HPC centre's example: mpi4py ranks turned into torch.distributed's environment.
 PORT_SET_BY_THE_SCRIPT = """\
