@@ -494,12 +494,13 @@ def _imported_definitions(modules: list, imports) -> dict[str, str]:
 _FIRST_FILE = re.compile(r"([\w.-][\w./-]*\.py):\d+")
 
 
-def _project_helpers(modules: list, name_aliases: dict[str, set[str]], imports=(), calls=()) -> tuple[dict[str, str], ...]:
+def _project_helpers(modules: list, name_aliases: dict[str, set[str]], imports=(), calls=()) -> tuple[dict, ...]:
     """What the project's own functions and classes do on every rank that a rule judges at their
     call: (download, save, load without map_location, DataParallel, global rank as device), each
-    name -> where. A class or function picked by a name first (`Exp = Exp_Informer` ... `Exp(args)`)
-    stands under that name too. A name the script imports from a module defining it is that
-    module's: another module's function of the same name says nothing of it."""
+    name -> where; then the loading method names other classes define without loading, with the
+    classes that load (`receiver_of_helper`). A class or function picked by a name first (`Exp =
+    Exp_Informer` ... `Exp(args)`) stands under that name too. A name the script imports from a
+    module defining it is that module's: another module's function of the same name says nothing of it."""
     loading, ambiguous = _loading_functions(modules)
     found = (_downloading_functions(modules, calls), _saving_functions(modules), loading,
              _data_parallel_functions(modules), _global_rank_device_functions(modules))
