@@ -140,7 +140,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     module_calls = {_name_of(_dotted(n.func)) for m in modules for n in ast.walk(m) if isinstance(n, ast.Call)}
     downloading_helpers, saving_helpers, loading_helpers, data_parallel_helpers, rank_device_helpers, ambiguous = _project_helpers(
         modules, scan.name_aliases, scan.imports, [c for c, _, _ in calls])
-    instances = {a.targets[0].id: _name_of(_dotted(a.value.func)) for a, _ in scan.assigns if isinstance(a, ast.Assign)
+    instances = {a.targets[0].id: _name_of(_dotted(a.value.func)) for a, _ in scan.assigns if ambiguous and isinstance(a, ast.Assign)
                  and len(a.targets) == 1 and isinstance(a.targets[0], ast.Name) and isinstance(a.value, ast.Call)}  # model = Model()
     # (rule, what the helper does in the end): reported once, at the first call that gets there
     # (`WATrainer()` and `Trainer()` both reaching the same DataParallel are one mistake).

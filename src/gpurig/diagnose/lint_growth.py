@@ -103,12 +103,10 @@ def _worker_starters(modules: list) -> set[str]:
     starters = {fn.name for fn in functions
                 if any(_started_workers(n) or _name_of(_dotted(n.func)) in ("spawn", "start_processes")
                        for n in ast.walk(fn) if isinstance(n, ast.Call)) or reruns_python(fn)}
-    grew = True
-    while grew:
-        more = {fn.name for fn in functions if fn.name not in starters and any(
-            isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in starters for n in ast.walk(fn))}
+    calling = [(fn.name, {n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)})
+               for fn in functions]  # (each function's calls by plain name, read once)
+    while more := {name for name, called in calling if name not in starters and called & starters}:
         starters |= more
-        grew = bool(more)
     return starters
 
 

@@ -328,7 +328,7 @@ def _refetch_key(call: ast.Call, inside: tuple[str, ...], values: dict[str, set]
         return (inside, "load_dataset", tuple(ast.unparse(a) for a in call.args[:2]),
                 tuple(ast.unparse(k.value) for k in call.keywords if k.arg in ("name", "data_files", "data_dir", "revision")))
     name = _name_of(_dotted(call.func))
-    if name[:1].isupper() and name != "from_pretrained":
+    if name[:1].isupper():
         # A dataset class that fetches as it is built (PyG's `QM9(root, 'train')`, then `QM9(root, 'valid')`):
         # by its root folder, whatever part it then reads.
         root = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "root"), None)

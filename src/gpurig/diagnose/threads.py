@@ -130,13 +130,14 @@ def parse_cases(lines: Iterable[tuple[str, str]], problems: list[str] | None = N
     return cases
 
 
+def _thread_files() -> list:
+    """The shipped thread files (`*.jsonl`), in name order."""
+    return [item for item in sorted(threads_dir().iterdir(), key=lambda p: p.name) if item.name.endswith(".jsonl")]
+
+
 def read_case_lines() -> list[tuple[str, str]]:
-    pairs = []
-    for item in sorted(threads_dir().iterdir(), key=lambda p: p.name):
-        if item.name.endswith(".jsonl"):
-            for n, line in enumerate(item.read_text(encoding="utf-8").splitlines(), 1):
-                pairs.append((f"{item.name}:{n}", line))
-    return pairs
+    return [(f"{item.name}:{n}", line) for item in _thread_files()
+            for n, line in enumerate(item.read_text(encoding="utf-8").splitlines(), 1)]
 
 
 @lru_cache(maxsize=1)
@@ -159,9 +160,8 @@ def tokens_key() -> str:
     here = Path(__file__)
     digest = hashlib.sha256(here.read_bytes() + here.with_name("loglines.py").read_bytes()
                             + threads_dir().joinpath(CLASSES_FILE).read_bytes())
-    for item in sorted(threads_dir().iterdir(), key=lambda p: p.name):
-        if item.name.endswith(".jsonl"):
-            digest.update(item.name.encode() + b"\0" + item.read_bytes() + b"\0")
+    for item in _thread_files():
+        digest.update(item.name.encode() + b"\0" + item.read_bytes() + b"\0")
     for name, text in catalogue_files():
         digest.update(name.encode() + b"\0" + text.encode() + b"\0")
     return digest.hexdigest()
