@@ -605,6 +605,28 @@ REFERENCE_ROWS = [
      "duplicate-gpu"),
     ("[rank0]: AssertionError: parallel_world_size 8 must be equal to dit_parallel_size 4", "parallel-size-not-divisible"),
     ("ModuleNotFoundError: No module named 'tensorflow.contrib'", "wrapper-api-changed"),
+    # (b47)
+    ("/job/run.sh: line 12: 40213 Illegal instruction     (core dumped) python -c 'import tensorflow'",
+     "cpu-lacks-avx-for-prebuilt-binary"),
+    ("  File \"/opt/conda/lib/python3.11/site-packages/torch/distributed/pipelining/schedules.py\", line 1442, in __init__\n"
+     "ValueError: Number of microbatches (2) must be greater than or equal to the number of stages (4).",
+     "pipeline-microbatches-fewer-than-stages"),
+    ("node2:811:811 [0] misc/argcheck.cc:30 NCCL WARN Send : comm argument is NULL\nnode2:811:811 [0] NCCL INFO enqueue.cc:1442 -> 4",
+     "nccl-call-without-communicator"),
+    ("node1:52:98 [3] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 169.254.3.1<38123> failed : "
+     "Connection timed out\nnode1:52:98 [3] NCCL INFO misc/socket.cc:565 -> 2", "nccl-socket-interface"),
+    # (b48)
+    ("  File \"train.py\", line 88, in capture\n    dist.all_reduce(buf)\n"
+     "RuntimeError: CUDA error: operation not permitted when stream is capturing", "graph-capture-hits-uncapturable-op"),
+    ("[rank3]:   File \"/usr/lib/python3.12/site-packages/torch/_inductor/compile_worker/subproc_pool.py\", line 335, in submit\n"
+     "[rank3]: RuntimeError: Attempting to use a closed pool", "inductor-compile-worker-pool-died"),
+    ("ValueError: QWenLMHeadModel does not support `device_map='auto'`. To implement support, the model class needs to "
+     "implement the `_no_split_modules` attribute.", "model-no-split-modules-undefined"),
+    ("/usr/lib/python3.11/site-packages/torch/autograd/graph.py:824: UserWarning: The AccumulateGrad node's stream does "
+     "not match the stream of the node that produced the incoming gradient.", "ddp-initialized-on-side-stream"),
+    ("  File \"/opt/conda/lib/python3.10/site-packages/mmengine/dist/utils.py\", line 91, in init_dist\n"
+     "    raise ValueError(f'Invalid launcher type: {launcher}')\nValueError: Invalid launcher type: none",
+     "not-launched-with-torchrun"),
 ]
 
 

@@ -259,6 +259,7 @@ HIDES = {"hang-after-nccl-init": "nccl-watchdog-timeout", "nccl-shared-memory": 
          "downloaded-library-incomplete": "shared-memory-bus-error",  # (the bus error of mapping a truncated library)
          "proprietary-kernel-module-unsupported-gpu": "faulty-gpu-hardware",  # (RmInitAdapter failed: the module, not the card)
          "extension-built-for-other-gpu-arch": "no-kernel-image",  # (torch's wheel has the arch; the extension does not)
+         "nccl-watchdog-races-cuda-graph-capture": "graph-capture-hits-uncapturable-op",  # (the watchdog's query, not the step)
          "nccl-watchdog-timeout": "nccl-watchdog-teardown"}  # (the teardown only points back at the timeout read)
 
 
