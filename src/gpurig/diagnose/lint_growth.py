@@ -152,6 +152,10 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
             for m, where in defined.get(cls.name, {}).items():
                 spans.setdefault((b, m), []).extend(where)
     of_class = {id(f): cls.name for cls, _ in classes for f in cls.body}
+    # A module's table of its classes or functions by name (`{"GeneralizedRCNN": GeneralizedRCNN, ...}`).
+    tables = {s.targets[0].id: tuple(_name_of(_dotted(v)) for v in s.value.values) for m in modules for s in m.body
+              if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Dict)
+              and s.value.values and all(isinstance(v, (ast.Name, ast.Attribute)) for v in s.value.values)}
     for fn, module in functions:
         guarded, built = _guarded_lines(fn), objects_built(fn, {cls.name for cls, _ in classes})
         owner = lambda n, me=of_class.get(id(fn)), built=built: me if _dotted(n.func.value) in ("self", "cls") else built.get(_dotted(n.func.value))  # noqa: E731
@@ -160,6 +164,13 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
                           if isinstance(n, ast.Call) and n.lineno not in guarded and isinstance(n.func, (ast.Name, ast.Attribute))
                           and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls", *imported[id(module)])
                                or (built.get(_dotted(n.func.value)), n.func.attr) in spans)]
+        # and what it builds through a table of the project's classes or functions: `meta_arch =
+        # _ARCHITECTURES[cfg.name]; meta_arch(cfg)` or `_FACTORY[name](cfg)` calls each of them
+        aliases = {a.targets[0].id: tables[_dotted(a.value.value)] for a in ast.walk(fn) if isinstance(a, ast.Assign) and len(a.targets) == 1
+                   and isinstance(a.targets[0], ast.Name) and isinstance(a.value, ast.Subscript) and _dotted(a.value.value) in tables}
+        called[id(fn)] += [(v, n.lineno, None) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
+                           for v in (tables.get(_dotted(n.func.value), ()) if isinstance(n.func, ast.Subscript)
+                                     else aliases.get(n.func.id, ()) if isinstance(n.func, ast.Name) else ())]
         # and the workers it starts (`mp.spawn(run, ...)`, `Process(target=run)`, `mp.spawn(_fit._pipeline)`): they run them
         called[id(fn)] += [(_name_of(_dotted(w)), n.lineno, None) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
                            for w in _started_workers(n) if isinstance(w, ast.Name) or _dotted(w).partition(".")[0] in imported[id(module)]]

@@ -74,12 +74,15 @@ def _worker_started(call: ast.Call) -> ast.AST | None:
 
 
 def _init_method(call: ast.Call) -> ast.AST | None:
-    """What `init_process_group(backend, init_method, ...)` is given as its address: the keyword, or
-    the second positional argument (`init_process_group('nccl', 'tcp://127.0.0.1:12347', ...)`)."""
+    """What `init_process_group(backend, init_method, ...)` is given as its address: the keyword, or the
+    second positional argument; of `"tcp://localhost:23456" if nodes == 1 else "env://"`, the fixed
+    address of one path (not a default used only where the launcher's variables are absent)."""
     init = _kw(call, "init_method")
-    if init is not None:
-        return init.value
-    return call.args[1] if len(call.args) > 1 and not isinstance(call.args[1], ast.Starred) else None
+    value = init.value if init is not None else call.args[1] if len(call.args) > 1 and not isinstance(call.args[1], ast.Starred) else None
+    if isinstance(value, ast.IfExp) and not any(isinstance(n, ast.Constant) and n.value in _LAUNCHER_KEYS or _dotted(n) == "os.environ"
+                                                for n in ast.walk(value.test)):
+        return next((b for b in (value.body, value.orelse) if isinstance(b, ast.Constant) and str(b.value).startswith("tcp://")), value)
+    return value
 
 
 def _is_const(node: ast.AST | None, value: Any) -> bool:
@@ -361,20 +364,17 @@ def _pretrained_weights(call: ast.Call) -> ast.keyword | None:
     return kw if kw is not None and _names_weights(kw.value) else None
 
 
-# A model factory (create_model, build_model, create_model_and_transforms, get_model): given the name
-# of pretrained weights, it fetches them.
+# A model factory (create_model, build_model, create_model_and_transforms, get_model): fetches named weights.
 _MODEL_FACTORY = re.compile(r"(?:create|build|get|make|init)_?\w*model", re.IGNORECASE)
 
 
 # An endless iterator over a DataLoader (`cycle(loader)`, `inf_iterator(loader)`, `infinite_loader`):
-# each pass over the data is an epoch, though no loop in the script says so. (Not `repeat`: that is
-# also a tensor's method.)
+# each pass over the data is an epoch, though no loop says so (not `repeat`: a tensor's method too).
 _ENDLESS = re.compile(r"(?:\w+_)?(?:cycle|endless|forever|infinite)(?:_(?:iter|iterator|loader|loop|data|dataloader|batches|generator))?"
                       r"|(?:\w+_)?inf_(?:iter|iterator|loader|loop|data|dataloader|batches|generator)", re.IGNORECASE)
 
 
-# A dataset for evaluation, by its name: val_dataset, dataset_val, testset, eval_data, data.valid,
-# dev_dataset (the development set of NLP tasks).
+# A dataset for evaluation, by its name: val_dataset, dataset_val, testset, eval_data, data.valid, dev_dataset.
 _EVAL_DATA = re.compile(r"(?:^|[._])(?:val|valid|validation|test|eval|evaluation|dev)(?:set|_?data(?:set)?)?(?:$|[._])"
                         r"|^(?:val|valid|test|eval|dev)(?:set|_?data(?:set)?)$|(?:val|test|dev)set$", re.IGNORECASE)
 
