@@ -872,3 +872,9 @@ def test_nvml_blocked_is_read_as_the_containers_device_rules_only_in_a_container
     in_wsl = "$ /usr/lib/wsl/lib/nvidia-smi\nFailed to initialize NVML: GPU access blocked by the operating system"
     assert [m.id for m in explain_text(in_container, index=None).matches][:1] == ["toolkit-no-cgroups-devices-missing"]
     assert "toolkit-no-cgroups-devices-missing" not in [m.id for m in explain_text(in_wsl, index=None).matches]
+
+
+def test_a_cpu_without_the_binarys_instructions_points_at_the_shells_line():
+    # The shell's "Illegal instruction" line is the evidence, not the command above it.
+    m = explain_text('$ python -c "import tensorflow"\nIllegal instruction (core dumped)\n').matches[0]
+    assert m.id == "cpu-lacks-avx-for-prebuilt-binary" and m.evidence == "Illegal instruction (core dumped)"
