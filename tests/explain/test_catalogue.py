@@ -627,6 +627,16 @@ REFERENCE_ROWS = [
     ("  File \"/opt/conda/lib/python3.10/site-packages/mmengine/dist/utils.py\", line 91, in init_dist\n"
      "    raise ValueError(f'Invalid launcher type: {launcher}')\nValueError: Invalid launcher type: none",
      "not-launched-with-torchrun"),
+    # (b49-b52)
+    ("  File \"/work/clip/loss.py\", line 41, in gather_features\n"
+     "    all_image_features = torch.distributed.nn.all_gather(image_features)\n"
+     "AttributeError: module 'torch.distributed' has no attribute 'nn'", "torch-distributed-nn-not-imported"),
+    ("  File \"/usr/lib/python3.8/site-packages/pytorch_lightning/plugins/training_type/ddp.py\", line 113, in "
+     "_call_children_scripts\n    assert self.local_rank == 0\nAssertionError", "launcher-and-framework-both-spawn-ranks"),
+    ("    from torch.distributed.tensor.experimental._attention import _templated_ring_attention\n"
+     "ModuleNotFoundError: No module named 'torch.distributed.tensor.experimental'", "framework-older-than-project-requires"),
+    ("ValueError: Failed to import Ray: No module named 'pyarrow'.Please install Ray with `pip install ray`.",
+     "vllm-ray-import-failed"),
 ]
 
 

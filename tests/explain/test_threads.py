@@ -213,8 +213,14 @@ FRAMEWORKS = {"pytorch", "tensorflow", "keras", "accelerate", "deepspeed", "ligh
 # 18 of its 43 right first. After both: development 68.8% first; test 52.6% first (339 of 644), 56.1%
 # within three, 2.6% confidently wrong; its 626 older threads from 336 / 359 to 337 / 359, the 18 new
 # ones 2 right. The floors follow the new threads, to 0.52 and 0.56 (test) and 0.68 (development).
-FLOOR_TEST_FIRST = 0.52
-FLOOR_TEST_TOP3 = 0.56
+# Then 43 more in four small batches (b49-b52: thin or well-searched corners; 10 of 32 development and 1
+# of 11 held-out ones right before they joined), mostly release bugs of the libraries; the catalogue
+# learned torch.distributed.nn not imported, Lightning spawning ranks a launcher already started, vLLM
+# without Ray, and subpackages of new distributed APIs. Development 68.5% first; test 51.9% first (340
+# of 655), 55.4% within three; its 644 older threads unchanged at 339 / 361, the 11 new ones 1 right.
+# The floors follow the new threads, to 0.51 and 0.55 (test).
+FLOOR_TEST_FIRST = 0.51
+FLOOR_TEST_TOP3 = 0.55
 CEILING_TEST_CONFIDENTLY_WRONG = 0.035
 FLOOR_DEV_FIRST = 0.68
 MIN_THREADS, MIN_TEST = 600, 120
