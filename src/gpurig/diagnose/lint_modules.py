@@ -10,7 +10,8 @@ import os
 import re
 from functools import cache
 
-from gpurig.diagnose.lint_nodes import _AUTO_DATASETS, _dotted, _positional_open
+from gpurig.diagnose.lint_calls import normalize_call
+from gpurig.diagnose.lint_nodes import _AUTO_DATASETS, _dotted
 
 
 def _at(module: ast.AST, line: int) -> str:
@@ -310,7 +311,7 @@ def _local_modules(tree: ast.AST, path, imports: list | None = None) -> list:
         module.gpurig_where = os.path.relpath(cand, base)  # type: ignore[attr-defined]  # "losses/lpips.py", "../src/utils.py"
         for n in ast.walk(module):
             if isinstance(n, ast.Call):
-                _positional_open(n)
+                normalize_call(n)
         found.append(module)
         paths.append(cand)
         return module

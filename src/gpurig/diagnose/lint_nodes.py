@@ -163,16 +163,6 @@ def _path_like(value: ast.AST) -> bool:
         and _leaf_name(value.func) in ("join", "Path")
 
 
-def _positional_open(call: ast.Call) -> None:
-    """`open(file=path, mode="a")` read as `open(path, "a")`: the rules look at its first two arguments."""
-    if isinstance(call.func, ast.Name) and call.func.id == "open" and len(call.args) < 2:
-        for i, name in enumerate(("file", "mode")):
-            kw = _kw(call, name)
-            if kw is not None and len(call.args) == i:
-                call.args.append(kw.value)
-                call.keywords.remove(kw)
-
-
 def _kept_on_self(fn: ast.AST, params: set[str]) -> set[str]:
     """The attributes a function keeps one of `params` in: `self.filename = filename`, also in a tuple
     assignment (`self.world_size, self.rank = world_size, rank`) -> {"filename", "rank"}."""

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from gpurig.diagnose.lint_assigns import _AssignScan
+from gpurig.diagnose.lint_calls import normalize_call
 from gpurig.diagnose.lint_followups import _late_test, fixed_epoch
 from gpurig.diagnose.lint_guards import (
     _all_but_one,
@@ -42,7 +43,6 @@ from gpurig.diagnose.lint_nodes import (
     _is_const,
     _leaf_name,
     _name_of,
-    _positional_open,
     _pretrained_weights,
     _sampler_shuffle,
     _Walker,
@@ -477,7 +477,7 @@ class _Scanner(_AssignScan, _Walker):
         self._block(node.finalbody)
 
     def visit_Call(self, node: ast.Call) -> None:
-        _positional_open(node)
+        normalize_call(node)
         if self._devices is not None and (device := _device_arg(node)) is not None:
             self._devices.add(device)
         func = _dotted(node.func)
