@@ -158,21 +158,22 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
               and s.value.values and all(isinstance(v, (ast.Name, ast.Attribute)) for v in s.value.values)}
     for fn, module in functions:
         guarded, built = _guarded_lines(fn), objects_built(fn, {cls.name for cls, _ in classes})
+        calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded]  # (walked once, read three ways)
         owner = lambda n, me=of_class.get(id(fn)), built=built: me if _dotted(n.func.value) in ("self", "cls") else built.get(_dotted(n.func.value))  # noqa: E731
         called[id(fn)] = [(_name_of(_dotted(n.func)), n.lineno, spans.get((owner(n), n.func.attr)) if isinstance(n.func, ast.Attribute) else None)
-                          for n in ast.walk(fn)
-                          if isinstance(n, ast.Call) and n.lineno not in guarded and isinstance(n.func, (ast.Name, ast.Attribute))
+                          for n in calls if isinstance(n.func, (ast.Name, ast.Attribute))
                           and (isinstance(n.func, ast.Name) or _dotted(n.func.value) in ("self", "cls", *imported[id(module)])
                                or (built.get(_dotted(n.func.value)), n.func.attr) in spans)]
         # and what it builds through a table of the project's classes or functions: `meta_arch =
         # _ARCHITECTURES[cfg.name]; meta_arch(cfg)` or `_FACTORY[name](cfg)` calls each of them
-        aliases = {a.targets[0].id: tables[_dotted(a.value.value)] for a in ast.walk(fn) if isinstance(a, ast.Assign) and len(a.targets) == 1
-                   and isinstance(a.targets[0], ast.Name) and isinstance(a.value, ast.Subscript) and _dotted(a.value.value) in tables}
-        called[id(fn)] += [(v, n.lineno, None) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
-                           for v in (tables.get(_dotted(n.func.value), ()) if isinstance(n.func, ast.Subscript)
-                                     else aliases.get(n.func.id, ()) if isinstance(n.func, ast.Name) else ())]
+        if tables:
+            aliases = {a.targets[0].id: tables[_dotted(a.value.value)] for a in ast.walk(fn) if isinstance(a, ast.Assign) and len(a.targets) == 1
+                       and isinstance(a.targets[0], ast.Name) and isinstance(a.value, ast.Subscript) and _dotted(a.value.value) in tables}
+            called[id(fn)] += [(v, n.lineno, None) for n in calls
+                               for v in (tables.get(_dotted(n.func.value), ()) if isinstance(n.func, ast.Subscript)
+                                         else aliases.get(n.func.id, ()) if isinstance(n.func, ast.Name) else ())]
         # and the workers it starts (`mp.spawn(run, ...)`, `Process(target=run)`, `mp.spawn(_fit._pipeline)`): they run them
-        called[id(fn)] += [(_name_of(_dotted(w)), n.lineno, None) for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded
+        called[id(fn)] += [(_name_of(_dotted(w)), n.lineno, None) for n in calls
                            for w in _started_workers(n) if isinstance(w, ast.Name) or _dotted(w).partition(".")[0] in imported[id(module)]]
     # (each helper a function calls that does it, in order: a loss building a backbone that fetches
     # its weights and fetching its own; said once the growth is done, from what each callee does)
