@@ -637,6 +637,11 @@ REFERENCE_ROWS = [
      "ModuleNotFoundError: No module named 'torch.distributed.tensor.experimental'", "framework-older-than-project-requires"),
     ("ValueError: Failed to import Ray: No module named 'pyarrow'.Please install Ray with `pip install ray`.",
      "vllm-ray-import-failed"),
+    # (b53-b56: a failed allocation of bytes or kilobytes is memory reserved before, not a model too big)
+    ("2020-05-03 02:06:12.464132: I tensorflow/stream_executor/cuda/cuda_driver.cc:764] failed to allocate 256B "
+     "(256 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory", "tf-gpu-memory-preallocated"),
+    ("E tensorflow/stream_executor/cuda/cuda_driver.cc:924] failed to allocate 512.0K (524288 bytes) from device: "
+     "CUDA_ERROR_OUT_OF_MEMORY", "tf-gpu-memory-preallocated"),
 ]
 
 

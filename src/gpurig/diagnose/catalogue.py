@@ -326,7 +326,15 @@ def match_catalogue(text: str, catalogue: tuple[CatalogueEntry, ...] | None = No
     # A specific explanation hides a generic one read from the same line (the first collective
     # timing out is a more useful reading than "a collective timed out").
     hidden = set().union(*(hidden_by(m.id) for m in found), {MISREADS[m.id] for m in found if m.id in MISREADS})
-    return rank_matches([m for m in found if m.id not in hidden])
+    ranked = rank_matches([m for m in found if m.id not in hidden])
+    # A line that only points back at the failure it reports goes after any cause the log itself shows.
+    if any(m.role == "primary" for m in ranked):
+        ranked = [m for m in ranked if m.id not in POINTERS] + [m for m in ranked if m.id in POINTERS]
+    return ranked
+
+
+# Entries whose line only points back at the failure it reports ("Original reason for failure was: ...").
+POINTERS = frozenset({"nccl-watchdog-teardown"})
 
 
 # A line that names an exception (`RuntimeError: ...`), for a rank whose error the catalogue does not know.
