@@ -292,10 +292,15 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                 "Give that torch.load map_location='cpu' (then .to(device)), or map_location=f'cuda:{local_rank}'.")
         if short == "init_process_group":
             init = _init_method(call)
-            if isinstance(init, ast.Constant) and str(init.value).startswith("tcp://") and id(call) not in scan.env_fallback:
+            # (or `f"tcp://{master_addr}:{master_port}"`, each name set once in the script, to a constant)
+            joined = rendezvous.joined_text(init, lambda name: scan.constants.get(name) if len(re.findall(
+                rf"(?<![\w.]){re.escape(name)}\s*(?::[^=\n]*)?=(?!=)", text)) == 1 else None)
+            address = init.value if isinstance(init, ast.Constant) else joined
+            if isinstance(address, str) and address.startswith("tcp://") and (joined is None or rendezvous._TCP_FIXED.match(joined)) \
+                    and id(call) not in scan.env_fallback:
                 add(
                     "hard-coded-rendezvous", init,  # (the line of the address itself, in a call over several lines)
-                    f"init_method={init.value!r} is hard-coded: a second job on this machine fails with 'Address already in use'",
+                    f"init_method={address!r} is hard-coded: a second job on this machine fails with 'Address already in use'",
                     "Drop init_method (the default env:// reads MASTER_ADDR/MASTER_PORT set by torchrun) and start with "
                     "`gpurig launch`, which picks a free port.",
                 )

@@ -490,8 +490,15 @@ class _Walker(ast.NodeVisitor):
 
 
 def _unwrapped(value: ast.AST) -> ast.AST:
-    """`str(x)`, `int(x)` and `f"{x}"`: x."""
+    """`str(x)`, `int(x)`, `f"{x}"`, `"%d" % x` and `"{}".format(x)`: x."""
     if isinstance(value, ast.Call) and _dotted(value.func) in ("str", "int") and len(value.args) == 1:
+        return value.args[0]
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mod) and isinstance(value.left, ast.Constant) \
+            and value.left.value in ("%d", "%s", "%i") and not isinstance(value.right, ast.Tuple):
+        return value.right
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "format" \
+            and isinstance(value.func.value, ast.Constant) and value.func.value.value in ("{}", "{0}") \
+            and len(value.args) == 1 and not value.keywords:
         return value.args[0]
     if isinstance(value, ast.JoinedStr) and len(value.values) == 1 and isinstance(value.values[0], ast.FormattedValue):
         return value.values[0].value
@@ -582,7 +589,7 @@ def _path_root(path: ast.AST) -> str | None:
 _RULE_CALLS = frozenset({
     "DataParallel", "data_parallel", "DistributedDataParallel", "DDP", "set_device", "set_device_index", "to", "cuda",
     "load", "list", "init_process_group", "destroy_process_group", "add_argument", "print", "save", "SummaryWriter",
-    "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "setLevel", "basicConfig", "disable",
+    "open", "tqdm", "DataLoader", "DistributedSampler", "barrier", "spawn", "start_processes", "Process", "setLevel", "basicConfig", "disable",
     "save_pretrained", "save_to_disk", "push_to_hub", "Trainer", "Fabric", "write_text", "write_bytes", "load_data", "FSDP",
     "FullyShardedDataParallel", *_FILE_WRITERS, *_NUMPY_WRITERS, "system", "run", "call", "check_call", "check_output", "Popen",
     "register_save_state_pre_hook", "register_load_state_pre_hook", "save_state", "load_state", "fully_shard",

@@ -21,6 +21,7 @@ from gpurig.diagnose.lint_nodes import (
     _rebound,
     _setting_name,
     _unwrapped,
+    _worker_started,
 )
 
 _BUILDS_RENDEZVOUS = re.compile(r"tcp://|MASTER_PORT|MASTER_ADDR|init_method|master_port|dist_url")
@@ -130,6 +131,38 @@ def fixed_port_sites(function: str, param: str, index: int, default, calls: list
 _TCP_FIXED = re.compile(r"tcp://[^:/\s]+:\d{2,5}/?$")
 
 
+def joined_text(value: ast.AST | None, known) -> str | None:
+    """The text of `f"tcp://{master_addr}:{master_port}"` where `known(name)` gives each name's one
+    constant value (a string or a number); None where any part is not such a constant."""
+    if not isinstance(value, ast.JoinedStr):
+        return None
+    parts = []
+    for v in value.values:
+        if isinstance(v, ast.Constant):
+            parts.append(str(v.value))
+        elif isinstance(v, ast.FormattedValue) and v.format_spec is None and v.conversion == -1 and isinstance(v.value, ast.Name):
+            c = known(v.value.id)
+            if not isinstance(c, (str, int)) or isinstance(c, bool):
+                return None
+            parts.append(str(c))
+        else:
+            return None
+    return "".join(parts)
+
+
+def _bound_once(fn: ast.AST) -> dict[str, Any]:
+    """The names a function binds once, to a constant string or number (`master_port = 8237`)."""
+    counts: dict[str, int] = {}
+    values: dict[str, Any] = {}
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            counts[n.id] = counts.get(n.id, 0) + 1
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                and isinstance(n.value, ast.Constant) and isinstance(n.value.value, (str, int)):
+            values[n.targets[0].id] = n.value.value
+    return {k: v for k, v in values.items() if counts.get(k) == 1}
+
+
 def _fixed_init_functions(modules: list, settings: dict[str, str] | None = None, ports: dict[str, str] | None = None) -> dict[str, str]:
     """Functions of the project's own modules that start the process group on a fixed tcp:// address
     (`init_method='tcp://localhost:10000'`, or a local name given one), or on a setting the project
@@ -144,9 +177,15 @@ def _fixed_init_functions(modules: list, settings: dict[str, str] | None = None,
             literals = {t.id: n.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
                         and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
                         for t in n.targets if isinstance(t, ast.Name)}
+            once = None
             for n in ast.walk(fn):
                 value = _init_method(n) if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) == "init_process_group" else None
                 literal = value if isinstance(value, ast.Constant) else literals.get(getattr(value, "id", None))
+                if isinstance(value, ast.JoinedStr):  # (`f"tcp://{master_addr}:{master_port}"`, both set once to constants)
+                    once = _bound_once(fn) if once is None else once
+                    joined = joined_text(value, once.get)
+                    if joined is not None and _TCP_FIXED.match(joined):
+                        out[fn.name] = f"{joined!r} at {_at(module, n.lineno)}"
                 if literal is not None and isinstance(literal.value, str) and _TCP_FIXED.match(literal.value):
                     out[fn.name] = f"{literal.value!r} at {_at(module, literal.lineno)}"
                 elif value is not None and settings and _setting_name(value) in settings:
@@ -441,8 +480,11 @@ def report_helpers(modules: list, configs, text: str, names: set[str], calls: li
         # (`DistributedEnviron()`, whose `__init__` sets `os.environ['MASTER_PORT'] = '39591'`)
         init_helpers = {k: v for k, v in _fixed_init_functions(modules).items() if "MASTER_PORT" in _origin(v)}
     for call, func, _ in calls:
-        short = _name_of(func)
-        if short in init_helpers and short not in defined:
+        # (called, or started as the workers: `mp.spawn(train.init_processes, ...)`, `Process(target=run)`)
+        worker = _worker_started(call) if init_helpers else None
+        short = next((s for s in (_name_of(func), _name_of(_dotted(worker)) if worker is not None else "")
+                      if s in init_helpers and s not in defined), None)
+        if short is not None:
             port = "MASTER_PORT" in _origin(init_helpers[short])
             add("hard-coded-rendezvous", call, f"{short}() {'fixes the rendezvous port' if port else 'starts the process group on a fixed address'} "
                 f"({init_helpers[short]}): two jobs on one machine collide", f"Let {short}() " + (
