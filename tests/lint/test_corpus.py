@@ -105,9 +105,10 @@ CACHED = [name for name, entry in MANIFEST.items() if lc.present(entry)]
 # held out to 77.2% / 79.1% (the 260 older unchanged at 77.3% / 79.7%, the rounds' 14 at 75.0% /
 # 69.4%): the floors hold.
 # The twenty-seventh round (80 scripts; first met at 57.7% / 51.9% on its 58 development scripts and
-# 65.2% / 79.3% on its 22 held-out ones) taught two things (a worker started from another module that
+# 65.2% / 79.3% on its 22 held-out ones) taught three things (a worker started from another module that
 # takes MASTER_PORT from the project parser's fixed --port; an init_method f-string of names set once
-# to constants): its development scripts 58.6% / 53.7% after. The 274 older held-out scripts are
+# to constants; the else of a Horovod or dict-read distributed flag is one process): its development
+# scripts 59.2% / 53.7% after. The 274 older held-out scripts are
 # unchanged at 77.2% / 79.1% and the whole held-out part measures 75.9% / 79.1% (296 scripts): the
 # held-out precision floor follows the round's harder scripts to 75%. Only 286 of the older
 # development scripts could be fetched again (85.7% / 82.1%, from 85.7% / 81.9%); the development

@@ -41,7 +41,7 @@ def _not_distributed(node: ast.AST) -> bool:
 
 # A flag that says the run is distributed: `if args.distributed:`, `if ddp:`, `if is_distributed:`.
 _DISTRIBUTED_FLAG = re.compile(r"(?:is_|use_)?(?:multiprocessing_)?distributed(?:_train(?:ing)?)?|(?:is_|use_)?ddp"
-                               r"|(?:use_)?dist_train(?:ing)?", re.IGNORECASE)
+                               r"|(?:use_)?dist_train(?:ing)?|(?:is_|use_|with_)?(?:horovod|hvd)", re.IGNORECASE)
 
 
 def _single_process_branch(test: ast.AST) -> tuple[bool, bool]:
@@ -53,6 +53,9 @@ def _single_process_branch(test: ast.AST) -> tuple[bool, bool]:
     if isinstance(flag, ast.Call) and not flag.args:  # dist.is_initialized(), is_dist_avail_and_initialized()
         name = _dotted(flag.func).rpartition(".")[2]
         if name != "is_initialized" and not (name.startswith("is_dist") and name.endswith("initialized")):
+            return False, False
+    elif isinstance(flag, ast.Subscript) and isinstance(flag.slice, ast.Constant) and isinstance(flag.slice.value, str):
+        if not _DISTRIBUTED_FLAG.fullmatch(flag.slice.value):  # (`if args["horovod"]:`, a config read as a dict)
             return False, False
     elif not isinstance(flag, (ast.Name, ast.Attribute)) or not _DISTRIBUTED_FLAG.fullmatch(_dotted(flag).rpartition(".")[2]):
         return False, False
