@@ -422,10 +422,17 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                     and names_a_file:
                 if not saving_helpers[short].startswith("open("):
                     reported_helpers.add(("save-on-every-rank", short))  # a file-writing helper: once per file it is given
+                # (the first write it makes, and how many more: each of them is among the finding's places)
+                first, *more = saving_helpers[short].split("; ")
+                shown = first + (f" and {len(more)} more write{'s' * (len(more) > 1)}" if more else "")
+                places = _PLACE.findall("; ".join(more))
                 add("save-on-every-rank", call,
-                    f"{short}() saves {'(' + saving_helpers[short] + ')' if saving_helpers[short].startswith('through') else 'with ' + saving_helpers[short]} "
+                    f"{short}() saves {'(' + shown + ')' if shown.startswith('through') else 'with ' + shown} "
                     "on every rank: they write the same file at once",
-                    f"Call it from one rank: `if rank == 0: {short}(...)`, then dist.barrier() before anyone reads it.")
+                    f"Call it from one rank: `if rank == 0: {short}(...)`, then dist.barrier() before anyone reads it"
+                    + (f"; where it does more than save (a training loop), put each write in it under a rank check "
+                       f"(also {', '.join(places[:5])}{' ...' if len(places) > 5 else ''})." if places else "."),
+                    saving_helpers[short])
             if helper in downloading_helpers and short not in scan.defined and not goes_first \
                     and (not _is_download_call(call) or file_weights) \
                     and ("download-on-every-rank", _origin(downloading_helpers[short])) not in reported_helpers:

@@ -132,7 +132,7 @@ def weights_held_in(call: ast.Call, local: dict[str, ast.AST]) -> bool:
 def path_given(call: ast.Call, helper: str) -> list[ast.AST]:
     """The arguments of a call of a file-writing helper that can be the path it opens: the one its
     description names ("on the path it is given (filename, argument 3)"), else all of them."""
-    m = re.search(r"\((\w+)(?:, argument (\d+))?\)$", helper)
+    m = re.search(r"\((\w+)(?:, argument (\d+))?\)$", helper.split("; ")[0])  # (its first write: what the finding is about)
     by_name = [k.value for k in call.keywords if m and k.arg == m.group(1)]
     if by_name:
         return by_name

@@ -342,12 +342,13 @@ def _saving_functions(modules: list) -> dict[str, str]:
             # a file name held in a local variable (`save_path = ...{dist.get_rank()}...`)
             per_rank = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and _mentions_rank_value(n.value)
                         for t in n.targets if isinstance(t, ast.Name)}
+            writes: list[str] = []  # every unguarded write, the first found first (what the finding is about)
             for n in ast.walk(fn):
                 if isinstance(n, ast.Call) and _dotted(n.func) == "torch.save" and n.lineno not in guarded_lines \
                         and len(n.args) > 1 and not _mentions_rank_value(n.args[1]) \
                         and not in_private_file(n.args[1], buffers) and not (isinstance(n.args[1], ast.Name) and n.args[1].id in per_rank):
-                    out[name] = f"torch.save at {_at(module, n.lineno)}"
-                    break
+                    writes.append(f"torch.save at {_at(module, n.lineno)}")
+                    continue
                 # `def yaml_save(file, data): with open(file, "w")`: the file the caller names
                 if isinstance(n, ast.Call) and _dotted(n.func) == "open" and n.lineno not in guarded_lines \
                         and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant) and str(n.args[1].value)[:1] in ("w", "a") \
@@ -356,8 +357,8 @@ def _saving_functions(modules: list) -> dict[str, str]:
                     param = n.args[0].id if isinstance(n.args[0], ast.Name) else n.args[0].attr
                     given = params[1:] if params[:1] in (["self"], ["cls"]) else params
                     at = f", argument {given.index(param) + 1}" if param in given else ""
-                    out[name] = f"open(..., {n.args[1].value!r}) at {_at(module, n.lineno)}, on the path it is given ({param}{at})"
-                    break
+                    writes.append(f"open(..., {n.args[1].value!r}) at {_at(module, n.lineno)}, on the path it is given ({param}{at})")
+                    continue
                 # `with open('class_indices.json', 'w')`: a file the helper names itself, the same for every rank;
                 # or names in the folder it is given (`open(f"{save_path}/train.log", "a")`)
                 if isinstance(n, ast.Call) and _dotted(n.func) == "open" and n.lineno not in guarded_lines \
@@ -365,15 +366,17 @@ def _saving_functions(modules: list) -> dict[str, str]:
                     held = own_file_written(n.args[0], fn)  # (`open(dump, "w")`: the file `dump` holds)
                     if isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str) and n.args[1].value[:1] == "w" \
                             or _names_a_file_in(n.args[0], params) and not _mentions_rank_value(n.args[0]) or held is not None:
-                        out[name] = f"a write of {_file_said(held or n.args[0])} at {_at(module, n.lineno)}"
-                        break
+                        writes.append(f"a write of {_file_said(held or n.args[0])} at {_at(module, n.lineno)}")
+                        continue
                 # `shutil.copyfile(config, os.path.join(path, "config.json"))` into the folder it is given
                 if isinstance(n, ast.Call) and _dotted(n.func) in ("shutil.copyfile", "shutil.copy2", "shutil.copy", "copyfile") \
                         and n.lineno not in guarded_lines and len(n.args) == 2 and not _mentions_rank_value(n.args[1]) and (
                             _names_a_file_in(n.args[1], params) or isinstance(n.args[1], ast.Call) and _name_of(_dotted(n.args[1].func)) == "join"
                             and all(isinstance(a, ast.Name) and a.id in params or isinstance(a, ast.Constant) for a in n.args[1].args)):
-                    out[name] = f"a copy to {ast.unparse(n.args[1])[:60]} at {_at(module, n.lineno)}"
-                    break
+                    writes.append(f"a copy to {ast.unparse(n.args[1])[:60]} at {_at(module, n.lineno)}")
+                    continue
+            if writes:  # ("a write of 'config.json' at train.py:81; torch.save at train.py:552")
+                out[name] = "; ".join(dict.fromkeys(writes))
     # A class whose `__init__` has one of its own methods save (`MyDataset.__init__` -> `self.process()`
     # -> torch.save of the processed split): building it saves.
     for module in modules:
