@@ -53,9 +53,9 @@ from gpurig.diagnose.lint_paths import gives_own_file, in_private_file, path_giv
 from gpurig.diagnose.lint_project import (
     _SHELL_CALLS,
     _group_joiners,
-    _group_starters,
     _imports_trainer,
     _is_download_call,
+    _joiners_in_process,
     _mentions_rank_value,
     _named_fetch,
     _project_helpers,
@@ -148,7 +148,12 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     pushed: set[int] = set()  # the blocks whose first push_to_hub was reported (its others push the same run)
     text = source
     uses_cuda = scan.cuda_call or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
-    distributed = _runs_on_every_rank(scan, calls, names, text, _imports_trainer(modules)) or bool(names & _group_starters(modules))
+    # (a call of the project's function that starts the group in this process, `setup.setup_dist_env()`, as of one that does it itself)
+    # (and a library's, `from mmcv.runner import init_dist`)
+    library_init = followups.library_group_starters(scan.imports)
+    started = next((c for c, f, _ in calls if f in library_init or followups.LIBRARY_INIT_DIST.fullmatch(f)), None)
+    distributed = _runs_on_every_rank(scan, calls, names, text, _imports_trainer(modules)) or bool(names & _joiners_in_process(modules)) \
+        or started is not None
     silenced = scan.silenced or any(_silences_output(m) for m in modules)
     set_epoch_anywhere = scan.set_epoch_call or "set_epoch" in module_calls
     if _never_destroys(scan, calls):
@@ -467,8 +472,10 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
             if target is not None and not never_run(call) and not (_SAVE_HELPER.search(inside[-1]) and short != "write_text") \
                     and _path_root(target) not in scan.params.get(inside[-1], ()):
                 written = named_path(call, target)
+                # (a config dumped into the run's folder, `cfg.dump(osp.join(cfg.work_dir, osp.basename(args.config)))`:
+                # the same file for every rank, whatever it is called, unless the rank is in it)
                 if (written is not target or short not in ("write_text", "write_bytes")) and not _mentions_rank_value(written) \
-                        and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written)):
+                        and (short == "dump" or any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written))):
                     add("save-on-every-rank", call, f"every rank writes {ast.unparse(written)[:60]} at once: the file is cut",
                         "Write from one rank (`if rank == 0:`), or put the rank in the file name.")
             if short == "tqdm" and _kw(call, "disable") is None:
@@ -591,10 +598,19 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     launchers = _worker_starters(modules)
     launcher = any(isinstance(c.func, ast.Name) and c.func.id in launchers and c.func.id not in scan.defined
                    and c.args and isinstance(c.args[0], ast.Name) and c.args[0].id in scan.defined for c, _, _ in calls)
-    if "init_process_group" not in names and "init_process_group" in module_calls and not followups.left_to_framework(modules, names | {f for _, f, _ in calls}, text) and \
+    # (or with a library's init_dist there: `from mmcv.runner import init_dist` in the project's options module)
+    starts_in_modules = "init_process_group" in module_calls or any(followups.starts_library_group(m) for m in modules)
+    if "init_process_group" not in names and starts_in_modules and not followups.left_to_framework(modules, names | {f for _, f, _ in calls}, text) and \
             "destroy_process_group" not in names and not destroys_in_modules and not launcher:
         add("no-destroy-process-group", scan.first_stmt if scan.first_stmt is not None else ast.Pass(),
             "the process group starts in this project's own module and nothing ever calls destroy_process_group",
+            "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
+
+    # The process group started by a library's `init_dist(args.launcher, **cfg.dist_params)` (mmcv's,
+    # mmengine's: OpenMMLab's train tools), which never ends it: the script has to.
+    if started is not None and "destroy_process_group" not in names and not destroys_in_modules \
+            and not any(f.id == "no-destroy-process-group" for f in findings):
+        add("no-destroy-process-group", started, f"{_dotted(started.func)}() starts the process group and nothing ever calls destroy_process_group",
             "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
 
     findings.sort(key=lambda f: (f.line, f.id))

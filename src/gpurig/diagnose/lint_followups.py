@@ -185,6 +185,23 @@ def ends_group(modules: list, script_calls: set[str]) -> bool:
         and _reachable_call(modules, "destroy_process_group", _group_joiners(modules))
 
 
+# A library function that starts the process group and never ends it: OpenMMLab's `init_dist(launcher)`.
+LIBRARY_INIT_DIST = re.compile(r"(?:mmcv|mmengine)(?:\.\w+)*\.init_dist")
+
+
+def library_group_starters(imports) -> set[str]:
+    """The names under which import statements bring in a library's init_dist (`from mmcv.runner import init_dist`)."""
+    return {a.asname or a.name for node in imports if isinstance(node, ast.ImportFrom)
+            and (node.module or "").split(".")[0] in ("mmcv", "mmengine") for a in node.names if a.name == "init_dist"}
+
+
+def starts_library_group(module: ast.AST) -> bool:
+    """Whether a module of the project calls a library's init_dist it imports (or names in full)."""
+    names = library_group_starters(n for n in ast.walk(module) if isinstance(n, ast.ImportFrom))
+    return any(isinstance(n, ast.Call) and (_dotted(n.func) in names or LIBRARY_INIT_DIST.fullmatch(_dotted(n.func)))
+               for n in ast.walk(module))
+
+
 def left_to_framework(modules: list, script_calls: set[str], text: str) -> bool:
     """Whether a Lightning or Accelerate script leaves its process group to the framework: the
     project's own init_process_group (a helper of another entry point) is not where it gets to."""

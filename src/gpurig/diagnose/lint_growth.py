@@ -114,7 +114,19 @@ def _through(callee: str, what: str, where: str) -> str:
     return f"through {callee}() at {where}: {what}"
 
 
-def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_through) -> dict[str, str]:
+def _unless_started(fn: ast.AST) -> set[int]:
+    """Lines of the bodies of `if not dist.is_initialized():` (`is_dist_avail_and_initialized()`) in `fn`."""
+    out: set[int] = set()
+    for stmt in ast.walk(fn):
+        test = stmt.test if isinstance(stmt, ast.If) else None
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call) and not test.operand.args:
+            name = _dotted(test.operand.func).rpartition(".")[2]
+            if name == "is_initialized" or name.startswith("is_dist") and name.endswith("initialized"):
+                out.update(n.lineno for b in stmt.body for n in ast.walk(b) if hasattr(n, "lineno"))
+    return out
+
+
+def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_through, in_process: bool = False) -> dict[str, str]:
     """`out` (function name -> what it does; a class's `__init__` under its class name) grown through
     the project's own code: a function that calls one of them (by name, as `self.`/`cls.` method, or on
     an object of the project's class it builds: `trainer.train()`) does it too (find_model ->
@@ -122,7 +134,10 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
     base does when it has no `__init__` or calls `super().__init__` (`WATrainer(Trainer)` ->
     `Trainer.__init__` -> `create_model()`). Calls under a rank check are not followed; `skip` leaves functions out (a helper that lets rank 0 go first). A function found
     so is said as `through(callee, what the callee does, where it calls it)`: by default
-    "through callee() at file.py:N: ...", so that a finding names every place of the chain."""
+    "through callee() at file.py:N: ...", so that a finding names every place of the chain.
+    `in_process`: what a call does in the caller's own process, as the start of a process group:
+    not through the workers a function starts, and through the body of `if not dist.is_initialized():`
+    (where the group starts, not a branch of one process)."""
     functions = [(fn, module) for module in modules for fn in ast.walk(module) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))]
     classes = [(cls, module) for module in modules for cls in ast.walk(module) if isinstance(cls, ast.ClassDef)]
     init_of = _inits(modules)
@@ -158,6 +173,8 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
               and s.value.values and all(isinstance(v, (ast.Name, ast.Attribute)) for v in s.value.values)}
     for fn, module in functions:
         guarded, built = _guarded_lines(fn), objects_built(fn, {cls.name for cls, _ in classes})
+        if in_process:
+            guarded -= _unless_started(fn)
         calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and n.lineno not in guarded]  # (walked once, read three ways)
         owner = lambda n, me=of_class.get(id(fn)), built=built: me if _dotted(n.func.value) in ("self", "cls") else built.get(_dotted(n.func.value))  # noqa: E731
         called[id(fn)] = [(_name_of(_dotted(n.func)), n.lineno, spans.get((owner(n), n.func.attr)) if isinstance(n.func, ast.Attribute) else None)
@@ -173,7 +190,7 @@ def _grown(modules: list, out: dict[str, str], skip=lambda fn: False, through=_t
                                for v in (tables.get(_dotted(n.func.value), ()) if isinstance(n.func, ast.Subscript)
                                          else aliases.get(n.func.id, ()) if isinstance(n.func, ast.Name) else ())]
         # and the workers it starts (`mp.spawn(run, ...)`, `Process(target=run)`, `mp.spawn(_fit._pipeline)`): they run them
-        called[id(fn)] += [(_name_of(_dotted(w)), n.lineno, None) for n in calls
+        called[id(fn)] += [(_name_of(_dotted(w)), n.lineno, None) for n in calls if not in_process
                            for w in _started_workers(n) if isinstance(w, ast.Name) or _dotted(w).partition(".")[0] in imported[id(module)]]
     # (each helper a function calls that does it, in order: a loss building a backbone that fetches
     # its weights and fetching its own; said once the growth is done, from what each callee does)

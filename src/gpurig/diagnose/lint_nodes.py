@@ -548,6 +548,19 @@ _FILE_WRITERS = {"savefig": (0, "fname"), "save_image": (1, "fp"), "imwrite": (0
 _NUMPY_WRITERS = {"save": (0, "file"), "savez": (0, "file"), "savez_compressed": (0, "file"), "savetxt": (0, "fname")}
 # Writers known by their whole name (a `save` of anything else is another call): OmegaConf's config.
 _NAMED_WRITERS = {"OmegaConf.save": (1, "f")}
+# A config object dumped to a file (`cfg.dump(osp.join(cfg.work_dir, ...))`: mmcv's / mmengine's Config
+# writes its file when given one; with none, as yacs' `cfg.dump()`, it only returns the text).
+_CONFIG_NAME = re.compile(r"(?i)^(?:cfg|config|conf|configs|\w+_cfg|\w+_config)$")
+
+
+def config_dump_file(call: ast.Call) -> ast.AST | None:
+    """The file a config object's dump writes: `cfg.dump(path)` / `config.dump(file=path)`, else None."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "dump" and _CONFIG_NAME.match(_name_of(_dotted(call.func.value)) or "")):
+        return None
+    given = _kw(call, "file")
+    if given is not None and len(call.keywords) == 1 and not call.args:
+        return given.value
+    return call.args[0] if len(call.args) == 1 and not call.keywords else None
 
 
 def _written_file(call: ast.Call, func: str) -> ast.AST | None:
@@ -555,6 +568,8 @@ def _written_file(call: ast.Call, func: str) -> ast.AST | None:
     `torchvision.utils.save_image(x, path)`, `cv2.imwrite(path, img)`, `shutil.copyfile(src, dst)`,
     `np.save(path, array)`, `OmegaConf.save(cfg, path)`."""
     short = func.rpartition(".")[2]
+    if short == "dump":
+        return config_dump_file(call)
     if short in ("write_text", "write_bytes"):
         return call.func.value if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) else None
     if func in (f"np.{short}", f"numpy.{short}") and short in _NUMPY_WRITERS:
@@ -593,5 +608,5 @@ _RULE_CALLS = frozenset({
     "save_pretrained", "save_to_disk", "push_to_hub", "Trainer", "Fabric", "write_text", "write_bytes", "load_data", "FSDP",
     "FullyShardedDataParallel", *_FILE_WRITERS, *_NUMPY_WRITERS, "system", "run", "call", "check_call", "check_output", "Popen",
     "register_save_state_pre_hook", "register_load_state_pre_hook", "save_state", "load_state", "fully_shard",
-    "init_device_mesh", "TrainingArguments", "Seq2SeqTrainingArguments", "from_config",
+    "init_device_mesh", "TrainingArguments", "Seq2SeqTrainingArguments", "from_config", "dump", "init_dist",
 }) | _AUTO_DATASETS | _DOWNLOADERS | OUTPUT_LOG_METHODS | _SILENCERS

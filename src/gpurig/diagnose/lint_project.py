@@ -250,11 +250,13 @@ def _joins(call: ast.Call, fn: ast.AST) -> bool:
     return _name_of(_dotted(call.func)) in ("init_process_group", "Accelerator") or _dotted(call.func) == "deepspeed.initialize"
 
 
-def _group_starters(modules: list) -> set[str]:
-    """The project's functions and classes whose own body starts or joins a process group
-    (`setup_ddp()` calling init_process_group from the launcher's environment): the process that
-    calls one is a rank, as the script is when it calls init_process_group itself."""
-    return set(_functions_calling(modules, "a process group", _joins))
+def _joiners_in_process(modules: list) -> set[str]:
+    """The project's functions and classes that start or join a process group in the process that
+    calls them, themselves or through the project's functions (`setup.setup_dist_env()` ->
+    `dist_init()` -> init_process_group), not through workers they start: after a call of one, the
+    caller is a rank. (Not one that forks, `os.fork()` per GPU: what came before it ran in the parent alone.)"""
+    forks = lambda fn: any(isinstance(n, ast.Call) and _dotted(n.func) in ("os.fork", "fork") for n in ast.walk(fn))  # noqa: E731
+    return set(_grown(modules, _functions_calling(modules, "a process group", _joins), skip=forks, in_process=True))
 
 
 def _group_joiners(modules: list) -> set[str]:
