@@ -263,7 +263,7 @@ class _Scanner(_AssignScan, _Walker):
 
     def block_end(self, state: list) -> None:
         self._states.pop()
-        self._path.pop()
+        state.append(self._path.pop())  # (whether set_device ran on every path through the block)
         self._blocks.pop()
         self._guard -= state[0]
         self._first -= state[1]
@@ -411,7 +411,10 @@ class _Scanner(_AssignScan, _Walker):
         self._no_env -= not self._env_absent.pop()
         in_else = self._set_devices > middle
         # `if not torch.cuda.is_available(): cpu else: set_device(...)`: the branch without a GPU needs no device.
-        node._both_set_device = (in_body and in_else) or ((in_body or in_else) and _asks_for_gpu(node.test))  # type: ignore[attr-defined]
+        # `if args.distributed: set_device(args.gpu); init_process_group(...)` with no else: the path around
+        # it is a run of one process, so every rank set its device (where the body sets it on all its paths).
+        node._both_set_device = (in_body and in_else) or ((in_body or in_else) and _asks_for_gpu(node.test)) \
+            or body[5] and one_else or orelse[5] and one_body  # type: ignore[attr-defined]
         self._guard -= guarded and not all_but_one
         self.in_rank_test -= picks
 
