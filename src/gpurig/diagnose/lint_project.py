@@ -481,10 +481,12 @@ def _loading_functions(modules: list) -> tuple[dict[str, str], dict[str, set[str
     return out, {name: classes for name, classes in loaders.items() if name in idle and None not in classes}
 
 
-def _imported_definitions(modules: list, imports) -> dict[str, str]:
+def _imported_definitions(modules: list, imports) -> dict[str, set[str]]:
     """Names the script imports from a project module that defines them itself (`from utils import
-    load_model`, utils.py holding `def load_model`): name -> that module's file, as `_at` names it."""
-    out: dict[str, str] = {}
+    load_model`, utils.py holding `def load_model`): name -> that module's file, as `_at` names it
+    (the files, where alternatives import it: `if 'cifar' in cfg.dataset: from datasets.cifar import
+    get_datasets` / `elif ...: from datasets.imagenet import get_datasets`)."""
+    out: dict[str, set[str]] = {}
     for node in imports:
         if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
             continue
@@ -492,7 +494,9 @@ def _imported_definitions(modules: list, imports) -> dict[str, str]:
         if len(found) != 1 or not getattr(found[0], "gpurig_where", None):
             continue
         defined = {n.name for n in found[0].body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-        out.update({a.asname or a.name: found[0].gpurig_where for a in node.names if a.name in defined})
+        for a in node.names:
+            if a.name in defined:
+                out.setdefault(a.asname or a.name, set()).add(found[0].gpurig_where)
     return out
 
 
@@ -510,10 +514,10 @@ def _project_helpers(modules: list, name_aliases: dict[str, set[str]], imports=(
     found = (_downloading_functions(modules, calls), _saving_functions(modules), loading,
              _data_parallel_functions(modules), _global_rank_device_functions(modules))
     imported = _imported_definitions(modules, imports)
-    for name, file in imported.items():
+    for name, files in imported.items():
         for helpers in found:
             first = _FIRST_FILE.search(helpers.get(name, ""))
-            if first is not None and first.group(1) != file:
+            if first is not None and first.group(1) not in files:
                 del helpers[name]
     # `from src.train import main as app_main`: the module's function under the name it was given
     renamed = {a.asname: a.name for node in imports if isinstance(node, ast.ImportFrom) for a in node.names
@@ -521,7 +525,7 @@ def _project_helpers(modules: list, name_aliases: dict[str, set[str]], imports=(
     for helpers in found:
         for alias, name in renamed.items():
             first = _FIRST_FILE.search(helpers.get(name, ""))
-            if alias not in helpers and first is not None and first.group(1) == imported[alias]:
+            if alias not in helpers and first is not None and first.group(1) in imported[alias]:
                 helpers[alias] = helpers[name]
         for alias, targets in name_aliases.items():
             target = next((t for t in sorted(targets) if t in helpers), None)
