@@ -54,3 +54,34 @@ def test_a_device_set_on_one_path_of_that_branch_only_does_not(tmp_path):
 
 def test_a_branch_on_something_else_does_not(tmp_path):
     assert _no_device(tmp_path, "config.local_rank > 0", SET) == ["model = DDP(model, delay_allreduce=True)"]
+
+
+NESTED = """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main(args):
+    if args.use_gpu and args.distributed:
+        torch.cuda.set_device(args.local_rank)
+        dist.init_process_group(backend="nccl", init_method="env://")
+    model = torch.nn.Linear(4, 4).cuda()
+    if args.use_gpu:
+        if {inner}:
+            model = DDP(model)
+    dist.destroy_process_group()
+"""
+
+
+def test_every_part_of_the_test_that_set_the_device_holding_around_the_ddp(tmp_path):
+    # (`if use_gpu and distributed: set_device(...)`, then `if use_gpu:` / `if distributed:` around the DDP)
+    script = tmp_path / "train.py"
+    script.write_text(NESTED.format(inner="args.distributed"))
+    assert [f.id for f in lint_file(str(script)) if f.id == "ddp-without-device"] == []
+
+
+def test_one_part_alone_does_not(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(NESTED.format(inner="args.fp16"))
+    assert [f.code for f in lint_file(str(script)) if f.id == "ddp-without-device"] == ["model = DDP(model)"]

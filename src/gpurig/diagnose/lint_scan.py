@@ -63,6 +63,13 @@ _RANK_FIRST = re.compile(r"(?:main_process|rank|zero|master)_first$|(?:^|\.)\w*(
 _BRANCHING = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
+def _conjuncts(test: ast.AST) -> frozenset[str]:
+    """The parts of an `and` test, each as its dump (`a and (b and c)`: a, b, c); the test itself otherwise."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return frozenset().union(*(_conjuncts(v) for v in test.values))
+    return frozenset((ast.dump(test),))
+
+
 class _Scanner(_AssignScan, _Walker):
     """Walks the tree remembering whether the current statement only runs on one rank."""
 
@@ -82,7 +89,8 @@ class _Scanner(_AssignScan, _Walker):
         self._path: list[bool] = []  # per open block: set_device already ran in it
         self._set_devices = 0
         self.sets_device_in: set[str] = set()  # functions that call set_device themselves
-        self._device_conditions: set[str] = set()  # if-tests under which set_device ran
+        self._device_conditions: set[frozenset[str]] = set()  # if-tests under which set_device ran (their `and` parts)
+        self._held: list[frozenset[str]] = []  # the `and` parts of the if-tests whose bodies enclose this statement
         self.first: set[int] = set()  # ids of calls made by rank 0 first while the others wait
         self.aliases: set[str] = set()  # other names of DistributedDataParallel & co. (`as NativeDDP`)
         self.flags: set[str] = set()  # names holding a rank check's result (or a value only one rank sets)
@@ -360,8 +368,11 @@ class _Scanner(_AssignScan, _Walker):
         self.in_rank_test += picks  # (either branch: a value set there differs between the ranks of a run)
         start = self._set_devices
         # The test's text only matters once some `if` set the device (a dump per `if` is what a big file pays for).
-        test = ast.dump(node.test) if self._device_conditions else None
-        again = test in self._device_conditions  # `if args.distributed:` again, after one that set the device
+        # (`if args.use_gpu and args.distributed: set_device(...)`, then `if args.use_gpu:` / `if args.distributed:`
+        # around the DDP: all the parts of that test hold there)
+        test = _conjuncts(node.test) if self._device_conditions else None
+        held = test.union(*self._held) if test is not None else None
+        again = held is not None and any(c <= held for c in self._device_conditions)  # `if args.distributed:` again, after one that set the device
         if again:
             self._path.append(True)
         # `if "MASTER_PORT" not in os.environ: os.environ["MASTER_PORT"] = ...`: a default for a run
@@ -388,7 +399,9 @@ class _Scanner(_AssignScan, _Walker):
         gate = _dotted(node.test) if isinstance(node.test, (ast.Name, ast.Attribute)) else None
         self._late += [late] if late else []
         self._gate_names += [gate] if gate else []
+        self._held.append(test or frozenset())
         body = self._block(node.body)
+        self._held.pop()
         del self._late[len(self._late) - bool(late):], self._gate_names[len(self._gate_names) - bool(gate):]
         self._flag_guards.pop()
         self._guard -= one_body
@@ -398,7 +411,7 @@ class _Scanner(_AssignScan, _Walker):
             self._path.pop()
         in_body = self._set_devices > start
         if in_body:
-            self._device_conditions.add(test if test is not None else ast.dump(node.test))
+            self._device_conditions.add(test if test is not None else _conjuncts(node.test))
         middle = self._set_devices
         self._env_absent.append(set_)
         self._no_env += not set_
