@@ -343,9 +343,18 @@ def _holds_global_rank(value: ast.AST, key: str = "RANK") -> bool:
     return False
 
 
+def _env_read(node: ast.AST) -> str | None:
+    """The variable `os.getenv("K")` / `os.environ.get("K")` reads, with no default; None for anything else."""
+    if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords and isinstance(node.args[0], ast.Constant) \
+            and isinstance(node.args[0].value, str) and (_dotted(node.func) in ("os.getenv", "getenv") or _dotted(node.func).endswith("environ.get")):
+        return node.args[0].value
+    return None
+
+
 def _env_tests(test: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
     """(keys unset where the test is true, keys unset where it is false) for `"K" not in os.environ`
-    and `"K" in os.environ` (alone or joined with `and`/`or` as far as that stays sure)."""
+    and `"K" in os.environ`, `not os.getenv("K")` and `os.getenv("K")` (alone or joined with `and`/`or`
+    as far as that stays sure)."""
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Constant) \
             and isinstance(test.left.value, str) and _dotted(test.comparators[0]).endswith("environ"):
         key = frozenset({test.left.value})
@@ -353,6 +362,13 @@ def _env_tests(test: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
             return key, frozenset()
         if isinstance(test.ops[0], ast.In):
             return frozenset(), key
+    # `not os.getenv("K")`, `os.environ.get("K") is None` (and `os.getenv("K")` alone: set where true)
+    read = _env_read(test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else
+                     test.left if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot))
+                     and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None else test)
+    if read is not None:
+        unset_when_true = isinstance(test, ast.UnaryOp) or isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.Is)
+        return (frozenset({read}), frozenset()) if unset_when_true else (frozenset(), frozenset({read}))
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         return frozenset().union(*(_env_tests(v)[0] for v in test.values)), frozenset()
     # `any([x not in os.environ for x in ["RANK", "WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR"]])`: one of
