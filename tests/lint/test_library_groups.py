@@ -135,3 +135,27 @@ def test_a_helper_that_forks_a_child_per_gpu_is_not_a_start_in_the_callers_proce
     before = USER.replace("    setup.setup_dist_env()\n", "").replace("    setup.cleanup()\n", "    setup.setup_dist_env()\n    setup.cleanup()\n")
     assert before.index("args.json") < before.index("setup_dist_env")
     assert not any(rule == "save-on-every-rank" for rule, _ in _ids(tmp_path, before, "main.py"))
+
+
+TIMM_TRAIN = """\
+import argparse
+
+import timm.utils as utils
+
+
+def main():
+    args = argparse.ArgumentParser().parse_args()
+    device = utils.init_distributed_device(args)
+    print(device)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_timms_init_distributed_device_starts_a_group_the_script_must_end(tmp_path):
+    # (the train.py of pytorch-image-models and the projects copying it)
+    assert _ids(tmp_path, TIMM_TRAIN) == [("no-destroy-process-group", 8)]
+    ended = TIMM_TRAIN.replace("    print(device)\n", "    print(device)\n    import torch.distributed as dist\n    dist.destroy_process_group()\n")
+    assert _ids(tmp_path, ended) == []

@@ -185,19 +185,32 @@ def ends_group(modules: list, script_calls: set[str]) -> bool:
         and _reachable_call(modules, "destroy_process_group", _group_joiners(modules))
 
 
-# A library function that starts the process group and never ends it: OpenMMLab's `init_dist(launcher)`.
-LIBRARY_INIT_DIST = re.compile(r"(?:mmcv|mmengine)(?:\.\w+)*\.init_dist")
+# Library functions that start the process group and never end it: OpenMMLab's `init_dist(launcher)`,
+# timm's `utils.init_distributed_device(args)` (its train.py's).
+_LIBRARY_STARTERS = {"init_dist": ("mmcv", "mmengine"), "init_distributed_device": ("timm",)}
+LIBRARY_INIT_DIST = re.compile(r"(?:mmcv|mmengine)(?:\.\w+)*\.init_dist|timm(?:\.\w+)*\.init_distributed_device")
 
 
 def library_group_starters(imports) -> set[str]:
-    """The names under which import statements bring in a library's init_dist (`from mmcv.runner import init_dist`)."""
-    return {a.asname or a.name for node in imports if isinstance(node, ast.ImportFrom)
-            and (node.module or "").split(".")[0] in ("mmcv", "mmengine") for a in node.names if a.name == "init_dist"}
+    """The names under which import statements bring in such a function: `from mmcv.runner import
+    init_dist` (init_dist), `from timm import utils` or `import timm.utils as utils`
+    (utils.init_distributed_device)."""
+    out: set[str] = set()
+    for node in imports:
+        if isinstance(node, ast.Import):  # (`import timm.utils as utils`: utils.init_distributed_device)
+            out.update(f"{a.asname}.{fn}" for a in node.names if a.asname for fn, libs in _LIBRARY_STARTERS.items()
+                       if a.name.split(".")[0] in libs)
+        top = (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else ""
+        for fn, libs in _LIBRARY_STARTERS.items() if top else ():
+            if top in libs:
+                out.update(a.asname or a.name for a in node.names if a.name == fn)
+                out.update(f"{a.asname or a.name}.{fn}" for a in node.names if a.name != fn and a.name.islower() and a.name != "*")
+    return out
 
 
 def starts_library_group(module: ast.AST) -> bool:
     """Whether a module of the project calls a library's init_dist it imports (or names in full)."""
-    names = library_group_starters(n for n in ast.walk(module) if isinstance(n, ast.ImportFrom))
+    names = library_group_starters(n for n in ast.walk(module) if isinstance(n, (ast.Import, ast.ImportFrom)))
     return any(isinstance(n, ast.Call) and (_dotted(n.func) in names or LIBRARY_INIT_DIST.fullmatch(_dotted(n.func)))
                for n in ast.walk(module))
 
