@@ -543,7 +543,7 @@ def _names_a_file(value: ast.AST) -> bool:
 
 # Calls that write a file the caller names: short name -> where the path is (position, keyword).
 _FILE_WRITERS = {"savefig": (0, "fname"), "save_image": (1, "fp"), "imwrite": (0, "filename"), "imsave": (0, "fname"),
-                 "copyfile": (1, "dst"), "copy2": (1, "dst")}
+                 "copyfile": (1, "dst"), "copy2": (1, "dst"), "copy": (1, "dst")}
 # NumPy's: only as `np.save(...)` / `numpy.save(...)` (a `save` of anything else is another call).
 _NUMPY_WRITERS = {"save": (0, "file"), "savez": (0, "file"), "savez_compressed": (0, "file"), "savetxt": (0, "fname")}
 # Writers known by their whole name (a `save` of anything else is another call): OmegaConf's config.
