@@ -329,3 +329,25 @@ def test_a_streamed_script_keeps_its_classes_and_what_its_helpers_return(tmp_pat
     whole = findings(script, False, monkeypatch)
     assert {(rule, line) for rule, line, _ in whole} >= {("data-parallel", 15), ("save-on-every-rank", 18)}, whole
     assert findings(script, True, monkeypatch) == whole
+
+
+def test_a_streamed_script_finds_its_project_above_a_package_it_imports(tmp_path, monkeypatch):
+    # (examples/training/mlm/train.py runs `import examples.training` and takes its data module from
+    # pkg/ at the root above examples/: the whole-tree reading looks there, and so must the streamed one)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "data.py").write_text(
+        "from transformers import AutoTokenizer\n\n\nclass DataModule:\n"
+        "    def __init__(self, tokenizer):\n        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer)\n")
+    mlm = tmp_path / "examples" / "training" / "mlm"
+    mlm.mkdir(parents=True)
+    (tmp_path / "examples" / "__init__.py").write_text("")
+    (tmp_path / "examples" / "training" / "__init__.py").write_text("")
+    script = mlm / "train.py"
+    script.write_text("import os\n\nimport examples.training  # noqa: F401\nimport torch.distributed as dist\n"
+                      "from pkg.data import DataModule\n\nlocal_rank = int(os.environ['LOCAL_RANK'])\n"
+                      "dist.init_process_group('nccl')\ndata = DataModule(tokenizer='bert-base-uncased')\n"
+                      "dist.destroy_process_group()\n")
+    whole = findings(script, False, monkeypatch)
+    assert ("download-on-every-rank", 9) in {f[:2] for f in whole}, whole
+    assert findings(script, True, monkeypatch) == whole

@@ -263,9 +263,11 @@ def _names_by_origin(imports, path, modules: list) -> tuple[set[str], set[str]]:
     return foreign | {name for name in own if name not in known and original.get(name, name) not in known}, own
 
 
-def _project_import(node: ast.Import | ast.ImportFrom, script_dir) -> tuple[set[str], set[str], bool]:
+def _project_import(node: ast.Import | ast.ImportFrom, script_dir, tops=frozenset()) -> tuple[set[str], set[str], bool]:
     """What one import statement takes from the script's own project (files in its folder or up to
-    two above): (names it binds from the project, of which the roots of calls, whether `import *`)."""
+    two above, or above a package folder of the script's that it imports by name: `tops`, as
+    `_project_roots` finds them): (names it binds from the project, of which the roots of calls,
+    whether `import *`)."""
     from pathlib import Path
 
     def local(name: str | None) -> bool:
@@ -273,7 +275,7 @@ def _project_import(node: ast.Import | ast.ImportFrom, script_dir) -> tuple[set[
             return False
         rel = Path(*name.split("."))
         return any((root / rel.with_suffix(".py")).is_file() or (root / rel / "__init__.py").is_file()
-                   for root in _folders_up(script_dir) + _path_folders(script_dir) + _package_roots(script_dir, {name.split(".")[0]}))
+                   for root in _folders_up(script_dir) + _path_folders(script_dir) + _package_roots(script_dir, {name.split(".")[0], *tops}))
 
     if isinstance(node, ast.ImportFrom):
         if node.level or local(node.module) or any(local(f"{node.module}.{a.name}") for a in node.names):

@@ -142,6 +142,7 @@ class _Scanner(_AssignScan, _Walker):
         # functions the file defines (read from its text first: a call may come before its def).
         self.compact = False
         self.keep_names: set[str] = set()
+        self.import_tops: frozenset[str] = frozenset()  # (compact mode: the top names the script imports, `_project_roots`'s tops)
         self.unjudged: frozenset[str] = frozenset()  # judged call names no chosen rule looks at
         self.local_names: set[str] = set()  # names imported from the project's own modules
         self.local_roots: set[str] = set()  # the project's own modules, as imported
@@ -589,7 +590,7 @@ class _Scanner(_AssignScan, _Walker):
         """Compact mode: remember the names the script takes from its own project's modules (their
         calls are judged against what those modules do)."""
         if self.script_dir is not None:
-            names, roots, star = _project_import(node, self.script_dir)
+            names, roots, star = _project_import(node, self.script_dir, self.import_tops)
             self.local_names |= names
             self.local_roots |= roots
             self.keep_plain = self.keep_plain or star  # `from utils import *`: any plain call may be one of its functions

@@ -64,6 +64,7 @@ def _next_cut(source: str, pos: int) -> int:
 
 # (and a class: `CustomDataParallel(net)` of `class CustomDataParallel(nn.DataParallel)` is judged as what it is built on)
 _DEF_NAME = re.compile(r"^[ \t]*(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)", re.M)
+_IMPORT_TOP = re.compile(r"^[ \t]*(?:from[ \t]+(\w+)|import[ \t]+(\w+))", re.M)
 
 
 def _stream_scan(source: str, label: str, path=None, unjudged=frozenset(), project_flags=frozenset()) -> _Scanner:
@@ -78,6 +79,8 @@ def _stream_scan(source: str, label: str, path=None, unjudged=frozenset(), proje
     scan.project_flags = project_flags
     # (`super().__init__()` is not kept for its name: a class is built by its own name.)
     scan.keep_names = set(_DEF_NAME.findall(source)) - {"__init__"}
+    # (the packages it imports, as the whole-tree reading finds the project's root above one of them)
+    scan.import_tops = frozenset(m.group(1) or m.group(2) for m in _IMPORT_TOP.finditer(source))
     scan.script_dir = Path(path).resolve().parent if path else None
     state = scan.block_start()
     for chunk in _top_level_chunks(source, label):
