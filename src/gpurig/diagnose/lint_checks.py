@@ -15,7 +15,7 @@ from gpurig.diagnose import lint_modules as mods
 from gpurig.diagnose import lint_paths as paths
 from gpurig.diagnose import lint_rendezvous as rendezvous
 from gpurig.diagnose.lint_devices import RankDevices, _loose_load, fold_uses, report
-from gpurig.diagnose.lint_growth import _listed, _origin, _worker_starters
+from gpurig.diagnose.lint_growth import _listed, _origin
 from gpurig.diagnose.lint_guards import _mentions_rank, _never_destroys, _never_run, _runs_on_every_rank
 from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
@@ -66,8 +66,7 @@ from gpurig.diagnose.lint_project import (
 from gpurig.diagnose.lint_rules import RULES, LintFinding, fold_alternatives
 from gpurig.diagnose.lint_scan import _Scanner
 
-# A place in the project a finding names: "utils/dataset.py:22", "config/train.yaml:4" (never part of a longer name or number).
-_PLACE = re.compile(r"(?<![\w./-])([\w.-][\w./-]*\.(?:py|json|ya?ml):\d+)(?!\d)")
+_PLACE = followups.PLACE
 
 
 def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None) -> list[LintFinding]:
@@ -148,10 +147,9 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     pushed: set[int] = set()  # the blocks whose first push_to_hub was reported (its others push the same run)
     text = source
     uses_cuda = scan.cuda_call or "'nccl'" in text or '"nccl"' in text or "device_ids" in text
-    # (a call of the project's function that starts the group in this process, `setup.setup_dist_env()`, as of one that does it itself)
-    # (and a library's, `from mmcv.runner import init_dist`)
-    library_init = followups.library_group_starters(scan.imports)
-    started = next((c for c, f, _ in calls if f in library_init or followups.LIBRARY_INIT_DIST.fullmatch(f)), None)
+    # (a call of the project's function that starts the group in this process, `setup.setup_dist_env()`, or of a library's:
+    # `from mmcv.runner import init_dist`, as of one that does it itself)
+    started = followups.library_group_start(scan.imports, calls)
     distributed = _runs_on_every_rank(scan, calls, names, text, _imports_trainer(modules)) or bool(names & _joiners_in_process(modules)) \
         or started is not None
     silenced = scan.silenced or any(_silences_output(m) for m in modules)
@@ -427,17 +425,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                     and names_a_file:
                 if not saving_helpers[short].startswith("open("):
                     reported_helpers.add(("save-on-every-rank", short))  # a file-writing helper: once per file it is given
-                # (the first write it makes, and how many more: each of them is among the finding's places)
-                first, *more = saving_helpers[short].split("; ")
-                shown = first + (f" and {len(more)} more write{'s' * (len(more) > 1)}" if more else "")
-                places = _PLACE.findall("; ".join(more))
-                add("save-on-every-rank", call,
-                    f"{short}() saves {'(' + shown + ')' if shown.startswith('through') else 'with ' + shown} "
-                    "on every rank: they write the same file at once",
-                    f"Call it from one rank: `if rank == 0: {short}(...)`, then dist.barrier() before anyone reads it"
-                    + (f"; where it does more than save (a training loop), put each write in it under a rank check "
-                       f"(also {', '.join(places[:5])}{' ...' if len(places) > 5 else ''})." if places else "."),
-                    saving_helpers[short])
+                add("save-on-every-rank", call, *followups.helper_writes_said(short, saving_helpers[short]), saving_helpers[short])
             if helper in downloading_helpers and short not in scan.defined and not goes_first \
                     and (not _is_download_call(call) or file_weights) \
                     and ("download-on-every-rank", _origin(downloading_helpers[short])) not in reported_helpers:
@@ -591,27 +579,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
 
     followups.report_fixed_epochs(scan, calls, modules, add, reported_helpers)
 
-    # The process group started in the project's own module (utils.init_distributed_mode): the
-    # script still has to end it.
-    # Not where the script hands its own main function to a launcher of its project
-    # (`launch(main, num_gpus, ...)`, as detectron2's and YOLOX's): the launcher owns the group.
-    launchers = _worker_starters(modules)
-    launcher = any(isinstance(c.func, ast.Name) and c.func.id in launchers and c.func.id not in scan.defined
-                   and c.args and isinstance(c.args[0], ast.Name) and c.args[0].id in scan.defined for c, _, _ in calls)
-    # (or with a library's init_dist there: `from mmcv.runner import init_dist` in the project's options module)
-    starts_in_modules = "init_process_group" in module_calls or any(followups.starts_library_group(m) for m in modules)
-    if "init_process_group" not in names and starts_in_modules and not followups.left_to_framework(modules, names | {f for _, f, _ in calls}, text) and \
-            "destroy_process_group" not in names and not destroys_in_modules and not launcher:
-        add("no-destroy-process-group", scan.first_stmt if scan.first_stmt is not None else ast.Pass(),
-            "the process group starts in this project's own module and nothing ever calls destroy_process_group",
-            "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
-
-    # The process group started by a library's `init_dist(args.launcher, **cfg.dist_params)` (mmcv's,
-    # mmengine's: OpenMMLab's train tools), which never ends it: the script has to.
-    if started is not None and "destroy_process_group" not in names and not destroys_in_modules \
-            and not any(f.id == "no-destroy-process-group" for f in findings):
-        add("no-destroy-process-group", started, f"{_dotted(started.func)}() starts the process group and nothing ever calls destroy_process_group",
-            "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`.")
+    followups.report_group_left_open(scan, calls, names, modules, module_calls, text, destroys_in_modules, started, findings, add)
 
     findings.sort(key=lambda f: (f.line, f.id))
     unique: dict[tuple[str, int], LintFinding] = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import re
 
-from gpurig.diagnose.lint_growth import _module_name
+from gpurig.diagnose.lint_growth import _module_name, _worker_starters
 from gpurig.diagnose.lint_guards import _all_but_one, _is_main_test, _mentions_rank
 from gpurig.diagnose.lint_modules import _at
 from gpurig.diagnose.lint_nodes import (
@@ -185,6 +185,9 @@ def ends_group(modules: list, script_calls: set[str]) -> bool:
         and _reachable_call(modules, "destroy_process_group", _group_joiners(modules))
 
 
+# A place in the project a finding names: "utils/dataset.py:22", "config/train.yaml:4" (never part of a longer name or number).
+PLACE = re.compile(r"(?<![\w./-])([\w.-][\w./-]*\.(?:py|json|ya?ml):\d+)(?!\d)")
+
 # Library functions that start the process group and never end it: OpenMMLab's `init_dist(launcher)`,
 # timm's `utils.init_distributed_device(args)` (its train.py's).
 _LIBRARY_STARTERS = {"init_dist": ("mmcv", "mmengine"), "init_distributed_device": ("timm",)}
@@ -206,6 +209,48 @@ def library_group_starters(imports) -> set[str]:
                 out.update(a.asname or a.name for a in node.names if a.name == fn)
                 out.update(f"{a.asname or a.name}.{fn}" for a in node.names if a.name != fn and a.name.islower() and a.name != "*")
     return out
+
+
+def report_group_left_open(scan, calls: list, names: set[str], modules: list, module_calls: set[str], text: str,
+                           destroys_in_modules: bool, started: ast.Call | None, findings: list, add) -> None:
+    """no-destroy-process-group where the group starts outside the script's own init_process_group:
+    in the project's own module (utils.init_distributed_mode, or a library's init_dist called there),
+    or in a library function the script calls (`started`); the script still has to end it. Not where
+    the script hands its own main function to a launcher of its project (`launch(main, num_gpus, ...)`,
+    as detectron2's and YOLOX's): the launcher owns the group."""
+    fix = "End the script (every rank) with dist.barrier() then dist.destroy_process_group(), e.g. in a `finally:`."
+    if "destroy_process_group" in names or destroys_in_modules:
+        return
+    launchers = _worker_starters(modules)
+    launcher = any(isinstance(c.func, ast.Name) and c.func.id in launchers and c.func.id not in scan.defined
+                   and c.args and isinstance(c.args[0], ast.Name) and c.args[0].id in scan.defined for c, _, _ in calls)
+    starts_in_modules = "init_process_group" in module_calls or any(starts_library_group(m) for m in modules)
+    if "init_process_group" not in names and starts_in_modules and not left_to_framework(modules, names | {f for _, f, _ in calls}, text) \
+            and not launcher:
+        add("no-destroy-process-group", scan.first_stmt if scan.first_stmt is not None else ast.Pass(),
+            "the process group starts in this project's own module and nothing ever calls destroy_process_group", fix)
+    if started is not None and not any(f.id == "no-destroy-process-group" for f in findings):
+        add("no-destroy-process-group", started, f"{_dotted(started.func)}() starts the process group and nothing ever calls "
+            "destroy_process_group", fix)
+
+
+def library_group_start(imports, calls: list) -> ast.Call | None:
+    """The script's first call of a library function that starts the process group, if any."""
+    names = library_group_starters(imports)
+    return next((c for c, f, _ in calls if f in names or LIBRARY_INIT_DIST.fullmatch(f)), None)
+
+
+def helper_writes_said(short: str, writes: str) -> tuple[str, str]:
+    """(title, fix) of a project function called on every rank that writes shared files: its first
+    write, and how many more (each of them is among the finding's places)."""
+    first, *more = writes.split("; ")
+    shown = first + (f" and {len(more)} more write{'s' * (len(more) > 1)}" if more else "")
+    places = PLACE.findall("; ".join(more))
+    return (f"{short}() saves {'(' + shown + ')' if shown.startswith('through') else 'with ' + shown} on every rank: "
+            "they write the same file at once",
+            f"Call it from one rank: `if rank == 0: {short}(...)`, then dist.barrier() before anyone reads it"
+            + (f"; where it does more than save (a training loop), put each write in it under a rank check "
+               f"(also {', '.join(places[:5])}{' ...' if len(places) > 5 else ''})." if places else "."))
 
 
 def starts_library_group(module: ast.AST) -> bool:

@@ -501,3 +501,25 @@ def _never_destroys(scan, calls: list) -> bool:
     destroys = [(c, g) for c, f, g in calls if _name_of(f) == "destroy_process_group"]
     return bool(destroys) and all(ends_nothing(c, g) for c, g in destroys)
 
+
+def _checks_a_file(test: ast.AST) -> bool:
+    """`os.path.exists(p)`, `not Path(p).is_file()` and the like: a test of whether a file is there."""
+    return any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ("exists", "isfile", "isdir", "is_file", "is_dir")
+               for n in ast.walk(test))
+
+
+def _walks_container(loop: ast.AST) -> bool:
+    """A `for` over a literal collection, a dict's keys/values/items, or sorted(...) of one."""
+    it = getattr(loop, "iter", None)
+    if isinstance(it, ast.Call) and _name_of(_dotted(it.func)) in ("sorted", "reversed") and it.args:
+        it = it.args[0]
+    if isinstance(it, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Constant)):
+        return True
+    return isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "keys", "values")
+
+
+def _conjuncts(test: ast.AST) -> frozenset[str]:
+    """The parts of an `and` test, each as its dump (`a and (b and c)`: a, b, c); the test itself otherwise."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return frozenset().union(*(_conjuncts(v) for v in test.values))
+    return frozenset((ast.dump(test),))

@@ -516,22 +516,6 @@ def _setting_name(value: ast.AST) -> str | None:
     return None
 
 
-def _checks_a_file(test: ast.AST) -> bool:
-    """`os.path.exists(p)`, `not Path(p).is_file()` and the like: a test of whether a file is there."""
-    return any(isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in ("exists", "isfile", "isdir", "is_file", "is_dir")
-               for n in ast.walk(test))
-
-
-def _walks_container(loop: ast.AST) -> bool:
-    """A `for` over a literal collection, a dict's keys/values/items, or sorted(...) of one."""
-    it = getattr(loop, "iter", None)
-    if isinstance(it, ast.Call) and _name_of(_dotted(it.func)) in ("sorted", "reversed") and it.args:
-        it = it.args[0]
-    if isinstance(it, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Constant)):
-        return True
-    return isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "keys", "values")
-
-
 def _names_a_file(value: ast.AST) -> bool:
     """`pretrained=args.checkpoint`, `pretrained=cfg.ckpt_path`, `pretrained="/data/w/deit.pth"`: a
     file of this machine, not a switch."""

@@ -12,11 +12,14 @@ from typing import Any
 
 from gpurig.diagnose.lint_assigns import _AssignScan
 from gpurig.diagnose.lint_calls import normalize_call
+from gpurig.diagnose.lint_compact import _CompactScan
 from gpurig.diagnose.lint_followups import _late_test, fixed_epoch
 from gpurig.diagnose.lint_guards import (
     _all_but_one,
     _asks_for_gpu,
     _bypassed,
+    _checks_a_file,
+    _conjuncts,
     _env_tests,
     _flag_bypass,
     _framework_hooks,
@@ -24,37 +27,30 @@ from gpurig.diagnose.lint_guards import (
     _mentions_rank,
     _picks_one,
     _single_process_branch,
+    _walks_container,
     leaves_one_rank,
     rank_function,
     runs_on_main_only,
 )
-from gpurig.diagnose.lint_modules import LIBRARY_FETCH_NAMES, _project_import
 from gpurig.diagnose.lint_nodes import (
     _FETCH_NAME,
     _LAUNCHER_KEYS,
-    _RULE_CALLS,
     _SILENCERS,
-    NAMED_FETCHES,
     _calls_barrier,
-    _checks_a_file,
     _device_arg,
     _dotted,
     _if_chain,
     _is_const,
     _leaf_name,
     _name_of,
-    _pretrained_weights,
     _sampler_shuffle,
     _Walker,
-    _walks_container,
     _worker_started,
 )
 from gpurig.diagnose.lint_paths import private_names
 from gpurig.diagnose.lint_project import _is_download_call
 
 _ADDRESS_KEYS = frozenset({"MASTER_PORT", "MASTER_ADDR"})
-
-_JUDGED_CALLS = _RULE_CALLS | LIBRARY_FETCH_NAMES  # (and the library calls that download)
 
 # A context manager that lets one rank run its body first while the others wait for it.
 # A file lock serializes the ranks the same way: the first downloads, the others find the files.
@@ -63,14 +59,7 @@ _RANK_FIRST = re.compile(r"(?:main_process|rank|zero|master)_first$|(?:^|\.)\w*(
 _BRANCHING = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def _conjuncts(test: ast.AST) -> frozenset[str]:
-    """The parts of an `and` test, each as its dump (`a and (b and c)`: a, b, c); the test itself otherwise."""
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return frozenset().union(*(_conjuncts(v) for v in test.values))
-    return frozenset((ast.dump(test),))
-
-
-class _Scanner(_AssignScan, _Walker):
+class _Scanner(_AssignScan, _CompactScan, _Walker):
     """Walks the tree remembering whether the current statement only runs on one rank."""
 
     def __init__(self) -> None:
@@ -572,28 +561,6 @@ class _Scanner(_AssignScan, _Walker):
         elif short in _SILENCERS:
             self.silenced = True
         self.generic_visit(node)
-
-    def _judged(self, node: ast.Call, func: str, short: str) -> bool:
-        """Whether some rule looks at this call (compact mode keeps only those)."""
-        return (short in _JUDGED_CALLS and short not in self.unjudged or short in self.keep_names or short in self.aliases or short in self.name_aliases
-                or (self.keep_plain and isinstance(node.func, ast.Name))
-                # a method of an object the project's own classes may have built (`runner.sample()`)
-                or (bool(self.local_roots) and isinstance(node.func, ast.Attribute))
-                or short in self.local_names or func.split(".")[0] in self.local_roots
-                or bool(node.keywords) and (any(k.arg in ("download", "pretrained", "stream") for k in node.keywords)  # (requests.get(url, stream=True))
-                                            or _pretrained_weights(node) is not None)
-                or func in NAMED_FETCHES  # (gdown.download, wget.download: by what they are)
-                or isinstance(node.func, ast.Call) and _dotted(node.func.func) == "getattr"  # (a function picked by its name)
-                or bool(node.args) and any("pretrained" in (_leaf_name(a) or "").lower() for a in node.args))
-
-    def _note_local(self, node: ast.Import | ast.ImportFrom) -> None:
-        """Compact mode: remember the names the script takes from its own project's modules (their
-        calls are judged against what those modules do)."""
-        if self.script_dir is not None:
-            names, roots, star = _project_import(node, self.script_dir, self.import_tops)
-            self.local_names |= names
-            self.local_roots |= roots
-            self.keep_plain = self.keep_plain or star  # `from utils import *`: any plain call may be one of its functions
 
     def visit_Import(self, node: ast.Import | ast.ImportFrom) -> None:
         self.imports.append(node)
