@@ -191,7 +191,8 @@ PLACE = re.compile(r"(?<![\w./-])([\w.-][\w./-]*\.(?:py|json|ya?ml):\d+)(?!\d)")
 # Library functions that start the process group and never end it: OpenMMLab's `init_dist(launcher)`,
 # timm's `utils.init_distributed_device(args)` (its train.py's).
 _LIBRARY_STARTERS = {"init_dist": ("mmcv", "mmengine"), "init_distributed_device": ("timm",)}
-LIBRARY_INIT_DIST = re.compile(r"(?:mmcv|mmengine)(?:\.\w+)*\.init_dist|timm(?:\.\w+)*\.init_distributed_device")
+# (called by their full dotted name: `mmcv.runner.init_dist(...)`, `timm.utils.init_distributed_device(...)`)
+LIBRARY_INIT_DIST = re.compile("|".join(rf"(?:{'|'.join(libs)})(?:\.\w+)*\.{fn}" for fn, libs in _LIBRARY_STARTERS.items()))
 
 
 def library_group_starters(imports) -> set[str]:
