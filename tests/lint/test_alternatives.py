@@ -47,11 +47,11 @@ def test_alternative_branches_are_one_finding_that_names_the_others():
 
 
 def test_two_downloads_in_one_branch_stay_two_findings():
-    """A tokenizer and a model fetched in the same branch are two fetches that both run."""
+    """A tokenizer and a model of two sources fetched in the same branch are two fetches that both run."""
     found = downloads("""\
         if args.fast:
             tok = AutoTokenizer.from_pretrained("bert-base-uncased")
-            model = AutoModel.from_pretrained("bert-base-uncased")
+            model = AutoModel.from_pretrained("prajjwal1/bert-tiny")
         else:
             model = AutoModel.from_pretrained("roberta-base")
         """)

@@ -1,8 +1,9 @@
 """`gpurig lint` and a second `from_pretrained` of the same files: once the first fetch has run in
 every rank (the race it reports), a later one of the same class and source on its path reads the
 cache, as the reference model of a DPO run built after the policy model (Firefly) or the base model
-reloaded at each save to merge an adapter (OpenVLA). One mistake, one finding; a fetch of other
-files (another class, another subfolder) or one in a sibling branch or another function stays."""
+reloaded at each save to merge an adapter (OpenVLA). Other files of the same source (the config,
+the tokenizer, a subfolder) race with it as one mistake: one finding that names their lines. A
+fetch in a sibling branch or another function stays a finding of its own."""
 
 from __future__ import annotations
 
@@ -30,15 +31,28 @@ def test_the_same_model_fetched_again_later_on_its_path_is_one_finding(tmp_path)
         """) == [5]
 
 
-def test_other_files_of_the_same_repository_are_fetched_anew(tmp_path):
-    assert _downloads(tmp_path, """\
-        def main(name):
+def test_other_files_of_the_same_source_are_one_finding_that_names_every_line(tmp_path):
+    # The tokenizer, the weights and each subfolder of one repository race in every rank as one
+    # mistake with one fix (fetch it once before training): one finding, the other fetches its places.
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent("""\
+        import torch.distributed as dist
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        dist.init_process_group('nccl')
+        def main(name, other):
+            cfg = AutoConfig.from_pretrained(name)
             tok = AutoTokenizer.from_pretrained(name)
-            model = AutoModelForCausalLM.from_pretrained(name)
+            model = AutoModelForCausalLM.from_pretrained(name, config=cfg)
             unet = AutoModelForCausalLM.from_pretrained(name, subfolder="unet")
-            vae = AutoModelForCausalLM.from_pretrained(name, subfolder="vae")
-        main("org/model")
-        """) == [5, 6, 7, 8]
+            reward = AutoModelForCausalLM.from_pretrained(other)
+        main("org/model", "org/reward")
+        dist.destroy_process_group()
+        """))
+    found = lint_file(str(path), select={"download-on-every-rank"})
+    assert [f.line for f in found] == [5, 9]
+    assert found[0].related == ["train.py:6", "train.py:7", "train.py:8"]
+    assert "from the same source at lines 6, 7, 8" in found[0].title
+    assert found[1].related == []
 
 
 def test_a_fetch_in_another_function_or_a_sibling_branch_is_not_on_its_path(tmp_path):

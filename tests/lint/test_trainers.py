@@ -34,9 +34,10 @@ def found(source: str) -> list[tuple[str, int]]:
 
 
 def test_a_trainer_of_the_family_read_by_hfargumentparser_runs_on_every_rank():
-    assert found(SCRIPT) == [("download-on-every-rank", 8), ("download-on-every-rank", 9)]
+    # (the tokenizer and the model of one Hub id: one download mistake, at the first fetch)
+    assert found(SCRIPT) == [("download-on-every-rank", 8)]
     trl = SCRIPT.replace("HfArgumentParser", "TrlParser").replace("Seq2SeqTrainer(", "SFTTrainer(")
-    assert found(trl) == [("download-on-every-rank", 8), ("download-on-every-rank", 9)]
+    assert found(trl) == [("download-on-every-rank", 8)]
 
 
 def test_is_world_process_zero_picks_one_rank():

@@ -353,18 +353,29 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                 fetched.get(("pipeline", refetch[2]), ()) if _kw(call, "subfolder") else ())])  # (a pipeline fetched every part)
             if (on(download) or ((on(pretrained) or by_position or weights) and not own) or fetches) and not never_run(call) \
                     and not goes_first and not file_weights and not cached:
-                if refetch is not None:
+                # (other parts of a source fetched before on its path, `AutoConfig` then `AutoModel` of one Hub id: one mistake)
+                hub = ("source", refetch[0], refetch[2][0]) if refetch is not None and short == "from_pretrained" else None
+                merged = hub is not None and hub in said and any(blocks[:len(b)] == b for b in fetched[hub])
+                if merged:
+                    said[hub].related.append(f"{here}:{call.lineno}")
+                    again = ", ".join(r.rpartition(":")[2] for r in said[hub].related if r.startswith(f"{here}:"))
+                    said[hub].title = said[hub].title.partition(" (and from the same source at line")[0] + \
+                        f" (and from the same source at line{'s' if ', ' in again else ''} {again})"
+                elif refetch is not None:
+                    fetched.setdefault(hub, []).append(blocks)
                     fetched.setdefault(refetch, []).append(blocks)
                     if head.endswith("Pipeline") and not _kw(call, "subfolder"):
                         fetched.setdefault(("pipeline", refetch[2]), []).append(blocks)
-                what = "download=True" if on(download) else "fetching pretrained weights" if on(pretrained) or by_position or weights \
-                    else f"the download command of {func}()" if func in _SHELL_CALLS else f"{short}()"
-                # (`MyVLM.from_pretrained(...)` of the project's model class: building it fetches too, its vision tower)
-                also = f" (and building {head} downloads: {_listed(downloading_helpers[head])})" if head in downloading_helpers else ""
-                add("download-on-every-rank", call, f"{what} runs in every rank at once{also}: they race to write the same files",
-                    "Download once before training: `if local_rank == 0: <download>` then dist.barrier(), and construct "
-                    "with download=False in every rank (or download ahead of the run).", downloading_helpers.get(head, ""))
-                said.setdefault(refetch, findings[-1])
+                if not merged:
+                    what = "download=True" if on(download) else "fetching pretrained weights" if on(pretrained) or by_position or weights \
+                        else f"the download command of {func}()" if func in _SHELL_CALLS else f"{short}()"
+                    # (`MyVLM.from_pretrained(...)` of the project's model class: building it fetches too, its vision tower)
+                    also = f" (and building {head} downloads: {_listed(downloading_helpers[head])})" if head in downloading_helpers else ""
+                    add("download-on-every-rank", call, f"{what} runs in every rank at once{also}: they race to write the same files",
+                        "Download once before training: `if local_rank == 0: <download>` then dist.barrier(), and construct "
+                        "with download=False in every rank (or download ahead of the run).", downloading_helpers.get(head, ""))
+                    said.setdefault(refetch, findings[-1])
+                    said.setdefault(hub, findings[-1])
             elif cached and on(download) and refetch in said:  # (the same dataset's files again, in every rank: one mistake)
                 said[refetch].related.append(f"{here}:{call.lineno}")
                 said[refetch].title += f" (and again at line {call.lineno}, the same files)"
