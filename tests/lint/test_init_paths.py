@@ -73,3 +73,41 @@ def test_a_streamed_script_finds_the_same_modules_on_those_folders(tmp_path, mon
     monkeypatch.setattr(lint_stream, "_CHUNK_BYTES", 64)
     assert ("sampler-without-set-epoch", 5) in whole
     assert [(f.id, f.line) for f in L.lint_file(str(tmp_path / "tools" / "train.py"))] == whole
+
+
+def test_a_folder_joined_to_a_root_worked_out_at_run_time_is_looked_for_above_the_script(tmp_path):
+    # TorchSemiSeg: exp.voc/<experiment>/config.py cuts the repository's root out of its own path
+    # and puts <root>/furnace on sys.path; train.py then imports `from engine.engine import Engine`,
+    # whose __init__ starts the process group (that nothing destroys)
+    _write(tmp_path, "exp/voc8/config.py", """
+        import os.path as osp
+        import sys
+        abs_dir = osp.realpath(".")
+        root_dir = abs_dir[:abs_dir.index("TorchSemiSeg") + len("TorchSemiSeg")]
+        def add_path(path):
+            if path not in sys.path:
+                sys.path.insert(0, path)
+        add_path(osp.join(root_dir, 'furnace'))
+        """)
+    _write(tmp_path, "furnace/engine/__init__.py", "")
+    _write(tmp_path, "furnace/engine/engine.py", """
+        import torch
+        import torch.distributed as dist
+        class Engine:
+            def __init__(self, local_rank):
+                torch.cuda.set_device(local_rank)
+                dist.init_process_group(backend="nccl", init_method="env://")
+            def __enter__(self):
+                return self
+            def __exit__(self, *exc):
+                torch.cuda.empty_cache()
+        """)
+    _write(tmp_path, "exp/voc8/train.py", """\
+        from config import root_dir
+        from engine.engine import Engine
+        with Engine(0) as engine:
+            for epoch in range(3):
+                pass
+        """)
+    found = [(f.id, f.line) for f in lint_file(str(tmp_path / "exp" / "voc8" / "train.py"))]
+    assert found == [("no-destroy-process-group", 1)]

@@ -197,7 +197,8 @@ def _path_folders_of(folder, files: tuple) -> tuple:
         for n in ast.walk(tree) if tree is not None else ():
             if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.args):
                 continue
-            named, bases = None, (folder,)
+            # (`osp.join(C.root_dir, 'furnace')`, a root worked out at run time: the folders up hold it)
+            named, bases = None, _folders_up(folder)
             if n.func.attr == "join" and len(n.args) > 1 and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in n.args[1:]):
                 named = os.path.join(*[a.value for a in n.args[1:]])
             # `sys.path.append("../utils")`, `sys.path.insert(0, "src")`: a folder named from where the
