@@ -205,6 +205,26 @@ def test_a_switch_that_defaults_true_keeps_the_other_branch_off(tmp_path):
     assert _lint(tmp_path, script, "download-on-every-rank") == [("download-on-every-rank", 10)]
 
 
+@pytest.mark.parametrize("given, found", [("pretrained=False", []), ("", []), ("pretrained=True", [9]), ("True", [9])])
+def test_a_pretrained_switch_handed_on_to_the_library_downloads_only_where_a_caller_turns_it_on(tmp_path, given, found):
+    # SimCLR's get_resnet(name, pretrained=False) builds torchvision's resnet18(pretrained=pretrained):
+    # a caller that leaves it off fetches nothing; one that turns it on fetches in every rank
+    _write(tmp_path, "resnet.py", """
+        import torchvision
+        def get_resnet(name, pretrained=False):
+            resnets = {"resnet18": torchvision.models.resnet18(pretrained=pretrained)}
+            return resnets[name]
+        """)
+    script = f"""
+    from resnet import get_resnet
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    encoder = get_resnet("resnet18"{", " if given else ""}{given})
+    dist.destroy_process_group()
+    """
+    assert _lint(tmp_path, script, "download-on-every-rank") == [("download-on-every-rank", n) for n in found]
+
+
 def test_accelerate_save_state_hooks_run_where_save_state_runs(tmp_path):
     # ddpo-pytorch: register_save_state_pre_hook(save_model_hook); save_state only on the main process
     script = """

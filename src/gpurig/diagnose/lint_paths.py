@@ -21,7 +21,7 @@ from gpurig.diagnose.lint_nodes import (
 )
 
 # a file name of its own: a log, a config, a table (not a folder, not a checkpoint's parts)
-_OWN_FILE = re.compile(r"\w\.(?:log|txt|json|ya?ml|csv)$")
+_OWN_FILE = re.compile(r"\w\.(?:log|txt|json|ya?ml|csv|pkl)$")
 _DEPTH = 3  # how many assignments a path is followed back through
 
 
@@ -86,7 +86,15 @@ def own_file_written(path: ast.AST, fn: ast.FunctionDef | ast.AsyncFunctionDef) 
     where that names a file of its own (config.json, args.yaml, train.log) in a folder, the same on
     every rank: the expression it comes to, else None. A name bound more than once, a parameter with
     no default or a rank anywhere in it leaves the file unknown or per rank."""
-    if not isinstance(path, ast.Name):
+    if isinstance(path, ast.Attribute) and _dotted(path):
+        # (`args.deepspeed_config = os.path.join(args.output_dir, "deepspeed_config.json")`, then
+        # `open(args.deepspeed_config, "w")`: an attribute the function sets once, to the file it writes)
+        sets = [n.value for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if _dotted(t) == _dotted(path)]
+        start = sets[0] if len(sets) == 1 and isinstance(sets[0], ast.Call) else None
+    else:
+        start = path if isinstance(path, ast.Name) else None
+    if start is None:
         return None  # (a literal or an expression in place is judged where the open is)
     local = _assigned_once(fn)
     defaults = {k: v for k, v in _constant_defaults(fn).items() if isinstance(v, str)}
@@ -109,7 +117,7 @@ def own_file_written(path: ast.AST, fn: ast.FunctionDef | ast.AsyncFunctionDef) 
                     setattr(node, field, expand(value, depth))
         return node
 
-    resolved = expand(path, 0)
+    resolved = expand(start, 0)
     if resolved is path or _mentions_rank_value(resolved):
         return None
     if isinstance(resolved, ast.Constant):

@@ -47,12 +47,14 @@ from gpurig.diagnose.lint_nodes import (
     _sampler_shuffle,
 )
 from gpurig.diagnose.lint_paths import (
+    _OWN_FILE,
     _assigned_once,
     _mentions_rank_value,
     _names_a_file_in,
     buffer_names,
     in_private_file,
     own_file_written,
+    path_given,
     weights_held_in,
 )
 
@@ -142,13 +144,15 @@ def _named_fetch(call: ast.Call) -> bool:
     return False
 
 
-def _is_download_call(call: ast.Call) -> bool:
+def _is_download_call(call: ast.Call, off: frozenset[str] = frozenset()) -> bool:
     func = _dotted(call.func)
     short = _name_of(func)
     # (`pretrained=is_main_process()`: only the main process fetches, DETR's way)
     # (`pretrained="/data/weights/deit_base.pth"`: a file of this machine, not a switch)
+    # (`resnet18(pretrained=pretrained)` in `get_resnet(name, pretrained=False)` that every caller leaves off: `off`)
     on = [k for k in call.keywords if k.arg in ("download", "pretrained")
           and not _is_const(k.value, False) and not _is_const(k.value, None) and not _mentions_rank(k.value)
+          and not (isinstance(k.value, ast.Name) and k.value.id in off)
           and not (isinstance(k.value, ast.Constant) and _local_path(k.value.value))]
     return bool(on) or (short in _DOWNLOADERS and not _reads_local_files(call)) or _named_fetch(call) \
         or _pretrained_weights(call) is not None
@@ -225,14 +229,15 @@ def _downloading_functions(modules: list, script_calls: list = ()) -> dict[str, 
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or _rank_zero_first(fn) or id(fn) in shadowed:
                 continue
             name = init_of.get(id(fn), fn.name)
-            guarded_lines = _guarded_lines(fn, left_on=switches_left_on(fn, name, calls), left_off=left_off(fn, name))
+            off = left_off(fn, name)
+            guarded_lines = _guarded_lines(fn, left_on=switches_left_on(fn, name, calls), left_off=off)
             # parameters that default to a path of this machine (`tokenizer_path='../model'`), and names
             # the function sets only to such paths (`local_path = '/maindata/ckpts/text_encoder'`)
             local = {name for name, value in _constant_defaults(fn).items() if _local_path(value)} | _local_path_names(fn)
             bound = _assigned_once(fn)  # (`weights = ResNet50_Weights.IMAGENET1K_V2` ... `resnet50(weights=weights)`)
             # every fetch of the function, each a thing its callers do on every rank
             sites = [f"{_name_of(_dotted(n.func)) or ast.unparse(n.func)[:40]} at {_at(module, n.lineno)}"
-                     for n in ast.walk(fn) if isinstance(n, ast.Call) and (_is_download_call(n) or _fetches_by_library(n, fetchers)
+                     for n in ast.walk(fn) if isinstance(n, ast.Call) and (_is_download_call(n, off) or _fetches_by_library(n, fetchers)
                                                                           or _builds_dataset(_dotted(n.func), datasets)
                                                                           or weights_held_in(n, bound))
                      and n.lineno not in guarded_lines
@@ -379,6 +384,21 @@ def _saving_functions(modules: list) -> dict[str, str]:
                     continue
             if writes:  # ("a write of 'config.json' at train.py:81; torch.save at train.py:552")
                 out[name] = "; ".join(dict.fromkeys(writes))
+    # A function that hands such a helper a file of its own, the same on every rank, writes it
+    # (`Learner.__init__` -> `CsvWriter(file_path=os.path.join(self.args.checkpoint_dir, "results.csv"))`).
+    given = {k: v for k, v in out.items() if ", on the path it is given (" in v.split("; ")[0]}
+    for module in modules if given else ():
+        shadowed = _shadowed(module)
+        for fn in (f for f in ast.walk(module) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and id(f) not in shadowed):
+            guarded_lines = _guarded_lines(fn, with_else=True)
+            hit = next(((n, a) for n in ast.walk(fn) if isinstance(n, ast.Call) and _name_of(_dotted(n.func)) in given
+                        and n.lineno not in guarded_lines for a in path_given(n, given[_name_of(_dotted(n.func))])
+                        if _own_file_in_place(a)), None)
+            if hit is not None and init_of.get(id(fn), fn.name) not in out:
+                callee = _name_of(_dotted(hit[0].func))
+                opened = re.search(r" at ([^\s,]+\.py:\d+)", given[callee])  # (where the helper opens it)
+                out[init_of.get(id(fn), fn.name)] = _through(callee, f"a write of {_file_said(hit[1])}" + (
+                    f" at {opened.group(1)}" if opened else ""), _at(module, hit[0].lineno))
     # A class whose `__init__` has one of its own methods save (`MyDataset.__init__` -> `self.process()`
     # -> torch.save of the processed split): building it saves.
     for module in modules:
@@ -415,6 +435,14 @@ def _global_rank_device_functions(modules: list) -> dict[str, str]:
         return _dotted(given) in ranks or _holds_global_rank(given)
 
     return _grown(modules, _functions_calling(modules, "the global rank as the GPU index", global_rank_device))
+
+
+def _own_file_in_place(path: ast.AST) -> bool:
+    """A path written out where it is used that names a file of its own, the same on every rank:
+    'results.csv', os.path.join(out_dir, "results.csv"), f"{out}/log.txt"."""
+    own = [n for n in ast.walk(path) if isinstance(n, ast.Constant) and isinstance(n.value, str) and _OWN_FILE.search(n.value)]
+    return bool(own) and (isinstance(path, (ast.Constant, ast.JoinedStr, ast.BinOp)) or isinstance(path, ast.Call)
+                          and _name_of(_dotted(path.func)) == "join") and not _mentions_rank_value(path)
 
 
 def _file_said(path: ast.AST) -> str:
