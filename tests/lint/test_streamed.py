@@ -351,3 +351,22 @@ def test_a_streamed_script_finds_its_project_above_a_package_it_imports(tmp_path
     whole = findings(script, False, monkeypatch)
     assert ("download-on-every-rank", 9) in {f[:2] for f in whole}, whole
     assert findings(script, True, monkeypatch) == whole
+
+
+def test_a_streamed_script_knows_which_class_an_object_it_calls_a_method_of_was_built_from(tmp_path, monkeypatch):
+    # (the Time-Series-Library family: `Exp = Exp_Long_Term_Forecast` ... `exp = Exp(args)` then
+    # `exp.train(setting)`, where another class's train() loads nothing: the method is the loading
+    # one only on an object of the class that loads, which the streamed reading must remember too)
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "__init__.py").write_text("")
+    (tmp_path / "exp" / "forecast.py").write_text(
+        "import torch\n\n\nclass Exp_Forecast:\n    def train(self, setting):\n"
+        "        self.model.load_state_dict(torch.load(setting + '/checkpoint.pth'))\n")
+    (tmp_path / "exp" / "other.py").write_text("class Exp_Other:\n    def train(self, setting):\n        return setting\n")
+    script = tmp_path / "run.py"
+    script.write_text("import torch\nimport torch.distributed as dist\nfrom exp.forecast import Exp_Forecast\n"
+                      "from exp.other import Exp_Other\n\nExp = Exp_Forecast\ndist.init_process_group('nccl')\n"
+                      "torch.cuda.set_device(0)\nexp = Exp(None)\nexp.train('run')\ndist.destroy_process_group()\n")
+    whole = findings(script, False, monkeypatch)
+    assert ("torch-load-without-map-location", 10) in {f[:2] for f in whole}, whole
+    assert findings(script, True, monkeypatch) == whole

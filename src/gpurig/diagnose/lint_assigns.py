@@ -59,8 +59,9 @@ class _AssignScan:
         # (a big file keeps only those the rules read: rendezvous settings, and `rank, device = setup()`)
         if not self.compact or any(_RENDEZVOUS_TARGET.search(n.lower()) or (
                 isinstance(t, ast.Subscript) and _dotted(t.value) == "os.environ") for t, n in zip(node.targets, names, strict=True)) \
-                or isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Call):
-            self.assigns.append((node, self._guard > 0))
+                or isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Call) \
+                or isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call) and _name_of(_dotted(node.value.func))[:1].isupper():
+            self.assigns.append((node, self._guard > 0))  # (and `exp = Exp(args)`: which class a method called on it is of)
         # (`ddp = int(os.environ.get("RANK", -1)) != -1` is true on every rank of a run: not a pick.)
         # (Only a test or a name can hold one: `y = x * 3 + 1` is no flag, and is not walked for one.)
         if len(node.targets) == 1 and isinstance(node.value, _FLAG_VALUES) and first and _mentions_rank(node.value) and not _all_but_one(node.value):
