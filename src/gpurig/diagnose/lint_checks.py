@@ -15,7 +15,7 @@ from gpurig.diagnose import lint_modules as mods
 from gpurig.diagnose import lint_paths as paths
 from gpurig.diagnose import lint_rendezvous as rendezvous
 from gpurig.diagnose.lint_devices import RankDevices, _loose_load, fold_uses, report
-from gpurig.diagnose.lint_growth import _listed, _origin
+from gpurig.diagnose.lint_growth import _listed, _origin, switched_off
 from gpurig.diagnose.lint_guards import _mentions_rank, _never_destroys, _never_run, _runs_on_every_rank
 from gpurig.diagnose.lint_nodes import (
     _DOWNLOADERS,
@@ -287,7 +287,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
                 "on a second node there is no such GPU",
                 f"In {short}(), torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) (the rank within this node).")
         if helper in loading_helpers and short not in scan.defined and ("torch-load-without-map-location", _origin(loading_helpers[short])) not in reported_helpers \
-                and distributed and not guarded:
+                and distributed and not guarded and not switched_off(call, short, loading_helpers[short], modules):
             reported_helpers.add(("torch-load-without-map-location", _origin(loading_helpers[short])))
             add("torch-load-without-map-location", call,
                 f"{short}() reads a checkpoint ({loading_helpers[short]}) " + ("on every rank: all of them onto that one GPU" if " onto " in

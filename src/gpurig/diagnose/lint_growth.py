@@ -312,3 +312,34 @@ class SwitchesLeftOff:
                               p in defaults and (defaults[p] is False or defaults[p] is None)) for c in mine))
         self.memo[id(fn)] = left
         return left
+
+
+def switched_off(call: ast.Call, name: str, where: str, modules: list) -> bool:
+    """Whether what the project's helper `name` does at `where` ("torch.load at exp/x.py:213", its
+    own line, not through another helper) sits under `if flag:` of a parameter that defaults to off
+    and that this call leaves off: `exp.test(setting)` of `def test(self, setting, test=0): ... if
+    test: torch.load(...)` loads nothing there, whatever another call (`exp.test(setting, test=1)`) does."""
+    m = re.match(r"[^(]*? at ([^\s,]+\.py:\d+)", where)
+    if m is None:
+        return False
+    for module in modules:
+        for fn in ast.walk(module):
+            if not (isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in (name, "__init__")
+                    and fn.lineno <= int(m.group(1).rpartition(":")[2]) <= (fn.end_lineno or fn.lineno)
+                    and _at(module, int(m.group(1).rpartition(":")[2])) == m.group(1)):
+                continue
+            line, defaults = int(m.group(1).rpartition(":")[2]), _constant_defaults(fn)
+            params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+            params = params[1:] if params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute) else params
+            for test in (n for n in ast.walk(fn) if isinstance(n, ast.If) and isinstance(n.test, ast.Name)
+                         and n.test.id in defaults and not defaults[n.test.id]
+                         and n.body[0].lineno <= line <= (n.body[-1].end_lineno or n.body[-1].lineno)):
+                p = test.test.id
+                given = next((k.value for k in call.keywords if k.arg in (p, None)), None)
+                if given is None and p in params and params.index(p) < len(call.args):
+                    given = call.args[params.index(p)]
+                if given is None and not any(isinstance(a, ast.Starred) for a in call.args) or (
+                        isinstance(given, ast.Constant) and not given.value):
+                    return True
+            return False
+    return False
