@@ -43,14 +43,19 @@ def _writes(tmp_path, line: str) -> list[str]:
     return [f.code for f in lint_file(str(script)) if f.id == "save-on-every-rank"]
 
 
-def test_a_config_copied_into_the_run_folder_by_every_rank(tmp_path):
-    line = '    shutil.copy(args.config, os.path.join(save_dir, "config.yaml"))'
+@pytest.mark.parametrize("line", [
+    '    shutil.copy(args.config, os.path.join(save_dir, "config.yaml"))',
+    # (SoftGroup: under the config's own file name, the same name in every rank)
+    '    shutil.copy(args.config, os.path.join(save_dir, os.path.basename(args.config)))',
+])
+def test_a_config_copied_into_the_run_folder_by_every_rank(tmp_path, line):
     assert _writes(tmp_path, line) == [line.strip()]
 
 
 @pytest.mark.parametrize("line", [
     '    if dist.get_rank() == 0:\n        shutil.copy(args.config, os.path.join(save_dir, "config.yaml"))',
     '    shutil.copy(args.config, os.path.join(save_dir, f"config_{dist.get_rank()}.yaml"))',
+    '    shutil.copy(args.config, os.path.join(save_dir, os.path.basename(args.config) + str(dist.get_rank())))',
 ])
 def test_copied_once_or_to_the_ranks_own_name(tmp_path, line):
     assert _writes(tmp_path, line) == []

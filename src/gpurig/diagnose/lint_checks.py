@@ -471,10 +471,11 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
             if target is not None and not never_run(call) and not (_SAVE_HELPER.search(inside[-1]) and short != "write_text") \
                     and _path_root(target) not in scan.params.get(inside[-1], ()):
                 written = named_path(call, target)
-                # (a config dumped into the run's folder, `cfg.dump(osp.join(cfg.work_dir, osp.basename(args.config)))`:
+                # (a config dumped or copied into the run's folder, `cfg.dump(osp.join(cfg.work_dir, osp.basename(args.config)))`:
                 # the same file for every rank, whatever it is called, unless the rank is in it)
                 if (written is not target or short not in ("write_text", "write_bytes")) and not _mentions_rank_value(written) \
-                        and (short == "dump" or any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(written))):
+                        and (short == "dump" or any(isinstance(n, ast.Constant) and isinstance(n.value, str) or isinstance(n, ast.Call)
+                                                    and _name_of(_dotted(n.func)) == "basename" for n in ast.walk(written))):
                     add("save-on-every-rank", call, f"every rank writes {ast.unparse(written)[:60]} at once: the file is cut",
                         "Write from one rank (`if rank == 0:`), or put the rank in the file name.")
             if short == "tqdm" and _kw(call, "disable") is None:
