@@ -3,7 +3,8 @@ in an attribute it sets first (BEiT-style `create_ds_config(args)`: `args.deepsp
 os.path.join(args.output_dir, "deepspeed_config.json")`, then `open(args.deepspeed_config, "w")`),
 a parameters dump in pickle form (`params.pkl`), and a writer class handed its file by another
 function of the project (`Learner.__init__` builds `CsvWriter(file_path=<out>/results.csv)`). Each
-runs on every rank and writes the same file; guarded by a rank check it does not."""
+runs on every rank and writes the same file; guarded by a rank check it does not. So does a config
+a helper saves with OmegaConf into the folder it is given (`hparams.yaml`)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,12 @@ UTILS = """
             writer.write("{}")
     def dump_params(params):
         pickle.dump(params, open(os.path.join(params.dump_path, "params.pkl"), "wb"))
+    def save_hparams(args, save_path):
+        from omegaconf import OmegaConf
+        OmegaConf.save(config=OmegaConf.create(vars(args)), f=os.path.join(save_path, "hparams.yaml"))
+    def save_plot(values, save_path):
+        import matplotlib.pyplot as plt
+        plt.savefig(os.path.join(save_path, f"curve_{len(values)}.png"))
     def set_run_name(args):
         args.run_name = "run-" + args.tag
     class CsvWriter:
@@ -74,7 +81,8 @@ def project(tmp_path):
 
 @pytest.mark.parametrize("call, file", [("utils.create_ds_config(args)", "deepspeed_config.json"),
                                         ("utils.dump_params(args)", "params.pkl"),
-                                        ("Learner(args, rank)", "results.csv")])
+                                        ("Learner(args, rank)", "results.csv"),
+                                        ("utils.save_hparams(args, args.out)", "hparams.yaml")])
 def test_a_helper_writes_a_file_of_its_own_on_every_rank(project, call, file):
     found = _saves(project, f"{call}\n")
     assert [line for line, _ in found] == [8] and file in found[0][1]
@@ -83,4 +91,4 @@ def test_a_helper_writes_a_file_of_its_own_on_every_rank(project, call, file):
 
 
 def test_a_file_named_for_each_rank_or_no_file_at_all_is_no_shared_write(project):
-    assert _saves(project, "RankLearner(args, rank)\nutils.set_run_name(args)\n") == []
+    assert _saves(project, "RankLearner(args, rank)\nutils.set_run_name(args)\nutils.save_plot([1], args.out)\n") == []

@@ -45,6 +45,7 @@ from gpurig.diagnose.lint_nodes import (
     _pretrained_weights,
     _reads_local_files,
     _sampler_shuffle,
+    _written_file,
 )
 from gpurig.diagnose.lint_paths import (
     _OWN_FILE,
@@ -382,6 +383,13 @@ def _saving_functions(modules: list) -> dict[str, str]:
                             and all(isinstance(a, ast.Name) and a.id in params or isinstance(a, ast.Constant) for a in n.args[1].args)):
                     writes.append(f"a copy to {ast.unparse(n.args[1])[:60]} at {_at(module, n.lineno)}")
                     continue
+                # a config saved by its library, `OmegaConf.save(config=cfg, f=os.path.join(save_path, "hparams.yaml"))`
+                # or `cfg.dump(...)`, into a file of its own (not a plot or an array: results an evaluation path writes)
+                target = _written_file(n, _dotted(n.func)) if isinstance(n, ast.Call) and n.lineno not in guarded_lines and (
+                    _dotted(n.func) == "OmegaConf.save" or _name_of(_dotted(n.func)) == "dump") else None
+                if target is not None and not _mentions_rank_value(target) and (_names_a_file_in(target, params) or (
+                        own_file_written(target, fn) is not None) or isinstance(target, ast.Constant) and _own_file_in_place(target)):
+                    writes.append(f"a write of {_file_said(target)} at {_at(module, n.lineno)}")
             if writes:  # ("a write of 'config.json' at train.py:81; torch.save at train.py:552")
                 out[name] = "; ".join(dict.fromkeys(writes))
     # A function that hands such a helper a file of its own, the same on every rank, writes it
