@@ -173,3 +173,37 @@ def test_a_script_that_joins_the_group_through_a_setup_helper_runs_on_every_rank
             return int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
         """)
     assert [f.id for f in lint_file(str(script)) if f.id == "download-on-every-rank"] == []
+
+
+def test_a_script_whose_own_class_is_built_on_the_projects_engine_is_a_rank(tmp_path):
+    # Betty's examples: `class ReweightingEngine(Engine)` in the script, where the project's Engine
+    # starts the group as it is built; the data the script builds first (CIFAR10 with download=True)
+    # is fetched in every rank that torchrun started. A class built on something else is no rank.
+    _write(tmp_path, "engine.py", """
+        import torch.distributed as dist
+        class Engine:
+            def __init__(self, problems, strategy="distributed"):
+                self.problems = problems
+                self.initialize()
+            def initialize(self):
+                dist.init_process_group(backend="nccl")
+            def run(self):
+                dist.destroy_process_group()
+        class Recorder:
+            def __init__(self, problems):
+                self.problems = problems
+        """)
+    script = tmp_path / "main.py"
+    body = """
+        from torchvision.datasets import CIFAR10
+        from engine import {base}
+        data = CIFAR10("data", download=True)
+        class ReweightingEngine({base}):
+            def train_step(self):
+                pass
+        engine = ReweightingEngine(problems=[data])
+        """
+    script.write_text(textwrap.dedent(body.format(base="Engine")))
+    assert [(f.id, f.line) for f in lint_file(str(script)) if f.id == "download-on-every-rank"] == [("download-on-every-rank", 4)]
+    script.write_text(textwrap.dedent(body.format(base="Recorder")))
+    assert [f.id for f in lint_file(str(script)) if f.id == "download-on-every-rank"] == []

@@ -65,9 +65,9 @@ def _lint_streamed(source: str, script: str, select, ignore) -> list[LintFinding
     try:
         scan = _stream_scan(source, script, script, unjudged)
         _RANK_CACHE.clear()  # the nodes it holds belong to groups already walked
-        modules, flags = _project_flags(scan, source, script)
-        if flags:
-            scan = _stream_scan(source, script, script, unjudged, flags)
+        modules, flags, setters = _project_flags(scan, source, script)
+        if flags or setters:
+            scan = _stream_scan(source, script, script, unjudged, flags, setters)
             _RANK_CACHE.clear()
         findings = _lint_scanned(scan, source, script, modules)
     finally:
@@ -102,21 +102,23 @@ def _lint_tree(tree: ast.AST, source: str, path) -> list[LintFinding]:
     _RANK_CACHE.clear()
     scan = _Scanner()
     scan.visit(tree)
-    modules, flags = _project_flags(scan, source, path)
-    if flags:
+    modules, flags, setters = _project_flags(scan, source, path)
+    if flags or setters:
         _RANK_CACHE.clear()
         scan = _Scanner()
-        scan.project_flags = flags
+        scan.project_flags, scan.device_setters = flags, setters
         scan.visit(tree)
     return _lint_scanned(scan, source, path, modules)
 
 
-def _project_flags(scan: _Scanner, source: str, path) -> tuple[list, frozenset[str]]:
+def _project_flags(scan: _Scanner, source: str, path) -> tuple[list, frozenset[str], frozenset[str]]:
     """(the project's modules, the flags and functions computed from the rank that the script names:
-    `opt.log`, `is_first_worker()`). Where there are any, the script is scanned again knowing them:
-    a test of one tests the rank (rarely needed; a script's own such function may come after its use)."""
+    `opt.log`, `is_first_worker()`, the project's functions and classes that set the device that it
+    calls). Where there are any, the script is scanned again knowing them: a test of one tests the
+    rank, a call of one sets the device (rarely needed; a script's own such function may come after its use)."""
     from gpurig.diagnose.lint_guards import rank_flags
     from gpurig.diagnose.lint_modules import _local_modules
+    from gpurig.diagnose.lint_project import _device_setters
     from gpurig.diagnose.lint_rendezvous import option_names
 
     modules = _local_modules(None, path, scan.imports)
@@ -124,7 +126,9 @@ def _project_flags(scan: _Scanner, source: str, path) -> tuple[list, frozenset[s
     options = option_names([*(c for c, _ in scan.calls), *(n for m in modules for n in ast.walk(m))])
     flags = (rank_flags(modules) - options) | scan.rank_functions
     named = flags and re.search(r"\b(?:" + "|".join(map(re.escape, sorted(flags))) + r")\b", source)
-    return modules, frozenset(flags) if named else frozenset()
+    # (the project's helpers that set the device, where the script calls one before a DDP: `with Engine(args):`)
+    setters = _device_setters(modules) & scan.short_names if "DistributedDataParallel" in source or "DDP" in source else set()
+    return modules, frozenset(flags) if named else frozenset(), frozenset(setters)
 
 
 def lint_file(script: str, select=None, ignore=None) -> list:

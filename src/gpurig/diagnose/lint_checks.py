@@ -150,7 +150,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
     # (a call of the project's function that starts the group in this process, `setup.setup_dist_env()`, or of a library's:
     # `from mmcv.runner import init_dist`, as of one that does it itself)
     started = followups.library_group_start(scan.imports, calls)
-    distributed = _runs_on_every_rank(scan, calls, names, text, _imports_trainer(modules)) or bool(names & _joiners_in_process(modules)) \
+    distributed = _runs_on_every_rank(scan, calls, names, text, _imports_trainer(modules)) or bool(names & _joiners_in_process(modules, scan.class_bases)) \
         or started is not None
     silenced = scan.silenced or any(_silences_output(m) for m in modules)
     set_epoch_anywhere = scan.set_epoch_call or "set_epoch" in module_calls

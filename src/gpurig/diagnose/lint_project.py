@@ -256,13 +256,24 @@ def _joins(call: ast.Call, fn: ast.AST) -> bool:
     return _name_of(_dotted(call.func)) in ("init_process_group", "Accelerator") or _dotted(call.func) == "deepspeed.initialize"
 
 
-def _joiners_in_process(modules: list) -> set[str]:
+def _joiners_in_process(modules: list, subclasses: dict[str, set[str]] | None = None) -> set[str]:
     """The project's functions and classes that start or join a process group in the process that
     calls them, themselves or through the project's functions (`setup.setup_dist_env()` ->
     `dist_init()` -> init_process_group), not through workers they start: after a call of one, the
-    caller is a rank. (Not one that forks, `os.fork()` per GPU: what came before it ran in the parent alone.)"""
+    caller is a rank. (Not one that forks, `os.fork()` per GPU: what came before it ran in the parent alone.)
+    `subclasses`: the script's own classes by their bases; one built on such a class starts it as that
+    class does (Betty's `class ReweightingEngine(Engine)`)."""
     forks = lambda fn: any(isinstance(n, ast.Call) and _dotted(n.func) in ("os.fork", "fork") for n in ast.walk(fn))  # noqa: E731
-    return set(_grown(modules, _functions_calling(modules, "a process group", _joins), skip=forks, in_process=True))
+    joiners = set(_grown(modules, _functions_calling(modules, "a process group", _joins), skip=forks, in_process=True))
+    return joiners | {name for name, bases in (subclasses or {}).items() if bases & joiners}
+
+
+def _device_setters(modules: list) -> set[str]:
+    """The project's functions and classes that set the device of the process that calls them,
+    themselves or through the project's functions (`Engine.__init__` -> torch.cuda.set_device(local_rank)),
+    not in workers they start: after a call of one, a DDP without device_ids finds its GPU."""
+    sets = lambda call, fn: _name_of(_dotted(call.func)) in ("set_device", "set_device_index")  # noqa: E731
+    return set(_grown(modules, _functions_calling(modules, "the device", sets), in_process=True))
 
 
 def _group_joiners(modules: list) -> set[str]:

@@ -84,6 +84,7 @@ class _Scanner(_AssignScan, _CompactScan, _Walker):
         self.aliases: set[str] = set()  # other names of DistributedDataParallel & co. (`as NativeDDP`)
         self.flags: set[str] = set()  # names holding a rank check's result (or a value only one rank sets)
         self.project_flags: frozenset[str] = frozenset()  # attributes and functions the project computes from a rank check
+        self.device_setters: frozenset[str] = frozenset()  # the project's functions and classes that set the device
         self.rank_functions: set[str] = set()  # the file's own top-level functions that return a rank check
         self.multi_device_classes: set[str] = set()  # classes of the file whose __init__ puts parts on two devices
         self.data_parallel_classes: dict[str, str] = {}  # classes of the file made on a DataParallel -> that base (CompressAI's)
@@ -145,6 +146,7 @@ class _Scanner(_AssignScan, _CompactScan, _Walker):
         self._env_absent: list[frozenset[str]] = []  # per open `if`: environment keys known to be unset
         self._no_env = 0  # how many of them are empty (most: a call looks at the list only where one is not)
         self.own_methods: set[tuple[str, str]] = set()  # (class, method) defined in this file
+        self.class_bases: dict[str, set[str]] = {}  # class defined in this file -> the names of its bases
         self.spawns_in: set[str] = set()  # functions that start the workers (mp.spawn) themselves
         self.settings: dict[str, set] = {}  # last name -> the constant values the script assigns it (x = 1, x: int = 1)
         self.buffers: set[str] = set()  # names bound to a private file (io.BytesIO(), a temporary file)
@@ -303,6 +305,7 @@ class _Scanner(_AssignScan, _CompactScan, _Walker):
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.own_methods |= {(node.name, f.name) for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.class_bases[node.name] = {_name_of(_dotted(b)) for b in node.bases}
         self.data_parallel_classes.update((node.name, _dotted(b)) for b in node.bases if _name_of(_dotted(b)) == "DataParallel")
         called, hooks = _framework_hooks(node, self.own_methods)
         self.referenced |= called
@@ -443,8 +446,11 @@ class _Scanner(_AssignScan, _CompactScan, _Walker):
         self._loop_body(node)
 
     def visit_With(self, node: ast.With) -> None:
+        before = self._set_devices
         for item in node.items:
             self.visit(item)
+        if self._set_devices > before and self._path:  # (`with Engine(args) as engine:` set the device before the body)
+            self._path[-1] = True
         # `with accelerator.main_process_first():` / `training_args.main_process_first()`: the
         # main process runs the body first, the others after it (from its cache).
         # Under other names too: `idist.one_rank_first()`, `fabric.rank_zero_first()`,
@@ -545,7 +551,7 @@ class _Scanner(_AssignScan, _CompactScan, _Walker):
             shuffle = _sampler_shuffle(node, self._params[-1])
             if shuffle != "no":
                 self.sampler_functions.setdefault(self._functions[-1], (shuffle, node.lineno))
-        if short in ("set_device", "set_device_index"):
+        if short in ("set_device", "set_device_index") or short in self.device_setters and _dotted(node.func).partition(".")[0] not in ("self", "cls"):
             self._set_devices += 1
             if self._functions:
                 self.sets_device_in.add(self._functions[-1])

@@ -67,7 +67,8 @@ _DEF_NAME = re.compile(r"^[ \t]*(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)", re.M)
 _IMPORT_TOP = re.compile(r"^[ \t]*(?:from[ \t]+(\w+)|import[ \t]+(\w+))", re.M)
 
 
-def _stream_scan(source: str, label: str, path=None, unjudged=frozenset(), project_flags=frozenset()) -> _Scanner:
+def _stream_scan(source: str, label: str, path=None, unjudged=frozenset(), project_flags=frozenset(),
+                 device_setters=frozenset()) -> _Scanner:
     """One scan of a big script, top-level statement groups parsed and walked one after another,
     keeping only what the rules judge (the rest is freed with its group). `unjudged`: names of calls
     no chosen rule looks at (`print` when print-on-every-rank is off), not kept for their name."""
@@ -76,7 +77,7 @@ def _stream_scan(source: str, label: str, path=None, unjudged=frozenset(), proje
     scan = _Scanner()
     scan.compact = True
     scan.unjudged = unjudged
-    scan.project_flags = project_flags
+    scan.project_flags, scan.device_setters = project_flags, device_setters
     # (`super().__init__()` is not kept for its name: a class is built by its own name.)
     scan.keep_names = set(_DEF_NAME.findall(source)) - {"__init__"}
     # (the packages it imports, as the whole-tree reading finds the project's root above one of them)
