@@ -331,42 +331,43 @@ def test_a_streamed_script_keeps_its_classes_and_what_its_helpers_return(tmp_pat
     assert findings(script, True, monkeypatch) == whole
 
 
+def _project(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def _streamed_as_whole(script: Path, monkeypatch, expected: tuple[str, int]) -> None:
+    whole = findings(script, False, monkeypatch)
+    assert expected in {f[:2] for f in whole}, whole
+    assert findings(script, True, monkeypatch) == whole
+
+
 def test_a_streamed_script_finds_its_project_above_a_package_it_imports(tmp_path, monkeypatch):
     # (examples/training/mlm/train.py runs `import examples.training` and takes its data module from
     # pkg/ at the root above examples/: the whole-tree reading looks there, and so must the streamed one)
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "__init__.py").write_text("")
-    (tmp_path / "pkg" / "data.py").write_text(
-        "from transformers import AutoTokenizer\n\n\nclass DataModule:\n"
-        "    def __init__(self, tokenizer):\n        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer)\n")
-    mlm = tmp_path / "examples" / "training" / "mlm"
-    mlm.mkdir(parents=True)
-    (tmp_path / "examples" / "__init__.py").write_text("")
-    (tmp_path / "examples" / "training" / "__init__.py").write_text("")
-    script = mlm / "train.py"
-    script.write_text("import os\n\nimport examples.training  # noqa: F401\nimport torch.distributed as dist\n"
-                      "from pkg.data import DataModule\n\nlocal_rank = int(os.environ['LOCAL_RANK'])\n"
-                      "dist.init_process_group('nccl')\ndata = DataModule(tokenizer='bert-base-uncased')\n"
-                      "dist.destroy_process_group()\n")
-    whole = findings(script, False, monkeypatch)
-    assert ("download-on-every-rank", 9) in {f[:2] for f in whole}, whole
-    assert findings(script, True, monkeypatch) == whole
+    _project(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/data.py": "from transformers import AutoTokenizer\n\n\nclass DataModule:\n"
+                       "    def __init__(self, tokenizer):\n        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer)\n",
+        "examples/__init__.py": "", "examples/training/__init__.py": "",
+        "examples/training/mlm/train.py": "import os\n\nimport examples.training  # noqa: F401\nimport torch.distributed as dist\n"
+                                          "from pkg.data import DataModule\n\nlocal_rank = int(os.environ['LOCAL_RANK'])\n"
+                                          "dist.init_process_group('nccl')\ndata = DataModule(tokenizer='bert-base-uncased')\n"
+                                          "dist.destroy_process_group()\n"})
+    _streamed_as_whole(tmp_path / "examples" / "training" / "mlm" / "train.py", monkeypatch, ("download-on-every-rank", 9))
 
 
 def test_a_streamed_script_knows_which_class_an_object_it_calls_a_method_of_was_built_from(tmp_path, monkeypatch):
     # (the Time-Series-Library family: `Exp = Exp_Long_Term_Forecast` ... `exp = Exp(args)` then
     # `exp.train(setting)`, where another class's train() loads nothing: the method is the loading
     # one only on an object of the class that loads, which the streamed reading must remember too)
-    (tmp_path / "exp").mkdir()
-    (tmp_path / "exp" / "__init__.py").write_text("")
-    (tmp_path / "exp" / "forecast.py").write_text(
-        "import torch\n\n\nclass Exp_Forecast:\n    def train(self, setting):\n"
-        "        self.model.load_state_dict(torch.load(setting + '/checkpoint.pth'))\n")
-    (tmp_path / "exp" / "other.py").write_text("class Exp_Other:\n    def train(self, setting):\n        return setting\n")
-    script = tmp_path / "run.py"
-    script.write_text("import torch\nimport torch.distributed as dist\nfrom exp.forecast import Exp_Forecast\n"
-                      "from exp.other import Exp_Other\n\nExp = Exp_Forecast\ndist.init_process_group('nccl')\n"
-                      "torch.cuda.set_device(0)\nexp = Exp(None)\nexp.train('run')\ndist.destroy_process_group()\n")
-    whole = findings(script, False, monkeypatch)
-    assert ("torch-load-without-map-location", 10) in {f[:2] for f in whole}, whole
-    assert findings(script, True, monkeypatch) == whole
+    _project(tmp_path, {
+        "exp/__init__.py": "",
+        "exp/forecast.py": "import torch\n\n\nclass Exp_Forecast:\n    def train(self, setting):\n"
+                           "        self.model.load_state_dict(torch.load(setting + '/checkpoint.pth'))\n",
+        "exp/other.py": "class Exp_Other:\n    def train(self, setting):\n        return setting\n",
+        "run.py": "import torch\nimport torch.distributed as dist\nfrom exp.forecast import Exp_Forecast\n"
+                  "from exp.other import Exp_Other\n\nExp = Exp_Forecast\ndist.init_process_group('nccl')\n"
+                  "torch.cuda.set_device(0)\nexp = Exp(None)\nexp.train('run')\ndist.destroy_process_group()\n"})
+    _streamed_as_whole(tmp_path / "run.py", monkeypatch, ("torch-load-without-map-location", 10))
