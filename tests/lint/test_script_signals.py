@@ -177,6 +177,7 @@ def test_a_file_emptied_then_appended_to_is_one_finding():
         with open(os.path.join(args.output_dir, "config.yaml"), "w") as f:
             f.write(str(args))
         dist.destroy_process_group()
+    evaluate_and_dump(args, results)
     """
     assert _lint(body, "save-on-every-rank") == [10, 15]
 

@@ -230,3 +230,29 @@ def test_torchvision_weights_held_in_a_name_are_fetched_by_every_rank(tmp_path):
     script.write_text(SPAWN.format(imports="from src.train import ResNet50", call="model = ResNet50().cuda(rank)"))
     found = [f for f in lint_file(str(script), select=set(RULES)) if f.id == "download-on-every-rank"]
     assert [f.line for f in found] == [9] and "src/train.py:8" in found[0].title
+
+
+def test_a_file_written_in_a_function_of_the_script_nothing_calls_is_no_write(tmp_path):
+    # RoMa's training script: test_mega1500(model, name) dumps results/mega1500_<name>.json, but only
+    # an `--only_test` path that the script no longer has would call it: nothing runs it. Called after
+    # training in every rank, it writes the same file from all of them.
+    script = tmp_path / "train.py"
+    body = """\
+        import json
+        import torch.distributed as dist
+
+        def test_mega1500(model, name):
+            results = {"auc": 0.5}
+            json.dump(results, open(f"results/mega1500_{name}.json", "w"))
+
+        def train():
+            dist.init_process_group("nccl")
+            {after}
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            train()
+        """
+    for after, found in (("pass", []), ('test_mega1500(None, "roma")', [6])):
+        script.write_text(textwrap.dedent(body).replace("{after}", after))
+        assert [f.line for f in lint_file(str(script)) if f.id == "save-on-every-rank"] == found

@@ -451,7 +451,7 @@ def _lint_scanned(scan: _Scanner, source: str, path, modules: list | None = None
             # A name given one such path in the same function counts as that path (`log = os.path.join(out,
             # "log.csv")` ... `open(log, "a")`); opening only to create or empty a file writes nothing.
             if func == "open" and len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) \
-                    and str(call.args[1].value)[:1] in ("a", "w") and id(call) not in scan.touch_only:
+                    and str(call.args[1].value)[:1] in ("a", "w") and id(call) not in scan.touch_only and not never_run(call):
                 written = named_path(call, call.args[0])
                 inside = scan.enclosing.get(id(call)) or ("",)
                 if isinstance(written, ast.Name) and written.id in scan.params.get(inside[-1], ()) and not never_run(call):
