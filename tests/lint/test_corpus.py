@@ -142,11 +142,12 @@ CACHED = [name for name, entry in MANIFEST.items() if lc.present(entry)]
 # 64.3% / 82.0% on its 17 held-out ones) taught five things (a helper's load under a switch left off at
 # its call; a device a project helper sets; a script class built on a project class that starts the
 # group; a config copied under its own name; a config a helper saves with OmegaConf): its development
-# scripts 65.0% / 75.5% after, the thirtieth's 64.6% / 78.5%, the held-out part 73.8% / 79.2% (353
-# scripts; its 336 older ones 74.6% / 79.0%). The whole development part's sum, 2,014 of 2,551
-# findings and 2,142 of 2,619 mistakes (78.9% / 81.8%), and the held-out part set the floors.
-DEV_PRECISION, DEV_RECALL = 0.78, 0.81
-TEST_PRECISION, TEST_RECALL = 0.73, 0.78
+# scripts 65.0% / 75.5% after, the thirtieth's 64.6% / 78.5%; a file written in a function of the
+# script nothing calls took four false findings off it (67.2%) and three off the held-out part, 74.1%
+# / 79.2% (353 scripts; its 336 older ones 74.9% / 79.0%). The whole development part's sum, 2,014 of
+# 2,547 findings and 2,142 of 2,619 mistakes (79.1% / 81.8%), and the held-out part set the floors.
+DEV_PRECISION, DEV_RECALL = 0.79, 0.81
+TEST_PRECISION, TEST_RECALL = 0.74, 0.78
 
 
 def test_the_manifest_names_real_scripts_and_judged_mistakes():
