@@ -243,6 +243,11 @@ def switches_left_on(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str, call
                      if v is True and k not in given and not (k in params and params.index(k) < reach))
 
 
+def _off(value) -> bool:
+    """A constant that turns a switch off: False, None or 0 (`def test(self, setting, test=0)`)."""
+    return value is None or value is False or type(value) is int and value == 0
+
+
 class SwitchesLeftOff:
     """`SwitchesLeftOff(modules, calls)(fn, name)`: the parameters of `fn` (called as `name`: a
     class's name for its `__init__`) that every call of it leaves False or None: not given where they
@@ -294,7 +299,7 @@ class SwitchesLeftOff:
         if isinstance(given, ast.Starred):
             return False
         if isinstance(given, ast.Constant):
-            return given.value is False or given.value is None
+            return _off(given.value)
         return isinstance(given, ast.Name) and given.id in self._caller_off(call)
 
     def __call__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> frozenset[str]:
@@ -309,7 +314,7 @@ class SwitchesLeftOff:
         defaults = _constant_defaults(fn)
         left = frozenset(p for p in positional + [a.arg for a in fn.args.kwonlyargs] if all(
             self._left_off_by(c, p, positional.index(p) if p in positional else None,
-                              p in defaults and (defaults[p] is False or defaults[p] is None)) for c in mine))
+                              p in defaults and _off(defaults[p])) for c in mine))
         self.memo[id(fn)] = left
         return left
 
@@ -322,24 +327,21 @@ def switched_off(call: ast.Call, name: str, where: str, modules: list) -> bool:
     m = re.match(r"[^(]*? at ([^\s,]+\.py:\d+)", where)
     if m is None:
         return False
+    line = int(m.group(1).rpartition(":")[2])
     for module in modules:
         for fn in ast.walk(module):
             if not (isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in (name, "__init__")
-                    and fn.lineno <= int(m.group(1).rpartition(":")[2]) <= (fn.end_lineno or fn.lineno)
-                    and _at(module, int(m.group(1).rpartition(":")[2])) == m.group(1)):
+                    and fn.lineno <= line <= (fn.end_lineno or fn.lineno) and _at(module, line) == m.group(1)):
                 continue
-            line, defaults = int(m.group(1).rpartition(":")[2]), _constant_defaults(fn)
+            defaults = _constant_defaults(fn)
             params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
             params = params[1:] if params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute) else params
-            for test in (n for n in ast.walk(fn) if isinstance(n, ast.If) and isinstance(n.test, ast.Name)
-                         and n.test.id in defaults and not defaults[n.test.id]
-                         and n.body[0].lineno <= line <= (n.body[-1].end_lineno or n.body[-1].lineno)):
-                p = test.test.id
-                given = next((k.value for k in call.keywords if k.arg in (p, None)), None)
-                if given is None and p in params and params.index(p) < len(call.args):
-                    given = call.args[params.index(p)]
-                if given is None and not any(isinstance(a, ast.Starred) for a in call.args) or (
-                        isinstance(given, ast.Constant) and not given.value):
-                    return True
+            switches = [n.test.id for n in ast.walk(fn) if isinstance(n, ast.If) and isinstance(n.test, ast.Name)
+                        and n.test.id in defaults and _off(defaults[n.test.id])
+                        and n.body[0].lineno <= line <= (n.body[-1].end_lineno or n.body[-1].lineno)]
+            # (whether this call leaves it off: read as the switches every call leaves off are)
+            left_off = SwitchesLeftOff(modules, [call])._left_off_by if switches else None
+            if any(left_off(call, p, params.index(p) if p in params else None, True) for p in switches):
+                return True
             return False
     return False
